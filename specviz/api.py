@@ -1,0 +1,147 @@
+"""The library's front door: pick a method by name, run a prompt, compare with plain decoding.
+
+    from specviz import generate
+    report = generate("Explain KV caches.", method="ngram", compare_plain=True)
+    report.result.metrics.mean_accepted_length, report.speedup
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .engine import SpeculativeRun
+from .errors import InvalidSettingError
+from .models import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
+from .proposers import (METHODS, AdaptiveProposer, EarlyExitDrafter, ModelDrafter, NgramProposer, PlainProposer,
+                        Proposer)
+from .records import RunResult
+from .settings import DecodeSettings
+
+
+def make_proposer(
+    method: str,
+    target: LoadedModel,
+    draft: LoadedModel | None = None,
+    exit_layer: int | None = None,
+    adaptive_base: str = "auto",
+) -> Proposer:
+    """A fresh proposer for `method`. `draft` is the drafter model for `draft` (and for `adaptive`'s base)."""
+    vocab_size = target.vocab_size
+    if method == "plain":
+        return PlainProposer()
+    if method == "ngram":
+        return NgramProposer()
+    if method == "early-exit":
+        return EarlyExitDrafter(target.model, vocab_size, exit_layer)
+    if method == "draft":
+        if draft is None:
+            raise InvalidSettingError("the draft method needs a draft model: pass --draft default|HUB_ID|FOLDER|FILE.gguf")
+        check_same_vocabulary(target, draft)
+        return ModelDrafter(draft.model, vocab_size)
+    if method == "adaptive":
+        base = adaptive_base
+        if base == "auto":
+            base = "draft" if draft is not None else "ngram"
+        if base in ("adaptive", "plain"):
+            raise InvalidSettingError(f"adaptive cannot run on top of {base!r}; choose draft, ngram or early-exit")
+        return AdaptiveProposer(make_proposer(base, target, draft, exit_layer))
+    raise InvalidSettingError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+
+
+def encode(target: LoadedModel, prompt: str, chat: bool = True) -> list[int]:
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InvalidSettingError("the prompt is empty; type some text")
+    return target.encode_prompt(prompt, chat=chat)
+
+
+_warmed: set[int] = set()
+
+
+def warm_up(target: LoadedModel) -> None:
+    """One short untimed run per model, so that first-call costs (allocator, kernels, lazy imports) land in
+    no measured run."""
+    if id(target.model) in _warmed:
+        return
+    ids = list(range(1, 9))
+    for _ in SpeculativeRun(target, PlainProposer(), ids, DecodeSettings(max_new_tokens=4, stop_at_eos=False)):
+        pass
+    _warmed.add(id(target.model))
+
+
+def run_once(target: LoadedModel, proposer: Proposer, prompt_ids: list[int], settings: DecodeSettings,
+             prompt_text: str = "") -> RunResult:
+    run = SpeculativeRun(target, proposer, prompt_ids, settings, prompt_text=prompt_text)
+    for _ in run:
+        pass
+    return run.result
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first token where two outputs differ; None when they are identical."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+@dataclass
+class Report:
+    result: RunResult
+    plain: RunResult | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        """Plain wall time over speculative wall time, same prompt, same settings, same process."""
+        if self.plain is None or self.result.metrics.wall_seconds <= 0:
+            return None
+        return self.plain.metrics.wall_seconds / self.result.metrics.wall_seconds
+
+    @property
+    def first_difference(self) -> int | None:
+        return None if self.plain is None else first_difference(self.result.token_ids, self.plain.token_ids)
+
+    @property
+    def identical_to_plain(self) -> bool | None:
+        """For greedy runs: is the output token-for-token plain greedy output? None when sampling."""
+        if self.plain is None or self.result.settings.get("temperature", 0) != 0:
+            return None
+        return self.first_difference is None
+
+    def to_dict(self, include_steps: bool = True) -> dict:
+        out = self.result.to_dict(include_steps=include_steps)
+        if self.plain is not None:
+            out["plain"] = {
+                "text": self.plain.text,
+                "wall_seconds": self.plain.metrics.wall_seconds,
+                "tokens_per_second": self.plain.metrics.tokens_per_second,
+                "new_tokens": self.plain.metrics.new_tokens,
+            }
+            out["speedup"] = self.speedup
+            out["identical_to_plain"] = self.identical_to_plain
+            out["first_difference"] = self.first_difference
+        return out
+
+
+def generate(
+    prompt: str,
+    method: str = "ngram",
+    target: str | LoadedModel = DEFAULT_MODEL,
+    draft: str | LoadedModel | None = None,
+    settings: DecodeSettings | None = None,
+    device: str | None = None,
+    dtype: str | torch.dtype | None = None,
+    chat: bool = True,
+    exit_layer: int | None = None,
+    compare_plain: bool = False,
+) -> Report:
+    settings = (settings or DecodeSettings()).validate()
+    if not isinstance(prompt, str) or not prompt.strip():  # before loading anything
+        raise InvalidSettingError("the prompt is empty; type some text")
+    target_model = target if isinstance(target, LoadedModel) else load_model(target, device, dtype)
+    draft_model = draft if isinstance(draft, LoadedModel) or draft is None else load_model(draft, device, dtype)
+    proposer = make_proposer(method, target_model, draft_model, exit_layer)
+    prompt_ids = encode(target_model, prompt, chat)
+    warm_up(target_model)
+    plain = run_once(target_model, PlainProposer(), prompt_ids, settings, prompt) if compare_plain else None
+    return Report(run_once(target_model, proposer, prompt_ids, settings, prompt), plain)

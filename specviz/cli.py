@@ -1,0 +1,146 @@
+"""Command line: `python -m specviz generate ...` and `python -m specviz bench ...`.
+
+Bad input ends with exit code 2 and one line on stderr, never a traceback."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from .errors import SpecvizError
+from .records import TokenKind
+from .settings import DecodeSettings
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own errors: same contract as ours
+        raise SpecvizError(f"{self.prog}: {message}")
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError("not a number: nan")
+    return value
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("models and decoding")
+    group.add_argument("--target", default="default", help="'default' (offline SmolLM2-135M-Instruct), a Hub id, a folder or a .gguf file")
+    group.add_argument("--draft", default=None, help="draft model for the draft method (same forms as --target)")
+    group.add_argument("--exit-layer", type=int, default=None, help="layers the early-exit drafter keeps (default: a quarter)")
+    group.add_argument("--gamma", type=int, default=4, help="draft tokens per step, 1..32 (adaptive: the maximum)")
+    group.add_argument("--max-new-tokens", type=int, default=128)
+    group.add_argument("--temperature", type=_number, default=0.0, help="0 = greedy")
+    group.add_argument("--top-k", type=int, default=0, help="0 = off")
+    group.add_argument("--top-p", type=_number, default=1.0)
+    group.add_argument("--seed", type=int, default=None)
+    group.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    group.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16")
+    group.add_argument("--raw-prompt", action="store_true", help="send the prompt as is, without the chat template")
+
+
+def settings_from(args) -> DecodeSettings:
+    return DecodeSettings(
+        max_new_tokens=args.max_new_tokens, gamma=args.gamma, temperature=args.temperature,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+    ).validate()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .proposers import METHODS
+
+    parser = _Parser(prog="specviz", description="Speculative decoding, step by step.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    gen = commands.add_parser("generate", help="run one prompt and show every step")
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--method", default="ngram", choices=METHODS)
+    add_model_options(gen)
+    gen.add_argument("--compare-plain", action="store_true", help="also run plain decoding and report the speedup")
+    gen.add_argument("--json", action="store_true", help="print one JSON object instead of the coloured view")
+
+    bench = commands.add_parser("bench", help="run a prompt file through plain decoding and several methods")
+    bench.add_argument("--prompts", required=True, help="JSONL: 'turns' (Spec-Bench) or 'prompt' per line")
+    bench.add_argument("--limit", type=int, default=None, help="use the first N prompts")
+    bench.add_argument("--per-category", type=int, default=None, help="use the first N prompts of each category")
+    bench.add_argument("--methods", default="ngram", help="comma-separated, e.g. ngram,early-exit,adaptive")
+    add_model_options(bench)
+    bench.add_argument("--out", required=True, help="where to write the results JSON")
+    return parser
+
+
+_STYLE = {  # ANSI: colour and a non-colour cue for each kind
+    TokenKind.ACCEPTED: "\033[34;4m",  # blue, underlined
+    TokenKind.REJECTED: "\033[31;9m",  # red, struck through
+    TokenKind.RESAMPLED: "\033[33;1m",  # yellow, bold
+    TokenKind.BONUS: "\033[32;1;4m",  # green, bold underlined
+    TokenKind.TARGET: "",
+}
+
+
+def render_terminal(tokens, colour: bool) -> str:
+    parts = []
+    for token in tokens:
+        style = _STYLE[token.kind] if colour else ""
+        text = token.text if token.kind != TokenKind.REJECTED or colour else f"[-{token.text}-]"
+        parts.append(f"{style}{text}\033[0m" if style else text)
+    return "".join(parts)
+
+
+def cmd_generate(args) -> int:
+    from .api import generate
+
+    report = generate(
+        args.prompt, method=args.method, target=args.target, draft=args.draft, settings=settings_from(args),
+        device=args.device, dtype=args.dtype, chat=not args.raw_prompt, exit_layer=args.exit_layer,
+        compare_plain=args.compare_plain,
+    )
+    if args.json:
+        print(json.dumps(report.to_dict(), ensure_ascii=False))
+        return 0
+    result, metrics = report.result, report.result.metrics
+    colour = sys.stdout.isatty()
+    print(render_terminal(result.tokens, colour))
+    legend = "accepted=blue underlined, rejected=red struck, resampled=yellow bold, bonus=green bold underlined"
+    print(f"\n[{legend}]" if colour else "\n[rejected drafts shown as [-text-]]")
+    alpha = "n/a" if metrics.acceptance_rate is None else f"{metrics.acceptance_rate:.2f}"
+    line = (f"{result.method}: {metrics.new_tokens} tokens in {metrics.wall_seconds:.2f}s "
+            f"({metrics.tokens_per_second:.1f} tok/s), tau={metrics.mean_accepted_length:.2f}, alpha={alpha}, "
+            f"drafted={metrics.drafted}, accepted={metrics.accepted}")
+    if report.plain is not None:
+        line += f"; plain {report.plain.metrics.tokens_per_second:.1f} tok/s, speedup {report.speedup:.2f}x"
+        if report.identical_to_plain is not None:
+            line += f", identical to plain: {report.identical_to_plain}"
+    print(line)
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from .bench import run_bench
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    run_bench(
+        prompts_file=args.prompts, methods=methods, settings=settings_from(args), out=args.out,
+        target=args.target, draft=args.draft, device=args.device, dtype=args.dtype, chat=not args.raw_prompt,
+        exit_layer=args.exit_layer, limit=args.limit, per_category=args.per_category,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return {"generate": cmd_generate, "bench": cmd_bench}[args.command](args)
+    except SpecvizError as error:
+        print(f"specviz: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("specviz: interrupted", file=sys.stderr)
+        return 130

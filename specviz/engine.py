@@ -1,0 +1,207 @@
+"""The speculative loop. One step: the proposer drafts up to gamma tokens; the target scores the last accepted
+token and the drafts in one forward pass (gamma + 1 positions); the verifier accepts a prefix and draws the
+resampled or bonus token; both KV caches drop what was rejected. Every step yields a StepRecord.
+
+Plain decoding is the same loop with a proposer that never drafts, so both pay the same overheads.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+
+from . import verify as verification
+from .errors import InvalidSettingError
+from .metrics import summarize
+from .models import LoadedModel
+from .proposers import Draft, Feedback, Proposer
+from .records import DraftPosition, RunResult, StepRecord, TokenKind, TokenRecord, TopTokens
+from .runner import CausalRunner
+from .sampling import display_probs, make_generator, warp_probs
+from .settings import DecodeSettings
+from .text import IncrementalDetokenizer
+
+TOP_N = 20  # tokens of p and q kept per position for the inspector
+
+
+def _clock(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def _top(probs: torch.Tensor, n: int = TOP_N) -> list[TopTokens]:
+    """probs [N, V] -> the n most probable tokens of each row."""
+    values, ids = torch.topk(probs, min(n, probs.shape[-1]), dim=-1)
+    return [TopTokens(ids=i, probs=v) for i, v in zip(ids.tolist(), values.tolist())]
+
+
+def check_prompt(target: LoadedModel, prompt_ids: list[int], settings: DecodeSettings) -> None:
+    context = target.context_length
+    if not prompt_ids:
+        raise InvalidSettingError("the prompt is empty; type some text")
+    if len(prompt_ids) >= context:
+        raise InvalidSettingError(
+            f"the prompt is {len(prompt_ids)} tokens, longer than the model's context of {context}; shorten it"
+        )
+    if len(prompt_ids) + settings.max_new_tokens > context:
+        room = context - len(prompt_ids)
+        raise InvalidSettingError(
+            f"max-new-tokens {settings.max_new_tokens} goes beyond the context: the prompt takes {len(prompt_ids)} "
+            f"of {context} tokens, so at most {room} new tokens fit"
+        )
+
+
+class SpeculativeRun:
+    """Iterate to run it step by step (a StepRecord per step); `result` is set once the run has ended."""
+
+    def __init__(
+        self,
+        target: LoadedModel,
+        proposer: Proposer,
+        prompt_ids: list[int],
+        settings: DecodeSettings,
+        prompt_text: str = "",
+        runner: CausalRunner | None = None,
+        verifier: Callable | None = None,  # replaces verify_sampled (tests use it to plant a wrong verifier)
+    ):
+        self.settings = settings.validate()
+        check_prompt(target, prompt_ids, self.settings)
+        self.target = target
+        self.proposer = proposer
+        self.prompt_ids = list(prompt_ids)
+        self.prompt_text = prompt_text
+        self.runner = runner or CausalRunner(target.model)
+        self.verify_sampled = verifier or verification.verify_sampled
+        self.result: RunResult | None = None
+        self.steps: list[StepRecord] = []
+        self.tokens: torch.Tensor | None = None  # the accepted sequence (prompt + output) while it runs
+
+    def __iter__(self) -> Iterator[StepRecord]:
+        settings, target, runner, proposer = self.settings, self.target, self.runner, self.proposer
+        device = runner.device
+        eos_ids = target.eos_token_ids if settings.stop_at_eos else set()
+        detokenizer = IncrementalDetokenizer(target.tokenizer)
+        generator = make_generator(settings.seed, device)
+        output: list[int] = []
+        tokens_shown: list[TokenRecord] = []
+        stop_reason = "max_new_tokens"
+
+        start = _clock(device)
+        tokens = torch.tensor(self.prompt_ids, dtype=torch.long, device=device)  # the accepted sequence
+        runner.reset()
+        if tokens.shape[0] > 1:  # the cache holds every token but the last; each step feeds the last one
+            runner.forward(tokens[:-1], logits_for="last")
+        proposer.reset(tokens, settings, generator)
+        self.tokens = tokens
+        prefill_seconds = _clock(device) - start
+
+        while len(output) < settings.max_new_tokens:
+            step_start = _clock(device)
+            room = min(settings.max_new_tokens - len(output) - 1, target.context_length - tokens.shape[0] - 1)
+            gamma = min(settings.gamma, room)
+            draft = proposer.propose(tokens, gamma) if gamma > 0 else proposer.empty_draft(device)
+            assert draft.size <= gamma, f"{proposer.name} proposed {draft.size} tokens, more than gamma={gamma}"
+            draft_end = _clock(device)
+
+            cached = runner.length
+            logits, hidden = runner.forward(torch.cat([tokens[-1:], draft.token_ids]))  # [g + 1, V]
+            if settings.greedy:
+                verdict = verification.verify_greedy(draft.token_ids, logits)
+            else:
+                verdict = self.verify_sampled(draft.token_ids, draft.probs, warp_probs(logits, settings), generator)
+            n = verdict.n_accepted
+            runner.rollback(cached + 1 + n)  # keep the fed token and the accepted drafts
+            verify_end = _clock(device)
+
+            new_ids = draft.token_ids[:n].tolist() + [verdict.next_token]
+            kept = []
+            for token_id in new_ids:
+                if len(output) >= settings.max_new_tokens:
+                    break
+                kept.append(token_id)
+                output.append(token_id)
+                if token_id in eos_ids:
+                    stop_reason = "eos"
+                    break
+            tokens = torch.cat([tokens, torch.tensor(kept, dtype=torch.long, device=device)])
+            self.tokens = tokens
+            proposer.observe(Feedback(
+                tokens=tokens, drafted=draft.size, n_accepted=n,
+                draft_seconds=draft_end - step_start, verify_seconds=verify_end - draft_end,
+                target_hidden=hidden[: n + 1] if proposer.needs_target_hidden else None,
+            ))
+
+            record = self._record(len(self.steps), draft, logits, verdict, kept, detokenizer,
+                                  (draft_end - step_start) * 1e3, (verify_end - draft_end) * 1e3,
+                                  _clock(device) - start, len(output))
+            self.steps.append(record)
+            tokens_shown.extend(record.tokens)
+            yield record
+            if stop_reason == "eos":
+                break
+
+        held_back = detokenizer.flush()  # the run ended inside a multi-byte character
+        emitted_tokens = [t for t in tokens_shown if t.kind != TokenKind.REJECTED]
+        if held_back and emitted_tokens:
+            emitted_tokens[-1].text += held_back
+        wall = _clock(device) - start
+        self.result = RunResult(
+            method=proposer.name,
+            prompt=self.prompt_text,
+            prompt_tokens=len(self.prompt_ids),
+            text=detokenizer.decode(output),
+            token_ids=output,
+            tokens=tokens_shown,
+            steps=self.steps,
+            metrics=summarize(self.steps, len(output), wall, prefill_seconds),
+            settings={**settings.__dict__, "target": target.name, "device": str(device), "dtype": str(target.dtype).replace("torch.", "")},
+            stop_reason=stop_reason,
+        )
+
+    def _record(self, index, draft: Draft, logits, verdict, kept: list[int], detokenizer,
+                draft_ms, verify_ms, elapsed_s, total_emitted) -> StepRecord:
+        settings = self.settings
+        gamma, n = draft.size, verdict.n_accepted
+        p_shown = display_probs(logits, settings)  # [g + 1, V]
+        q_shown = None
+        if draft.probs is not None:
+            q_shown = display_probs(draft.logits, settings) if settings.greedy and draft.logits is not None else draft.probs
+        draft_ids = draft.token_ids.tolist()
+        p_of = p_shown[torch.arange(gamma), draft.token_ids].tolist() if gamma else []
+        q_of = q_shown[torch.arange(gamma), draft.token_ids].tolist() if gamma and q_shown is not None else [None] * gamma
+        p_tops = _top(p_shown)
+        q_tops = _top(q_shown) if q_shown is not None else [None] * gamma
+
+        positions, tokens = [], []
+        for i, token_id in enumerate(draft_ids):
+            accepted = i < n
+            u = verdict.uniforms[i] if verdict.uniforms is not None else None
+            text = detokenizer.push(token_id) if accepted and i < len(kept) else detokenizer.peek(token_id)
+            positions.append(DraftPosition(
+                token_id=token_id, text=text, q=q_of[i], p=p_of[i], accept_prob=verdict.accept_probs[i],
+                u=u if i <= n else None, accepted=accepted, reached=i <= n, p_top=p_tops[i], q_top=q_tops[i],
+            ))
+            if accepted and i >= len(kept):
+                continue  # cut at EOS or max-new-tokens
+            if not accepted and len(kept) <= n:
+                continue  # the step was cut before its rejected drafts
+            tokens.append(TokenRecord(
+                id=token_id, text=text, kind=TokenKind.ACCEPTED if accepted else TokenKind.REJECTED,
+                step=index, p=p_of[i], q=q_of[i], accept_prob=verdict.accept_probs[i], u=u if i <= n else None,
+            ))
+
+        kind = TokenKind.TARGET if gamma == 0 else TokenKind.BONUS if n == gamma else TokenKind.RESAMPLED
+        next_id = verdict.next_token
+        # greedy draws from a one-hot; show the target's softmax instead
+        next_top = _top((p_shown[n] if settings.greedy else verdict.next_distribution).unsqueeze(0))[0]
+        next_token = TokenRecord(id=next_id, text="", kind=kind, step=index, p=float(p_shown[n, next_id]))
+        if len(kept) == n + 1:
+            next_token.text = detokenizer.push(next_id)
+            tokens.append(next_token)
+        return StepRecord(
+            index=index, gamma=gamma, positions=positions, n_accepted=n, next_token=next_token, next_top=next_top,
+            tokens=tokens, draft_ms=draft_ms, verify_ms=verify_ms, elapsed_s=elapsed_s,
+            emitted=len(kept), total_emitted=total_emitted,
+        )

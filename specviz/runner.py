@@ -1,0 +1,96 @@
+"""A causal LM together with its KV cache. Every call on a transformers cache lives in this module, because
+the cache API moves between transformers releases (DESIGN.md section 5: 5.17 on the GPU machine, 5.24 here).
+
+The runner keeps the invariant `cache holds exactly the first `length` tokens of the sequence`: forward()
+appends tokens at the end, rollback() drops rejected ones, so accepted prefixes are never recomputed.
+"""
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers import DynamicCache
+
+
+def _cache_keyword(model) -> str:
+    """transformers 5.18+ names the forward argument `cache`; earlier releases `past_key_values`."""
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def _has_plain_output_layer(model) -> bool:
+    """True when logits = output_layer(decoder(x)) with nothing in between, so that the runner can compute
+    logits only at the positions it needs and return the hidden states for free."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+        return False
+    return model.get_output_embeddings() is not None and model.get_decoder() is not model
+
+
+def new_cache() -> DynamicCache:
+    # No config on purpose: plain layers for every model, so that rolling back works everywhere
+    # (sliding-window layers refuse to roll back once full).
+    return DynamicCache()
+
+
+def cache_length(cache) -> int:
+    length = cache.get_seq_length()
+    return int(length.item()) if torch.is_tensor(length) else int(length)
+
+
+def drop_last(cache, count: int) -> None:
+    """Remove the last `count` tokens. A negative argument means "remove this many" in every 5.x release
+    (5.18+ accepts only that form; earlier ones read a positive argument as a length)."""
+    if count > 0:
+        cache.crop(-count)
+
+
+def layer_keys_values(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) of every layer, for tests that compare a cache with a fresh prefill."""
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return [(k, v) for k, v in zip(cache.key_cache, cache.value_cache)]
+
+
+class CausalRunner:
+    """Runs new tokens of one sequence (batch 1) through a causal LM with a KV cache."""
+
+    def __init__(self, model):
+        self.model = model
+        self.device = next(model.parameters()).device
+        self._cache_keyword = _cache_keyword(model)
+        self._split_output_layer = _has_plain_output_layer(model)
+        self.cache = new_cache()
+        self.length = 0  # tokens in the cache
+
+    def reset(self) -> None:
+        self.cache = new_cache()
+        self.length = 0
+
+    @torch.inference_mode()
+    def forward(self, token_ids: torch.Tensor, logits_for: str = "all") -> tuple[torch.Tensor, torch.Tensor]:
+        """Append token_ids [K] to the sequence. Returns (logits [K or 1, V] float32, hidden [K, H]).
+        logits_for="last" computes the output layer at the last position only (prefill)."""
+        token_ids = token_ids.to(self.device)
+        count = token_ids.shape[0]
+        positions = torch.arange(self.length, self.length + count, device=self.device).unsqueeze(0)
+        inputs = {"input_ids": token_ids.unsqueeze(0), "position_ids": positions, "use_cache": True,
+                  self._cache_keyword: self.cache}
+        if self._split_output_layer:
+            hidden = self.model.get_decoder()(**inputs).last_hidden_state[0]  # [K, H]
+            head_input = hidden[-1:] if logits_for == "last" else hidden
+            logits = self.model.get_output_embeddings()(head_input)
+        else:
+            out = self.model(**inputs, output_hidden_states=True)
+            hidden = out.hidden_states[-1][0]
+            logits = out.logits[0, -1:] if logits_for == "last" else out.logits[0]
+        self.length += count
+        assert cache_length(self.cache) == self.length, "KV cache out of step with the runner"
+        return logits.float(), hidden
+
+    def rollback(self, length: int) -> None:
+        """Keep only the first `length` tokens in the cache."""
+        if length > self.length:
+            raise ValueError(f"cannot roll forward: cache holds {self.length} tokens, asked for {length}")
+        drop_last(self.cache, self.length - length)
+        self.length = length

@@ -1,0 +1,54 @@
+"""Decoding settings and their validation: one place that says which values are allowed."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .errors import InvalidSettingError
+
+MAX_GAMMA = 32
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    max_new_tokens: int = 128
+    gamma: int = 4  # draft tokens per step (the adaptive method treats it as the maximum)
+    temperature: float = 0.0  # 0 means greedy
+    top_k: int = 0  # 0 means no top-k filter
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_at_eos: bool = True
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def validate(self) -> "DecodeSettings":
+        _check_int("gamma", self.gamma, 1, MAX_GAMMA)
+        _check_int("max-new-tokens", self.max_new_tokens, 1, None)
+        _check_int("top-k", self.top_k, 0, None)
+        temperature = _as_number("temperature", self.temperature)
+        if temperature < 0:
+            raise InvalidSettingError(f"temperature must be >= 0 (0 means greedy), got {self.temperature}")
+        top_p = _as_number("top-p", self.top_p)
+        if not 0 < top_p <= 1:
+            raise InvalidSettingError(f"top-p must be in (0, 1], got {self.top_p}")
+        if self.seed is not None:
+            _check_int("seed", self.seed, 0, None)
+        return self
+
+
+def _as_number(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidSettingError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise InvalidSettingError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _check_int(name: str, value, low: int, high: int | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidSettingError(f"{name} must be a whole number, got {value!r}")
+    if value < low or (high is not None and value > high):
+        allowed = f">= {low}" if high is None else f"between {low} and {high}"
+        raise InvalidSettingError(f"{name} must be {allowed}, got {value}")

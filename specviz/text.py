@@ -1,0 +1,48 @@
+"""Token ids to text without breaking multi-byte characters: decode a short window of the growing sequence
+and take the new suffix. A token that ends inside a character shows as "" and the token that completes
+the character carries all of it, so the token texts always join up to the decoded output."""
+from __future__ import annotations
+
+_CONTEXT = 6  # tokens decoded before the new ones, so that leading spaces and merges come out right
+
+
+class IncrementalDetokenizer:
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.read = 0  # ids[:read] are already turned into text
+
+    def decode(self, ids: list[int]) -> str:
+        if self.tokenizer is None:  # tiny test models without a tokenizer
+            return "".join(f"<{i}>" for i in ids)
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _new_text(self, ids: list[int]) -> str | None:
+        """Text that ids[self.read:] add after ids[:self.read]; None while a character is incomplete."""
+        start = max(0, self.read - _CONTEXT)
+        before = self.decode(ids[start:self.read])
+        after = self.decode(ids[start:])
+        if after.endswith("\ufffd"):
+            return None
+        return after[len(before):] if after.startswith(before) else after
+
+    def peek(self, token_id: int) -> str:
+        """Text the token would add, without adding it (for rejected draft tokens)."""
+        text = self._new_text(self.ids + [token_id])
+        return self.decode([token_id]) if text is None else text
+
+    def flush(self) -> str:
+        """Text still held back at the end (an incomplete character shows as the replacement character)."""
+        start = max(0, self.read - _CONTEXT)
+        before, after = self.decode(self.ids[start:self.read]), self.decode(self.ids[start:])
+        self.read = len(self.ids)
+        return after[len(before):] if after.startswith(before) else ""
+
+    def push(self, token_id: int) -> str:
+        """Add the token; return the text it adds."""
+        self.ids.append(token_id)
+        text = self._new_text(self.ids)
+        if text is None:
+            return ""
+        self.read = len(self.ids)
+        return text

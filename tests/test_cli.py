@@ -1,0 +1,73 @@
+"""The command-line contract that scripts rely on (generate --json, --compare-plain, bench)."""
+import json
+
+from test_errors import run_cli
+
+TOKEN_KINDS = {"accepted", "rejected", "resampled", "bonus", "target"}
+METRICS = {"drafted", "accepted", "acceptance_rate", "mean_accepted_length", "target_forwards",
+           "per_position_acceptance", "tokens_per_second", "wall_seconds"}
+
+
+def test_generate_json_with_compare_plain():
+    proc = run_cli("generate", "--prompt", "Write a haiku about caches, then repeat it.", "--method", "ngram",
+                   "--max-new-tokens", "40", "--gamma", "3", "--json", "--compare-plain")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert isinstance(out["text"], str) and out["text"]
+    assert METRICS <= set(out["metrics"])
+    assert out["tokens"] and all({"id", "text", "kind"} <= set(t) for t in out["tokens"])
+    assert {t["kind"] for t in out["tokens"]} <= TOKEN_KINDS
+    assert "".join(t["text"] for t in out["tokens"] if t["kind"] != "rejected") == out["text"]
+    assert len(out["steps"]) == out["metrics"]["target_forwards"]
+    assert {"text", "wall_seconds", "tokens_per_second"} <= set(out["plain"])
+    assert out["speedup"] == out["plain"]["wall_seconds"] / out["metrics"]["wall_seconds"]
+    assert out["identical_to_plain"] is True
+    assert out["plain"]["text"] == out["text"]
+
+
+def test_generate_sampling_json_marks_identity_unknown():
+    proc = run_cli("generate", "--prompt", "Name a colour.", "--method", "early-exit", "--max-new-tokens", "8",
+                   "--temperature", "0.7", "--top-p", "0.9", "--seed", "1", "--json", "--compare-plain")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["identical_to_plain"] is None
+    assert out["settings"]["temperature"] == 0.7
+
+
+def test_generate_human_readable():
+    proc = run_cli("generate", "--prompt", "Count from 1 to 10.", "--method", "adaptive", "--max-new-tokens", "24",
+                   "--compare-plain")
+    assert proc.returncode == 0, proc.stderr
+    summary = proc.stdout.strip().splitlines()[-1]
+    assert summary.startswith("adaptive(ngram): ") and "tok/s" in summary and "speedup" in summary
+    assert "identical to plain: True" in summary
+
+
+def test_bench_contract(tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join([
+        json.dumps({"question_id": 7, "category": "coding", "turns": ["Write a Python hello world.", "Now in C."]}),
+        json.dumps({"question_id": 8, "category": "coding", "turns": ["Print 1 to 5 in Python."]}),
+        json.dumps({"id": "x", "prompt": "Repeat: red green blue red green blue."}),
+        json.dumps({"id": "skipped", "prompt": "over the limit"}),
+    ]))
+    out_file = tmp_path / "result.json"
+    proc = run_cli("bench", "--prompts", str(prompts), "--limit", "3", "--methods", "ngram,adaptive",
+                   "--max-new-tokens", "16", "--out", str(out_file))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out_file.read_text())
+    assert {"device", "config", "results", "summary"} <= set(report)
+    assert len(report["results"]) == 3 * 3  # plain + 2 methods, 3 prompts
+    row_keys = {"prompt_id", "category", "method", "new_tokens", "wall_seconds", "tokens_per_second",
+                "mean_accepted_length", "acceptance_rate", "speedup", "identical_to_plain"}
+    for row in report["results"]:
+        assert row_keys <= set(row)
+        assert row["identical_to_plain"] is True
+    assert {r["prompt_id"] for r in report["results"]} == {7, 8, "x"}
+    assert {r["category"] for r in report["results"]} == {"coding", "all"}
+    assert set(report["summary"]) == {"plain", "ngram", "adaptive"}
+    for block in report["summary"].values():
+        assert {"overall", "per_category"} <= set(block)
+        assert set(block["per_category"]) == {"coding", "all"}
+    assert "bench" in proc.stderr  # the progress bar
+    assert "overall" in proc.stdout  # the table

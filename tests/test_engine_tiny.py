@@ -1,0 +1,215 @@
+"""The engine on tiny random transformers models: exact greedy equality, exact sampling distribution,
+caches that equal a fresh prefill after rejections, and consistent step records."""
+from collections import Counter
+
+import pytest
+import torch
+
+from specviz import DecodeSettings, SpeculativeRun, TokenKind
+from specviz.api import make_proposer, run_once
+from specviz.proposers import AdaptiveProposer, Draft, ModelDrafter, NgramProposer, PlainProposer
+from specviz.runner import CausalRunner, layer_keys_values
+from specviz.testing import perturbed_copy, tiny_causal_lm
+from specviz.verify import verify_sampled
+
+from stats import assert_same_distribution
+from test_verify import wrong_verify_sampled
+
+PROMPT = [3, 7, 1, 3, 7, 2, 9, 3, 7]  # repeats, so that n-gram lookup finds matches
+METHODS = ["draft", "ngram", "early-exit", "adaptive"]
+
+
+@pytest.mark.parametrize("gamma", [1, 2, 4, 8])
+@pytest.mark.parametrize("method", METHODS)
+def test_greedy_speculative_equals_plain_greedy(tiny_target, tiny_drafter, method, gamma):
+    settings = DecodeSettings(max_new_tokens=48, gamma=gamma)
+    plain = run_once(tiny_target, PlainProposer(), PROMPT, settings)
+    result = run_once(tiny_target, make_proposer(method, tiny_target, tiny_drafter), PROMPT, settings)
+    assert result.token_ids == plain.token_ids
+    assert len(result.token_ids) == 48
+    if method in ("draft", "ngram"):
+        assert result.metrics.drafted > 0  # it really speculated
+        assert result.metrics.accepted < result.metrics.drafted  # and rejections happened
+
+
+def test_greedy_equality_on_another_architecture_size():
+    target = tiny_causal_lm(vocab_size=50, seed=3, layers=4, hidden=64)
+    drafter = perturbed_copy(target, noise=0.8, seed=4)
+    settings = DecodeSettings(max_new_tokens=60, gamma=3)
+    plain = run_once(target, PlainProposer(), PROMPT, settings)
+    for method in METHODS:
+        assert run_once(target, make_proposer(method, target, drafter), PROMPT, settings).token_ids == plain.token_ids
+
+
+def test_target_as_its_own_drafter_accepts_everything(tiny_target):
+    result = run_once(tiny_target, make_proposer("draft", tiny_target, tiny_target), PROMPT,
+                      DecodeSettings(max_new_tokens=40, gamma=4))
+    assert result.metrics.acceptance_rate == 1.0
+    assert all(s.next_token.kind in (TokenKind.BONUS, TokenKind.ACCEPTED) for s in result.steps if s.gamma)
+
+
+def test_caches_equal_fresh_prefill_after_rejections(tiny_target, tiny_drafter):
+    proposer = ModelDrafter(tiny_drafter.model, tiny_target.vocab_size)
+    run = SpeculativeRun(tiny_target, proposer, PROMPT, DecodeSettings(max_new_tokens=40, gamma=4))
+    rejections = 0
+    for step in run:
+        rejections += step.n_accepted < step.gamma
+        sequence = run.tokens
+        # target: every accepted token but the last
+        assert run.runner.length == sequence.shape[0] - 1
+        fresh = CausalRunner(tiny_target.model)
+        fresh.forward(sequence[:-1])
+        for (k, v), (k0, v0) in zip(layer_keys_values(run.runner.cache), layer_keys_values(fresh.cache)):
+            torch.testing.assert_close(k, k0, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(v, v0, rtol=1e-5, atol=1e-5)
+        # drafter: a prefix of the accepted sequence, nothing rejected left in it
+        cached = proposer.cached_ids
+        assert cached == sequence[: len(cached)].tolist()
+        fresh = CausalRunner(tiny_drafter.model)
+        fresh.forward(torch.tensor(cached))
+        for (k, v), (k0, v0) in zip(layer_keys_values(proposer.runner.cache), layer_keys_values(fresh.cache)):
+            torch.testing.assert_close(k, k0, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(v, v0, rtol=1e-5, atol=1e-5)
+    assert rejections >= 3
+
+
+def test_records_are_consistent(tiny_target, tiny_drafter):
+    settings = DecodeSettings(max_new_tokens=30, gamma=3, temperature=0.8, seed=5)
+    run = SpeculativeRun(tiny_target, make_proposer("draft", tiny_target, tiny_drafter), PROMPT, settings)
+    steps = list(run)
+    result = run.result
+    emitted = [t for t in result.tokens if t.kind != TokenKind.REJECTED]
+    assert [t.id for t in emitted] == result.token_ids
+    assert "".join(t.text for t in emitted) == result.text
+    for step in steps:
+        assert len(step.positions) == step.gamma
+        assert sum(p.accepted for p in step.positions) == step.n_accepted
+        for position in step.positions:
+            assert 0 <= position.accept_prob <= 1
+            assert len(position.p_top.ids) == min(20, tiny_target.vocab_size)
+            if position.reached:
+                assert position.accepted == (position.u < position.accept_prob)
+                assert position.accept_prob == pytest.approx(min(1.0, position.p / position.q), rel=1e-4)
+        kinds = [t.kind for t in step.tokens]
+        assert kinds[-1] == (TokenKind.BONUS if step.n_accepted == step.gamma else TokenKind.RESAMPLED)
+        assert step.draft_ms >= 0 and step.verify_ms > 0
+    metrics = result.metrics
+    assert metrics.drafted == sum(s.gamma for s in steps)
+    assert metrics.accepted == sum(s.n_accepted for s in steps)
+    assert metrics.mean_accepted_length == pytest.approx(metrics.new_tokens / metrics.target_forwards)
+    assert metrics.target_forwards == len(steps)
+    assert metrics.per_position_acceptance[0] == pytest.approx(sum(s.n_accepted >= 1 for s in steps) / len(steps))
+    assert all(a >= b for a, b in zip(metrics.per_position_acceptance, metrics.per_position_acceptance[1:]))
+
+
+def test_same_seed_same_output_other_seed_differs(tiny_target, tiny_drafter):
+    def sample(seed):
+        settings = DecodeSettings(max_new_tokens=30, gamma=3, temperature=1.0, seed=seed)
+        return run_once(tiny_target, make_proposer("draft", tiny_target, tiny_drafter), PROMPT, settings).token_ids
+    assert sample(11) == sample(11)
+    assert sample(11) != sample(12)
+
+
+def test_stops_at_eos_like_plain(tiny_target, tiny_drafter):
+    plain_free = run_once(tiny_target, PlainProposer(), PROMPT, DecodeSettings(max_new_tokens=40))
+    eos = plain_free.token_ids[17]
+    tiny_target.model.generation_config.eos_token_id = eos
+    try:
+        settings = DecodeSettings(max_new_tokens=40, gamma=4)
+        plain = run_once(tiny_target, PlainProposer(), PROMPT, settings)
+        result = run_once(tiny_target, make_proposer("draft", tiny_target, tiny_drafter), PROMPT, settings)
+    finally:
+        tiny_target.model.generation_config.eos_token_id = None
+    assert plain.stop_reason == result.stop_reason == "eos"
+    assert result.token_ids == plain.token_ids
+    assert result.token_ids[-1] == eos and eos not in result.token_ids[:-1]
+
+
+# Sampling through the engine reproduces the target's distribution exactly ----------------------------
+
+SAMPLE_PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]
+OUTPUTS = 2
+RUNS = 3000
+
+
+@pytest.fixture(scope="module")
+def small_vocab_pair():
+    target = tiny_causal_lm(vocab_size=6, seed=10, sharpness=1.2)
+    drafter = perturbed_copy(target, noise=1.0, seed=11)
+    return target, drafter
+
+
+def exact_joint(target, prompt, outputs):
+    """p(t1, t2 | prompt) from the target's real forward passes."""
+    with torch.no_grad():
+        first = target.model(torch.tensor([prompt])).logits[0, -1].softmax(-1)
+        probs = {}
+        for a in range(first.shape[0]):
+            second = target.model(torch.tensor([prompt + [a]])).logits[0, -1].softmax(-1)
+            for b in range(second.shape[0]):
+                probs[(a, b)] = float(first[a] * second[b])
+    return probs
+
+
+def engine_samples(target, make, verifier, runs=RUNS):
+    counts = Counter()
+    for seed in range(runs):
+        settings = DecodeSettings(max_new_tokens=OUTPUTS, gamma=3, temperature=1.0, seed=seed, stop_at_eos=False)
+        run = SpeculativeRun(target, make(), SAMPLE_PROMPT, settings, verifier=verifier)
+        for _ in run:
+            pass
+        counts[tuple(run.result.token_ids)] += 1
+    return counts
+
+
+def _drafters(target, drafter):
+    return {
+        "model-drafter": lambda: ModelDrafter(drafter.model, target.vocab_size),
+        "one-hot-drafter": lambda: NgramProposer(),
+    }
+
+
+@pytest.mark.parametrize("kind", ["model-drafter", "one-hot-drafter"])
+def test_engine_sampling_has_the_target_distribution(small_vocab_pair, kind):
+    target, drafter = small_vocab_pair
+    counts = engine_samples(target, _drafters(target, drafter)[kind], verify_sampled)
+    assert_same_distribution(counts, exact_joint(target, SAMPLE_PROMPT, OUTPUTS), RUNS)
+
+
+@pytest.mark.parametrize("kind", ["model-drafter", "one-hot-drafter"])
+def test_engine_distribution_test_fails_for_wrong_verifier(small_vocab_pair, kind):
+    target, drafter = small_vocab_pair
+    counts = engine_samples(target, _drafters(target, drafter)[kind], wrong_verify_sampled)
+    with pytest.raises(AssertionError, match="not the target's distribution"):
+        assert_same_distribution(counts, exact_joint(target, SAMPLE_PROMPT, OUTPUTS), RUNS)
+
+
+class OracleProposer(NgramProposer):
+    """Knows the plain greedy output in advance: always right, costs nothing."""
+
+    def __init__(self, full_sequence):
+        self.full = torch.tensor(full_sequence)
+
+    def propose(self, tokens, gamma):
+        start = tokens.shape[0]
+        return Draft(self.full[start:start + gamma], None)
+
+
+def test_adaptive_drafts_long_when_it_pays_and_stops_when_it_does_not(tiny_target):
+    settings = DecodeSettings(max_new_tokens=60, gamma=8)
+    plain = run_once(tiny_target, PlainProposer(), PROMPT, settings)
+    oracle = AdaptiveProposer(OracleProposer(PROMPT + plain.token_ids))
+    result = run_once(tiny_target, oracle, PROMPT, settings)
+    assert result.token_ids == plain.token_ids
+    assert result.metrics.mean_accepted_length > 3
+
+    class WrongDrafter(NgramProposer):
+        def propose(self, tokens, gamma):
+            draft = super().propose(tokens, gamma)
+            draft.token_ids = (draft.token_ids + 1) % tiny_target.vocab_size  # never what the target wants
+            return draft
+
+    always_wrong = AdaptiveProposer(WrongDrafter(min_ngram=1))
+    result = run_once(tiny_target, always_wrong, PROMPT, DecodeSettings(max_new_tokens=80, gamma=8))
+    drafting_steps = sum(s.gamma > 0 for s in result.steps)
+    assert drafting_steps < 0.35 * len(result.steps)

@@ -1,0 +1,158 @@
+"""Bad input gets a clear error and nothing else: a specific exception in the library; exit code 2 and one
+line on stderr, no traceback, on the command line."""
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specviz import (DecodeSettings, InvalidSettingError, NotCausalLMError, OfflineError, SpeculativeRun,
+                     VocabularyMismatchError, generate, load_model)
+from specviz.api import make_proposer
+from specviz.proposers import PlainProposer
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **(env or {})})
+
+
+def assert_one_line_error(proc, *fragments):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    error_lines = [line for line in lines if line.startswith("specviz: error:")]
+    assert len(error_lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in error_lines[0]
+    return error_lines[0]
+
+
+@pytest.fixture(scope="module")
+def tiny_folders(tmp_path_factory):
+    """A causal LM with a different tokenizer, and a model that is not a causal LM, as save_pretrained folders."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import DistilBertConfig, DistilBertModel, PreTrainedTokenizerFast
+
+    from specviz.testing import tiny_causal_lm
+
+    words = {w: i for i, w in enumerate(["[UNK]", "the", "cat", "sat", "on", "mat", "a", "dog"])}
+    backend = Tokenizer(models.WordLevel(words, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]")
+    other = tmp_path_factory.mktemp("other-vocab")
+    tiny_causal_lm(vocab_size=len(words)).model.save_pretrained(other)
+    tokenizer.save_pretrained(other)
+    encoder = tmp_path_factory.mktemp("encoder")
+    DistilBertModel(DistilBertConfig(vocab_size=len(words), dim=32, hidden_dim=64, n_layers=1, n_heads=2)).save_pretrained(encoder)
+    tokenizer.save_pretrained(encoder)
+    return {"other_vocab": str(other), "encoder": str(encoder)}
+
+
+# the library ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("settings, fragment", [
+    (DecodeSettings(gamma=0), "gamma"),
+    (DecodeSettings(gamma=33), "gamma"),
+    (DecodeSettings(temperature=-0.5), "temperature"),
+    (DecodeSettings(temperature=math.nan), "temperature"),
+    (DecodeSettings(temperature="hot"), "temperature"),
+    (DecodeSettings(top_p=0.0), "top-p"),
+    (DecodeSettings(top_p=1.5), "top-p"),
+    (DecodeSettings(top_k=-1), "top-k"),
+    (DecodeSettings(max_new_tokens=0), "max-new-tokens"),
+])
+def test_bad_settings_raise(settings, fragment):
+    with pytest.raises(InvalidSettingError, match=fragment):
+        settings.validate()
+
+
+def test_empty_prompt_raises_before_loading_anything():
+    with pytest.raises(InvalidSettingError, match="empty"):
+        generate("   ", target="no-such-model-is-loaded-first")
+
+
+def test_prompt_and_output_must_fit_the_context(tiny_target):
+    with pytest.raises(InvalidSettingError, match="empty"):
+        SpeculativeRun(tiny_target, PlainProposer(), [], DecodeSettings())
+    with pytest.raises(InvalidSettingError, match="longer than the model's context"):
+        SpeculativeRun(tiny_target, PlainProposer(), [1] * 600, DecodeSettings())
+    with pytest.raises(InvalidSettingError, match="beyond the context"):
+        SpeculativeRun(tiny_target, PlainProposer(), [1] * 10, DecodeSettings(max_new_tokens=600))
+
+
+def test_unknown_hub_id_offline_says_so(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(OfflineError, match="offline.*'default'"):
+        load_model("nobody-here/no-such-model", device="cpu")
+
+
+def test_unknown_hub_id_without_network_fails_fast(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")  # cannot resolve, whatever the machine's network
+    with pytest.raises(OfflineError):
+        load_model("nobody-here/no-such-model", device="cpu")
+
+
+def test_missing_local_path_is_named():
+    with pytest.raises(Exception, match="neither a model folder"):
+        load_model("./no/such/folder", device="cpu")
+
+
+def test_drafter_with_other_vocabulary_is_refused(default_target, tiny_folders):
+    drafter = load_model(tiny_folders["other_vocab"], device="cpu")
+    with pytest.raises(VocabularyMismatchError) as info:
+        make_proposer("draft", default_target, drafter)
+    assert "8 tokens" in str(info.value) and tiny_folders["other_vocab"] in str(info.value)
+    assert "default" in str(info.value)
+
+
+def test_model_that_is_not_a_causal_lm_is_refused(tiny_folders):
+    with pytest.raises(NotCausalLMError, match="not a causal language model"):
+        load_model(tiny_folders["encoder"], device="cpu")
+
+
+def test_draft_method_without_draft_model():
+    from specviz.testing import tiny_causal_lm
+
+    with pytest.raises(InvalidSettingError, match="needs a draft model"):
+        make_proposer("draft", tiny_causal_lm())
+    with pytest.raises(InvalidSettingError, match="unknown method"):
+        make_proposer("magic", tiny_causal_lm())
+
+
+# the command line ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--prompt", ""], "empty"),
+    (["--prompt", "hi", "--gamma", "0"], "gamma"),
+    (["--prompt", "hi", "--gamma", "40"], "gamma"),
+    (["--prompt", "hi", "--temperature", "-1"], "temperature"),
+    (["--prompt", "hi", "--temperature", "warm"], "temperature"),
+    (["--prompt", "hi", "--temperature", "nan"], "temperature"),
+    (["--prompt", "hi", "--top-p", "0"], "top-p"),
+    (["--prompt", "hi", "--top-p", "2"], "top-p"),
+    (["--prompt", "hi", "--top-k", "-3"], "top-k"),
+    (["--prompt", "hi", "--max-new-tokens", "0"], "max-new-tokens"),
+    (["--prompt", "hi", "--method", "nope"], "method"),
+    (["--prompt", "hi", "--target", "nobody-here/no-such-model"], "offline"),
+    (["--prompt", "hi", "--device", "cuda"], "cuda"),
+])
+def test_cli_bad_input_exits_2_with_one_line(args, fragment):
+    if fragment == "cuda":
+        import torch
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is present")
+    assert_one_line_error(run_cli("generate", *args, env={"HF_HUB_OFFLINE": "1"}), fragment)
+
+
+def test_cli_errors_that_need_the_model(tiny_folders):
+    long_prompt = "word " * 9000
+    assert_one_line_error(run_cli("generate", "--prompt", long_prompt), "longer than the model's context")
+    assert_one_line_error(run_cli("generate", "--prompt", "hi", "--max-new-tokens", "9000"), "beyond the context")
+    assert_one_line_error(run_cli("generate", "--prompt", "hi", "--method", "draft", "--draft",
+                                  tiny_folders["other_vocab"]), "differs from the target")
+    assert_one_line_error(run_cli("generate", "--prompt", "hi", "--target", tiny_folders["encoder"]),
+                          "not a causal language model")
+    assert_one_line_error(run_cli("bench", "--prompts", "/no/such.jsonl", "--out", "/tmp/x.json"), "does not exist")
