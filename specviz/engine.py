@@ -91,9 +91,10 @@ class SpeculativeRun:
         start = _clock(device)
         tokens = torch.tensor(self.prompt_ids, dtype=torch.long, device=device)  # the accepted sequence
         runner.reset()
+        prompt_hidden = None
         if tokens.shape[0] > 1:  # the cache holds every token but the last; each step feeds the last one
-            runner.forward(tokens[:-1], logits_for="last")
-        proposer.reset(tokens, settings, generator)
+            _, prompt_hidden = runner.forward(tokens[:-1], logits_for="last")
+        proposer.reset(tokens, settings, generator, prompt_hidden if proposer.needs_target_hidden else None)
         self.tokens = tokens
         prefill_seconds = _clock(device) - start
 

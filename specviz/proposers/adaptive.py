@@ -54,9 +54,9 @@ class AdaptiveProposer(Proposer):
         self.needs_target_hidden = base.needs_target_hidden
         self.warmup_steps = warmup_steps
 
-    def reset(self, prompt_ids, settings, generator) -> None:
+    def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:
         super().reset(prompt_ids, settings, generator)
-        self.base.reset(prompt_ids, settings, generator)
+        self.base.reset(prompt_ids, settings, generator, target_hidden)
         self.accepted = 1.0  # decayed counts of accepted and rejected draft tokens, prior alpha = 0.5
         self.rejected = 1.0
         self.draft_cost = None  # seconds per draft token (decayed mean)

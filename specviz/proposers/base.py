@@ -28,7 +28,8 @@ class Feedback:
     n_accepted: int
     draft_seconds: float
     verify_seconds: float
-    target_hidden: torch.Tensor | None  # [n_accepted + 1, H]: target hidden states at the kept positions
+    target_hidden: torch.Tensor | None  # [n_accepted + 1, H]: target hidden states at the positions fed in this
+    # verify pass that were kept (the previous last token and the accepted drafts), for needs_target_hidden
 
 
 class Proposer:
@@ -38,8 +39,10 @@ class Proposer:
     name = "proposer"
     needs_target_hidden = False  # True for drafters that read the target's hidden states (Medusa, EAGLE)
 
-    def reset(self, prompt_ids: torch.Tensor, settings: DecodeSettings, generator: torch.Generator) -> None:
-        """Called once at the start of a run."""
+    def reset(self, prompt_ids: torch.Tensor, settings: DecodeSettings, generator: torch.Generator,
+              target_hidden: torch.Tensor | None = None) -> None:
+        """Called once at the start of a run. target_hidden [T - 1, H]: the target's hidden states over the
+        prompt but its last token (the prefill), given to proposers that set needs_target_hidden."""
         self.settings = settings
         self.generator = generator
 

@@ -40,7 +40,7 @@ class ModelDrafter(Proposer):
         self.vocab_size = vocab_size  # the target's: q must cover the same ids as p
         self.cached_ids: list[int] = []  # the tokens whose keys and values are in the runner's cache
 
-    def reset(self, prompt_ids, settings, generator) -> None:
+    def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:
         super().reset(prompt_ids, settings, generator)
         self.runner.reset()
         self.cached_ids = []
