@@ -88,6 +88,9 @@ class CausalRunner:
         assert cache_length(self.cache) == self.length, "KV cache out of step with the runner"
         return logits.float(), hidden
 
+    def layer_keys_values(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return layer_keys_values(self.cache)
+
     def rollback(self, length: int) -> None:
         """Keep only the first `length` tokens in the cache."""
         if length > self.length:

@@ -43,7 +43,8 @@ def best_draft_length(alpha: float, draft_cost: float, verify_cost, gamma_max: i
     """The g in 0..gamma_max with the most expected tokens per second; verify_cost(K) is the time of a
     target forward over K positions."""
     def rate(g: int) -> float:
-        return expected_tokens_per_step(alpha, g) / (g * draft_cost + verify_cost(g + 1))
+        seconds = g * draft_cost + verify_cost(g + 1)
+        return expected_tokens_per_step(alpha, g) / max(seconds, 1e-12)  # a fit can extrapolate to 0 s
     return max(range(gamma_max + 1), key=rate)
 
 

@@ -30,6 +30,8 @@ class Feedback:
     verify_seconds: float
     target_hidden: torch.Tensor | None  # [n_accepted + 1, H]: target hidden states at the positions fed in this
     # verify pass that were kept (the previous last token and the accepted drafts), for needs_target_hidden
+    new_ids: list[int] | None = None  # the tokens this step appended to `tokens` (accepted drafts, then the
+    # resampled or bonus token), on the host: proposers that mirror the sequence need no device transfer
 
 
 class Proposer:
