@@ -27,10 +27,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .settings import MAX_GAMMA
+
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # cos/sin depend on the position only
 MIN_SPAN = 128  # smallest attention span captured in a graph (positions are padded up to a power of two)
-MAX_GRAPH_POSITIONS = 64  # forwards over more positions (prefill) run eagerly
+MAX_GRAPH_POSITIONS = MAX_GAMMA + 1  # forwards over more positions (prefills) run eagerly
 
 
 def _text_config(model):
@@ -283,7 +285,7 @@ class StaticRunner:
         self.rotary = decoder.rotary_emb
         cuda = self.device.type == "cuda"
         self.use_graphs = cuda if graphs is None else (graphs and cuda)
-        self.use_compile = (cuda and compile_allowed()) if compile is None else compile
+        self.use_compile = (cuda and compile_allowed() and not _compile_failed) if compile is None else compile
         self._layer_fn = _compiled_layer() if self.use_compile else decoder_layer
         # one pool per (layers, head, dtype, options): an early-exit cut and the full model differ
         key = (len(self.layers), self.head.data_ptr(), self.dtype, self.use_graphs, self.use_compile)
@@ -361,22 +363,41 @@ class StaticRunner:
 
     @torch.inference_mode()
     def forward(self, token_ids, logits_for: str = "all") -> tuple[torch.Tensor, torch.Tensor]:
-        """Append token_ids [K] (a tensor on any device, or a list) to the sequence."""
+        """Append token_ids [K] (a tensor on any device, or a list) to the sequence. logits_for="last":
+        only the last position's logits are needed (prefill, a drafter catching up), so the eager path
+        computes the output layer there only."""
         if not torch.is_tensor(token_ids):
             token_ids = torch.tensor(token_ids, dtype=torch.long)
         count = int(token_ids.shape[0])
         end = self.length + count
         last_only = logits_for == "last"
-        if self.use_graphs and not last_only and count <= MAX_GRAPH_POSITIONS:
+        if self.use_graphs and count <= MAX_GRAPH_POSITIONS:
             span = graph_span(end, self.context_length)
             self.ensure_capacity(span)
             logits, hidden = self._replay(token_ids, span)
+            if last_only:
+                logits = logits[-1:]
         else:
             self.ensure_capacity(end)
             start = torch.full((1,), self.length, dtype=torch.long, device=self.device)
-            logits, hidden = self._decode(token_ids.to(self.device), start, end, last_only)
+            ids = token_ids.to(self.device)
+            try:
+                logits, hidden = self._decode(ids, start, end, last_only)
+            except Exception as error:  # compile is an optimisation: never fail a run over it
+                if not self.use_compile:
+                    raise
+                self._fall_back_to_eager(error)
+                logits, hidden = self._decode(ids, start, end, last_only)
         self.length = end
         return logits, hidden
+
+    def _fall_back_to_eager(self, error: Exception) -> None:
+        global _compile_failed
+        _compile_failed = True
+        warnings.warn(f"specviz: torch.compile failed ({type(error).__name__}: {str(error)[:200]}); "
+                      "the fast path goes on without it (CUDA graphs of the eager forward)")
+        self.use_compile = False
+        self._layer_fn = decoder_layer
 
     def _replay(self, token_ids: torch.Tensor, span: int):
         space = self.workspace
@@ -388,7 +409,16 @@ class StaticRunner:
         graph.ids.copy_(token_ids, non_blocking=True)
         graph.start.fill_(self.length)
         if new:
-            self._capture(graph, span)
+            try:
+                self._capture(graph, span)
+            except Exception as error:  # compile is an optimisation: never fail a run over it
+                if not self.use_compile:
+                    raise
+                self._fall_back_to_eager(error)
+                graph = _Graph(key[0], self.device)
+                graph.ids.copy_(token_ids, non_blocking=True)
+                graph.start.fill_(self.length)
+                self._capture(graph, span)
             space.graphs[key] = graph
         graph.graph.replay()
         return graph.logits.clone(), graph.hidden.clone()
@@ -435,6 +465,7 @@ def graph_span(end: int, context_length: int) -> int:
 
 
 _compiled = None
+_compile_failed = False
 
 
 def _compiled_layer():
@@ -459,6 +490,23 @@ def make_runner(model: torch.nn.Module, fast: bool | None = None, **options):
         except Exception as error:  # never fail a run over the fast path: say so and take the slow one
             warnings.warn(f"specviz: fast path unavailable ({error}); using the transformers forward")
     return CausalRunner(model)
+
+
+def runners_of(proposer) -> list:
+    """The runners a proposer drafts with (ModelDrafter.runner, an adaptive proposer's base's...), found
+    among its attributes, so that they can be warmed up before timing whatever the drafting method."""
+    found, stack, seen = [], [proposer], set()
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        for value in vars(item).values() if hasattr(item, "__dict__") else ():
+            if isinstance(value, StaticRunner):
+                found.append(value)
+            elif type(value).__module__.startswith("specviz.proposers") or hasattr(value, "propose"):
+                stack.append(value)
+    return found
 
 
 # The cost curve: forward time against the number of positions fed --------------------------------------

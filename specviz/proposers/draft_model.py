@@ -58,7 +58,7 @@ class ModelDrafter(Proposer):
         return keep
 
     def _feed(self, ids: list[int]) -> torch.Tensor:
-        logits, _ = self.runner.forward(torch.tensor(ids, dtype=torch.long))
+        logits, _ = self.runner.forward(torch.tensor(ids, dtype=torch.long), logits_for="last")
         self.cached_ids.extend(ids)
         return fit_vocabulary(logits[-1], self.vocab_size)
 

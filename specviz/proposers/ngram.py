@@ -61,8 +61,7 @@ class NgramProposer(Proposer):
 
     def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:
         super().reset(prompt_ids, settings, generator)
-        self.index = NgramIndex(self.max_ngram, self.min_ngram)
-        self.index.extend(prompt_ids.tolist())
+        self.index = None  # built from the prompt by the first propose()
 
     def _synced_index(self, tokens: torch.Tensor) -> NgramIndex:
         """The host mirror, brought up to `tokens` when a caller skipped reset() or observe()."""
