@@ -336,7 +336,10 @@ class StaticRunner:
         with torch.no_grad():
             cos, sin = self.rotary(probe, positions)
         space.cos, space.sin = cos[0].to(self.dtype).contiguous(), sin[0].to(self.dtype).contiguous()
-        space.graphs.clear()  # they point at the old tensors
+        # the graphs point at the old tensors; dropping them all also frees their memory pool, so the next
+        # capture must start a new one (capturing into a freed pool fails inside PyTorch's allocator)
+        space.graphs.clear()
+        space.pool = None
 
     def layer_keys_values(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(keys, values) of every layer over the cached tokens, [1, kv_heads, length, head_dim] as
@@ -447,6 +450,7 @@ class StaticRunner:
             return 0
         vocab = self.head.shape[0]
         last_span = graph_span(max_length, self.context_length)
+        self.ensure_capacity(last_span)  # first: growing the cache later would drop the graphs
         span = min(MIN_SPAN, last_span)
         while span <= last_span:
             for count in range(1, min(max_positions, MAX_GRAPH_POSITIONS) + 1):

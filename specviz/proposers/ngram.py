@@ -41,15 +41,16 @@ class NgramIndex:
                 if end + 1 >= n:
                     self.ends[n][tuple(tokens[end + 1 - n:end + 1])] = end + 1
 
-    def continuation(self, gamma: int) -> list[int]:
+    def continuation(self, gamma: int) -> tuple[list[int], int]:
+        """(the tokens, the size n of the matched n-gram); ([], 0) when nothing matches."""
         tokens, length = self.tokens, len(self.tokens)
         for n in self.sizes:
             if length <= n:
                 continue
             start = self.ends[n].get(tuple(tokens[length - n:]))
             if start is not None:
-                return tokens[start:start + gamma]
-        return []
+                return tokens[start:start + gamma], n
+        return [], 0
 
 
 class NgramProposer(Proposer):
@@ -78,7 +79,8 @@ class NgramProposer(Proposer):
         index = getattr(self, "index", None)
         if index is None or len(index.tokens) != tokens.shape[0]:
             index = self._synced_index(tokens)
-        return Draft(torch.tensor(index.continuation(gamma), dtype=torch.long), probs=None)
+        continuation, self.draft_key = index.continuation(gamma)  # draft_key: what adaptive judges apart
+        return Draft(torch.tensor(continuation, dtype=torch.long), probs=None)
 
     def observe(self, feedback: Feedback) -> None:
         index = getattr(self, "index", None)
