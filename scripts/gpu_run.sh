@@ -31,4 +31,9 @@ if [ "$MODE" = dev ]; then
       --gamma ${GAMMA:-8} --max-new-tokens 256 --dtype float32 --out "$OUT/dev_fp32.json" 2>&1 \
       | grep -v "Converting\|Loading weights\|bench:" | tee "$OUT/dev_fp32.log"
 fi
+if [ "$MODE" = full ]; then
+  step bench
+  python3 scripts/gpu_bench.py --out "$OUT" --budget ${BUDGET:-540} --stages ${STAGES:-A,D,B,C,E} --hf-limit ${HF_LIMIT:-3} 2>&1 \
+      | grep -v "Converting\|Loading weights\|bench:\|clean_up_tokenization"
+fi
 step done

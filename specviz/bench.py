@@ -51,16 +51,17 @@ def load_prompts(path: str, limit: int | None = None, per_category: int | None =
     return prompts
 
 
-def pick_subset(prompts: list[dict], per_category: int | None) -> set:
-    """prompt_ids of the first `per_category` prompts of each category (all when None)."""
-    if per_category is None:
-        return {p["prompt_id"] for p in prompts}
-    seen, chosen = defaultdict(int), set()
+def pick_subset(prompts: list[dict], per_category: int | None, limit: int | None = None) -> set:
+    """prompt_ids of the first `per_category` prompts of each category (all when None); with `limit`, that
+    many of them, spread evenly over the list (so over the categories)."""
+    seen, chosen = defaultdict(int), []
     for prompt in prompts:
-        if seen[prompt["category"]] < per_category:
+        if per_category is None or seen[prompt["category"]] < per_category:
             seen[prompt["category"]] += 1
-            chosen.add(prompt["prompt_id"])
-    return chosen
+            chosen.append(prompt["prompt_id"])
+    if limit is not None and limit < len(chosen):
+        chosen = [chosen[round(i * len(chosen) / limit)] for i in range(limit)]
+    return set(chosen)
 
 
 def device_info(device: torch.device) -> dict:
@@ -230,10 +231,11 @@ def format_table(summary: dict, comparisons: dict | None = None) -> str:
 def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, out: str, target: str = "default",
               draft: str | None = None, device: str | None = None, dtype: str | None = None, chat: bool = True,
               exit_layer: int | None = None, limit: int | None = None, per_category: int | None = None,
-              transformers: list[str] = (), transformers_per_category: int | None = 1) -> dict:
+              transformers: list[str] = (), transformers_per_category: int | None = 1,
+              transformers_limit: int | None = None) -> dict:
     """transformers: baselines from HF_BASELINES, run on the first `transformers_per_category` prompts of
-    each category (None = every prompt): transformers' generate() is slow, and the comparison is on the
-    prompts it ran."""
+    each category (None = every prompt), at most `transformers_limit` of them spread over the categories:
+    transformers' generate() is slow, and the comparison is on the prompts it ran."""
     from tqdm.auto import tqdm
 
     unknown = [m for m in methods if m not in METHODS] + [m for m in transformers if m not in HF_BASELINES]
@@ -243,7 +245,7 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     if "hf-assisted" in transformers and not draft:
         raise InvalidSettingError("hf-assisted needs a draft model: pass --draft")
     prompts = load_prompts(prompts_file, limit, per_category)
-    hf_subset = pick_subset(prompts, transformers_per_category) if transformers else set()
+    hf_subset = pick_subset(prompts, transformers_per_category, transformers_limit) if transformers else set()
     target_model = load_model(target, device, dtype)
     draft_model = load_model(draft, device, dtype) if draft else None
     methods = [m for m in methods if m != "plain"]
@@ -262,38 +264,47 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
                     mode, draft_model)
 
     results = []
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    rows_file = open(f"{out}.rows.jsonl", "w")  # row by row, so that an interrupted run keeps its rows
+
+    def record(row: dict) -> None:
+        results.append(row)
+        rows_file.write(json.dumps(row) + "\n")
+        rows_file.flush()
+
     total = len(prompts) * (len(methods) + 1) + len(hf_subset) * len(transformers)
     with tqdm(total=total, desc="bench", unit="run", file=sys.stderr) as bar:
         for prompt in prompts:
             ids = encoded[prompt["prompt_id"]]
             plain = run_once(target_model, PlainProposer(), ids, settings, prompt["prompt"], detail=False)
-            results.append(_row(prompt, "plain", plain, plain))
+            record({**_row(prompt, "plain", plain, plain), "token_ids": plain.token_ids})
             bar.update()
             for method in methods:
                 result = run_once(target_model, make_proposer(method, target_model, draft_model, exit_layer), ids,
                                   settings, prompt["prompt"], detail=False)
-                results.append(_row(prompt, method, result, plain))
+                record(_row(prompt, method, result, plain))
                 bar.set_postfix_str(f"{method} {results[-1]['speedup']:.2f}x")
                 bar.update()
             if prompt["prompt_id"] in hf_subset:
                 for mode in transformers:
                     new_ids, seconds = hf_generate(target_model, ids, settings, mode, draft_model)
-                    results.append(_hf_row(prompt, mode, new_ids, seconds, plain))
+                    record(_hf_row(prompt, mode, new_ids, seconds, plain))
                     bar.update()
+    rows_file.close()
     summary = summarize_results(results)
     comparisons = compare_with_transformers(results)
     report = {
         "device": device_info(target_model.device),
         "config": {"target": target, "draft": draft, "methods": ["plain", *methods], "prompts_file": prompts_file,
                    "prompts": len(prompts), "chat": chat, "exit_layer": exit_layer, "transformers": list(transformers),
-                   "transformers_prompts": len(hf_subset), "dtype": str(target_model.dtype).replace("torch.", ""),
+                   "transformers_prompts": sorted(hf_subset), "dtype": str(target_model.dtype).replace("torch.", ""),
                    "runner": plain.settings.get("runner"), **settings.__dict__},
         "results": results,
         "summary": summary,
         "vs_transformers": comparisons,
     }
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(report, indent=1))
+    Path(f"{out}.rows.jsonl").unlink()  # the report holds every row now
     print(format_table(summary, comparisons))
     print(f"written to {out}", file=sys.stderr)
     return report

@@ -76,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "model and device: comma-separated hf-generate,hf-prompt-lookup,hf-assisted (needs --draft)")
     bench.add_argument("--transformers-per-category", type=int, default=1,
                        help="transformers runs on the first N prompts of each category (0 = all); it is slow")
+    bench.add_argument("--transformers-limit", type=int, default=None,
+                       help="at most N prompts for transformers, spread over the categories")
     bench.add_argument("--out", required=True, help="where to write the results JSON")
     return parser
 
@@ -136,6 +138,7 @@ def cmd_bench(args) -> int:
         exit_layer=args.exit_layer, limit=args.limit, per_category=args.per_category,
         transformers=[m.strip() for m in args.transformers.split(",") if m.strip()],
         transformers_per_category=args.transformers_per_category or None,
+        transformers_limit=args.transformers_limit,
     )
     return 0
 

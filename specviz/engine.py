@@ -96,6 +96,7 @@ class SpeculativeRun:
         settings, target, runner, proposer = self.settings, self.target, self.runner, self.proposer
         device = runner.device
         eos_ids = target.eos_token_ids if settings.stop_at_eos else set()
+        context = target.context_length  # read once: a property that walks the config
         detokenizer = IncrementalDetokenizer(target.tokenizer)
         generator = make_generator(settings.seed, device)
         output: list[int] = []
@@ -119,7 +120,7 @@ class SpeculativeRun:
 
         while len(output) < settings.max_new_tokens:
             step_start = _clock(device)
-            room = min(settings.max_new_tokens - len(output) - 1, target.context_length - len(sequence) - 1)
+            room = min(settings.max_new_tokens - len(output) - 1, context - len(sequence) - 1)
             gamma = min(settings.gamma, room)
             draft = proposer.propose(tokens, gamma) if gamma > 0 else proposer.empty_draft(device)
             assert draft.size <= gamma, f"{proposer.name} proposed {draft.size} tokens, more than gamma={gamma}"

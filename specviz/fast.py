@@ -474,11 +474,31 @@ _compile_failed = False
 
 def _compiled_layer():
     """decoder_layer through torch.compile, compiled once per process: every layer of every model calls the
-    same function with its own tensors, so it compiles for K = 1 and for K > 1 (dynamic sizes) only."""
+    same function with its own tensors, so it compiles twice per dtype: for K = 1 and for K > 1 (sizes
+    dynamic). Duck sizing is off while it compiles: otherwise a K that happens to equal a head count or
+    the head size (3, 9, 64 for the default model) gets a specialised graph of its own, tens of seconds each."""
     global _compiled
     if _compiled is None:
-        _compiled = torch.compile(decoder_layer, dynamic=True, fullgraph=True)
+        compiled = torch.compile(decoder_layer, dynamic=True, fullgraph=True)
+
+        def call(*args):
+            with _no_duck_shapes():
+                return compiled(*args)
+
+        _compiled = call
     return _compiled
+
+
+def _no_duck_shapes():
+    import contextlib
+
+    try:
+        from torch.fx.experimental import _config
+    except ImportError:
+        return contextlib.nullcontext()
+    if not hasattr(_config, "use_duck_shape"):  # another torch release: correct, only more compiles
+        return contextlib.nullcontext()
+    return _config.patch(use_duck_shape=False)
 
 
 def make_runner(model: torch.nn.Module, fast: bool | None = None, **options):
