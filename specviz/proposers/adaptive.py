@@ -9,8 +9,8 @@ few cheap probes keep the estimates fresh when it does not.
 Two refinements that matter in practice:
 - t(K) is kept per K (a GPU's cost is a step: K = 1 runs other kernels than K > 1), with a line fitted
   over all K for the sizes not seen yet;
-- a drafter that costs nothing (n-gram lookup) is asked for its whole draft first, and alpha is kept per
-  kind of draft the drafter reports (`draft_key`: for n-gram lookup, the size of the matched n-gram), so a
+- a drafter that costs nothing (n-gram lookup, `free_drafts = True`) is asked for its whole draft first,
+  and alpha is kept per kind of draft the drafter reports (`draft_key`: for n-gram lookup, the size of the matched n-gram), so a
   confident 3-gram match and a weak 1-gram match are judged apart.
 """
 from __future__ import annotations
@@ -19,7 +19,6 @@ from ..theory import expected_tokens_per_step
 from .base import Draft, Feedback, Proposer
 
 DECAY = 0.9  # weight of the past per step: recent text matters more (acceptance changes with content)
-FREE_DRAFTER = 0.02  # a drafter whose time per token is below this share of a verify pass counts as free
 
 
 class DecayedLine:
@@ -111,15 +110,19 @@ class AdaptiveProposer(Proposer):
 
     @property
     def drafter_is_free(self) -> bool:
-        return self.draft_cost is not None and self.draft_cost <= FREE_DRAFTER * self.verify_costs.predict(1)
+        """A drafter that says its drafts cost next to nothing, whatever their length (n-gram lookup)."""
+        return getattr(self.base, "free_drafts", False)
 
     def choose_length(self, gamma_max: int, key=None) -> int:
         if gamma_max <= 0:
             return 0
-        if self.steps < self.warmup_steps or self.draft_cost is None:
+        if self.drafter_is_free and self.steps >= self.warmup_steps:
+            pass  # its cost is nothing: decide from alpha and the verify costs alone
+        elif self.steps < self.warmup_steps or self.draft_cost is None:
             return gamma_max if self.drafter_is_free else max(1, gamma_max // 2)
         alpha = min(self.alpha(key), 0.999)
-        choice = best_draft_length(alpha, self.draft_cost, self.verify_costs.predict, gamma_max)
+        draft_cost = 0.0 if self.drafter_is_free else self.draft_cost
+        choice = best_draft_length(alpha, draft_cost, self.verify_costs.predict, gamma_max)
         if choice == 0 and self.plain_streak >= self.probe_interval:
             return 1  # a cheap probe: is drafting paying again?
         return choice

@@ -40,6 +40,8 @@ class Proposer:
 
     name = "proposer"
     needs_target_hidden = False  # True for drafters that read the target's hidden states (Medusa, EAGLE)
+    free_drafts = False  # True when a draft costs next to nothing whatever its length (n-gram lookup): the
+    # adaptive method then looks at the whole draft before choosing how much of it to verify
 
     def reset(self, prompt_ids: torch.Tensor, settings: DecodeSettings, generator: torch.Generator,
               target_hidden: torch.Tensor | None = None) -> None:

@@ -55,6 +55,7 @@ class NgramIndex:
 
 class NgramProposer(Proposer):
     name = "ngram"
+    free_drafts = True
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         self.max_ngram = max_ngram
