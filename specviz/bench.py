@@ -231,8 +231,9 @@ def format_table(summary: dict, comparisons: dict | None = None) -> str:
 def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, out: str, target: str = "default",
               draft: str | None = None, device: str | None = None, dtype: str | None = None, chat: bool = True,
               exit_layer: int | None = None, limit: int | None = None, per_category: int | None = None,
-              transformers: list[str] = (), transformers_per_category: int | None = 1,
-              transformers_limit: int | None = None) -> dict:
+              device_map: str | dict | None = None, max_memory: str | dict | None = None,
+              draft_device: str | None = None, transformers: list[str] = (),
+              transformers_per_category: int | None = 1, transformers_limit: int | None = None) -> dict:
     """transformers: baselines from HF_BASELINES, run on the first `transformers_per_category` prompts of
     each category (None = every prompt), at most `transformers_limit` of them spread over the categories:
     transformers' generate() is slow, and the comparison is on the prompts it ran."""
@@ -246,8 +247,8 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
         raise InvalidSettingError("hf-assisted needs a draft model: pass --draft")
     prompts = load_prompts(prompts_file, limit, per_category)
     hf_subset = pick_subset(prompts, transformers_per_category, transformers_limit) if transformers else set()
-    target_model = load_model(target, device, dtype)
-    draft_model = load_model(draft, device, dtype) if draft else None
+    target_model = load_model(target, device, dtype, device_map, max_memory)
+    draft_model = load_model(draft, draft_device or str(target_model.device), dtype) if draft else None
     methods = [m for m in methods if m != "plain"]
     encoded = {p["prompt_id"]: encode(target_model, p["prompt"], chat) for p in prompts}
     longest = max(len(ids) for ids in encoded.values()) + settings.max_new_tokens + settings.gamma + 1
@@ -295,7 +296,8 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     comparisons = compare_with_transformers(results)
     report = {
         "device": device_info(target_model.device),
-        "config": {"target": target, "draft": draft, "methods": ["plain", *methods], "prompts_file": prompts_file,
+        "config": {"target": target, "draft": draft, "device_map": device_map, "max_memory": max_memory,
+                   "target_devices": target_model.devices, "methods": ["plain", *methods], "prompts_file": prompts_file,
                    "prompts": len(prompts), "chat": chat, "exit_layer": exit_layer, "transformers": list(transformers),
                    "transformers_prompts": sorted(hf_subset), "dtype": str(target_model.dtype).replace("torch.", ""),
                    "runner": plain.settings.get("runner"), **settings.__dict__},

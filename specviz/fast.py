@@ -53,6 +53,9 @@ def unsupported_reason(model) -> str | None:
     the plain Llama recipe (norms on q/k, soft-capping, dynamic RoPE, other activations) goes to CausalRunner."""
     config = _text_config(model)
     model_type = getattr(config, "model_type", None)
+    devices = {p.device for p in model.parameters()}
+    if len(devices) > 1 or any(d.type == "meta" for d in devices):
+        return "the model is spread over several devices (a device map): its forward moves activations between them"
     if model_type not in SUPPORTED_MODEL_TYPES:
         return f"model type {model_type!r} is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
     if getattr(config, "hidden_act", "silu") != "silu":

@@ -43,7 +43,9 @@ class DecayedLine:
         # intercept at x = 1 under the prior slope, then a ridge estimate of the slope towards the prior
         prior_b = self.prior_slope * mean_y / (1 + self.prior_slope * (mean_x - 1))
         slope = (covariance * self.w + self.prior_weight * prior_b) / (variance * self.w + self.prior_weight)
-        return max(0.0, mean_y + slope * (x - mean_x))
+        slope = max(0.0, slope)  # more positions never cost less; noisy timings must not say otherwise
+        # a floor keeps a noisy fit from predicting a free (or negative-time) forward pass
+        return max(mean_y + slope * (x - mean_x), 0.05 * mean_y, 1e-9)
 
 
 class VerifyCosts:
