@@ -129,7 +129,8 @@ _layer_weights: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # decod
 def layer_weights(layer: torch.nn.Module) -> LayerWeights:
     """Fused weights of one decoder layer, made once per layer (an early-exit cut shares the target's)."""
     weights = _layer_weights.get(layer)
-    if weights is None or weights.qkv.device != layer.self_attn.q_proj.weight.device:
+    # made again when the model's parameters stopped being views into the fused matrices (moved, cast)
+    if weights is None or layer.self_attn.q_proj.weight.data_ptr() != weights.qkv.data_ptr():
         attention, mlp = layer.self_attn, layer.mlp
         qkv, qkv_bias = _fuse_rows([attention.q_proj, attention.k_proj, attention.v_proj])
         gate_up, gate_up_bias = _fuse_rows([mlp.gate_proj, mlp.up_proj])
@@ -210,6 +211,12 @@ def compile_allowed() -> bool:
     return True
 
 
+def graphs_allowed() -> bool:
+    """CUDA graphs are used on CUDA unless SPECVIZ_GRAPHS=0 or on ZeroGPU, which lends the GPU per call: a
+    graph holds raw device addresses, which need not survive from one call to the next."""
+    return os.environ.get("SPECVIZ_GRAPHS", "1") != "0" and not os.environ.get("SPACES_ZERO_GPU")
+
+
 class _Graph:
     """One captured forward: static inputs (token ids, first position), static outputs."""
 
@@ -287,7 +294,7 @@ class StaticRunner:
         self.head_bias = None if getattr(head, "bias", None) is None else head.bias.detach()
         self.rotary = decoder.rotary_emb
         cuda = self.device.type == "cuda"
-        self.use_graphs = cuda if graphs is None else (graphs and cuda)
+        self.use_graphs = (cuda and graphs_allowed()) if graphs is None else (graphs and cuda)
         self.use_compile = (cuda and compile_allowed() and not _compile_failed) if compile is None else compile
         self._layer_fn = _compiled_layer() if self.use_compile else decoder_layer
         # one pool per (layers, head, dtype, options): an early-exit cut and the full model differ

@@ -104,6 +104,13 @@ def test_unsupported_models_fall_back_to_transformers():
     assert isinstance(make_runner(model), CausalRunner)
 
 
+def test_models_spread_over_devices_take_the_transformers_forward():
+    model = tiny_causal_lm(vocab_size=32, seed=4, layers=2).model
+    model.model.layers[1].to("meta")  # as accelerate leaves a layer offloaded to disk
+    assert "several devices" in unsupported_reason(model)
+    assert isinstance(make_runner(model), CausalRunner)
+
+
 def test_environment_switch_forces_transformers(tiny_target, monkeypatch):
     assert isinstance(make_runner(tiny_target.model), StaticRunner)
     monkeypatch.setenv("SPECVIZ_FAST", "0")
@@ -230,3 +237,19 @@ def test_compiled_graphs_give_plain_greedy_output_in_float32(tiny_target, tiny_d
     reference = CausalRunner(target.model)
     logits, _ = reference.forward(torch.tensor(PROMPT + plain.token_ids[:-1]))
     assert logits[len(PROMPT) - 1:].argmax(-1).tolist() == plain.token_ids
+
+
+@cuda
+def test_graphs_survive_the_cache_growing(tiny_target):
+    """A sequence longer than the first capacity (1024 on a GPU) reallocates the cache: the graphs that
+    pointed at the old one are dropped with their memory pool, and new ones are captured."""
+    target = tiny_causal_lm(vocab_size=32, seed=6, layers=2, context=4096).model.cuda()
+    graphed, eager = StaticRunner(target, graphs=True, compile=False), StaticRunner(target, graphs=False, compile=False)
+    ids = torch.randint(0, 32, (1400,))
+    for runner in (graphed, eager):
+        runner.forward(ids[:1000], logits_for="last")
+    for start in range(1000, 1400, 4):  # through the growth at 1024 positions
+        a, _ = graphed.forward(ids[start:start + 4])
+        b, _ = eager.forward(ids[start:start + 4])
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert graphed.capacity >= 1400
