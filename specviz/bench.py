@@ -119,7 +119,8 @@ def format_table(summary: dict) -> str:
 
 def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, out: str, target: str = "default",
               draft: str | None = None, device: str | None = None, dtype: str | None = None, chat: bool = True,
-              exit_layer: int | None = None, limit: int | None = None, per_category: int | None = None) -> dict:
+              exit_layer: int | None = None, limit: int | None = None, per_category: int | None = None,
+              heads: str | None = None) -> dict:
     from tqdm.auto import tqdm
 
     unknown = [m for m in methods if m not in METHODS]
@@ -129,7 +130,7 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     target_model = load_model(target, device, dtype)
     draft_model = load_model(draft, device, dtype) if draft else None
     for method in methods:  # fail on a bad method/drafter before the long run, not after it
-        make_proposer(method, target_model, draft_model, exit_layer)
+        make_proposer(method, target_model, draft_model, exit_layer, heads=heads)
     warm_up(target_model)
     results = []
     methods = [m for m in methods if m != "plain"]
@@ -140,15 +141,15 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
             results.append(_row(prompt, "plain", plain, plain))
             bar.update()
             for method in methods:
-                result = run_once(target_model, make_proposer(method, target_model, draft_model, exit_layer), ids,
-                                  settings, prompt["prompt"])
+                proposer = make_proposer(method, target_model, draft_model, exit_layer, heads=heads)
+                result = run_once(target_model, proposer, ids, settings, prompt["prompt"])
                 results.append(_row(prompt, method, result, plain))
                 bar.set_postfix_str(f"{method} {results[-1]['speedup']:.2f}x")
                 bar.update()
     report = {
         "device": device_info(target_model.device),
         "config": {"target": target, "draft": draft, "methods": ["plain", *methods], "prompts_file": prompts_file,
-                   "prompts": len(prompts), "chat": chat, "exit_layer": exit_layer, **settings.__dict__},
+                   "prompts": len(prompts), "chat": chat, "exit_layer": exit_layer, "heads": heads, **settings.__dict__},
         "results": results,
         "summary": summarize_results(results),
     }

@@ -35,6 +35,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--target", default="default", help="'default' (offline SmolLM2-135M-Instruct), a Hub id, a folder or a .gguf file")
     group.add_argument("--draft", default=None, help="draft model for the draft method (same forms as --target)")
     group.add_argument("--exit-layer", type=int, default=None, help="layers the early-exit drafter keeps (default: a quarter)")
+    group.add_argument("--heads", default=None, help="trained drafter for medusa/eagle: a folder or Hub id "
+                       "(FasterDecoding Medusa heads, SafeAILab EAGLE-1); default: the one shipped for the default target")
     group.add_argument("--gamma", type=int, default=4, help="draft tokens per step, 1..32 (adaptive: the maximum)")
     group.add_argument("--max-new-tokens", type=int, default=128)
     group.add_argument("--temperature", type=_number, default=0.0, help="0 = greedy")
@@ -73,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--methods", default="ngram", help="comma-separated, e.g. ngram,early-exit,adaptive")
     add_model_options(bench)
     bench.add_argument("--out", required=True, help="where to write the results JSON")
+
+    from .train import add_arguments as add_train_arguments
+
+    train = commands.add_parser("train-drafter", help="train Medusa heads or an EAGLE drafter for a target (GPU)")
+    add_train_arguments(train)
     return parser
 
 
@@ -100,7 +107,7 @@ def cmd_generate(args) -> int:
     report = generate(
         args.prompt, method=args.method, target=args.target, draft=args.draft, settings=settings_from(args),
         device=args.device, dtype=args.dtype, chat=not args.raw_prompt, exit_layer=args.exit_layer,
-        compare_plain=args.compare_plain,
+        compare_plain=args.compare_plain, heads=args.heads,
     )
     if args.json:
         print(json.dumps(report.to_dict(), ensure_ascii=False))
@@ -129,15 +136,21 @@ def cmd_bench(args) -> int:
     run_bench(
         prompts_file=args.prompts, methods=methods, settings=settings_from(args), out=args.out,
         target=args.target, draft=args.draft, device=args.device, dtype=args.dtype, chat=not args.raw_prompt,
-        exit_layer=args.exit_layer, limit=args.limit, per_category=args.per_category,
+        exit_layer=args.exit_layer, limit=args.limit, per_category=args.per_category, heads=args.heads,
     )
     return 0
+
+
+def cmd_train(args) -> int:
+    from .train import run
+
+    return run(args)
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        return {"generate": cmd_generate, "bench": cmd_bench}[args.command](args)
+        return {"generate": cmd_generate, "bench": cmd_bench, "train-drafter": cmd_train}[args.command](args)
     except SpecvizError as error:
         print(f"specviz: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
