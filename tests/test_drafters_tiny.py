@@ -279,6 +279,22 @@ def test_heads_for_another_target_are_refused(tiny_target, tmp_path):
             make_proposer(method, tiny_target, heads=str(tmp_path / name))
 
 
+def test_our_files_for_another_vocabulary_are_refused(tiny_target, tmp_path):
+    from specviz.proposers.checkpoints import save_medusa
+
+    drafter = random_medusa(tiny_target, heads=2, token_ids=torch.tensor([1, 2]))  # ids that fit any vocabulary
+    save_medusa(tmp_path / "m", drafter.heads, torch.tensor([1, 2]),
+                {"trained_for": {"hidden_size": 32, "vocab_size": tiny_target.vocab_size + 1}})
+    with pytest.raises(DrafterMismatchError, match="vocabulary"):
+        make_proposer("medusa", tiny_target, heads=str(tmp_path / "m"))
+
+
+def test_hub_heads_offline_fail_at_once_with_advice(tiny_target, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match="--heads"):
+        make_proposer("eagle", tiny_target, heads="nobody/no-such-eagle-drafter")
+
+
 def test_bad_drafter_folders_say_what_is_wrong(tiny_target, tmp_path):
     write_medusa_published(tmp_path / "medusa", tiny_target)
     with pytest.raises(ModelLoadError, match="pytorch_model.bin"):

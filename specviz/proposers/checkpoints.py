@@ -115,6 +115,12 @@ def check_fits(what: str, target: LoadedModel, hidden_size: int | None, vocab_si
         )
 
 
+def check_trained_for(what: str, target: LoadedModel, data: dict) -> None:
+    """Our files say which target they were trained for; refuse one whose shapes differ."""
+    trained_for = (data.get("specviz") or {}).get("trained_for") or {}
+    check_fits(what, target, trained_for.get("hidden_size"), trained_for.get("vocab_size"))
+
+
 def _draft_vocab(state: dict, target: LoadedModel, what: str) -> torch.Tensor | None:
     ids = state.pop("draft_vocab", None)
     if ids is None:
@@ -135,6 +141,7 @@ def load_eagle(folder: Path, target: LoadedModel) -> EagleDrafter:
     if "fc.weight" not in state:
         raise ModelLoadError(f"{file} has no fc.weight: not an EAGLE-1 drafter")
     config = EagleConfig.from_json(data)
+    check_trained_for(what, target, data)
     embed = state.pop("embed_tokens.weight", None)  # a copy of the target's: the target's own is used
     for key in [k for k in state if k.endswith("rotary_emb.inv_freq")]:  # a buffer some versions saved
         del state[key]
@@ -160,6 +167,7 @@ def load_medusa(folder: Path, target: LoadedModel) -> MedusaDrafter:
     what = f"the Medusa heads in {folder}"
     data = read_config(folder)
     state, file = read_state(folder, MEDUSA_WEIGHTS)
+    check_trained_for(what, target, data)
     token_ids = _draft_vocab(state, target, what)
     blocks, outputs = {}, {}
     for key, value in state.items():

@@ -175,23 +175,28 @@ def answer(target: LoadedModel, prompts: list[str], plan: DataPlan, max_new: int
 
 
 def long_context_prompts(rows: list[dict], prompts: list[str], count: int, target: LoadedModel,
-                         rng: random.Random) -> list[str]:
-    """Answers become documents inside new prompts; questions come from other Magpie prompts."""
-    docs = [target.tokenizer.decode(r["ids"][r["prompt_length"]:], skip_special_tokens=True).strip()
+                         rng: random.Random) -> dict[str, set[int]]:
+    """Answers become documents inside new prompts; questions come from other Magpie prompts. Returns each
+    prompt with the row ids of the answers it quotes (so that a held-out answer is never quoted in training)."""
+    docs = [(r["row_id"], target.tokenizer.decode(r["ids"][r["prompt_length"]:], skip_special_tokens=True).strip())
             for r in rows if len(r["ids"]) - r["prompt_length"] >= 96]
     if not docs:
-        return []
-    out = []
+        return {}
+    out: dict[str, set[int]] = {}
     for _ in range(count):
-        doc = rng.choice(docs)
+        source, doc = docs[rng.choice(range(len(docs)))]
+        sources = {source}
         if rng.random() < 0.3:
-            doc = doc + "\n\n" + rng.choice(docs)
-        out.append(rng.choice(LONG_TEMPLATES).format(doc=doc, question=rng.choice(prompts)))
+            second, text = docs[rng.choice(range(len(docs)))]
+            doc, sources = doc + "\n\n" + text, sources | {second}
+        prompt = rng.choice(LONG_TEMPLATES).format(doc=doc, question=rng.choice(prompts))
+        out.setdefault(prompt, set()).update(sources)
     return out
 
 
 def build_dataset(target: LoadedModel, plan: DataPlan, log=print) -> dict:
-    """{"sequences": [[ids]], "prompt_lengths": [...], "plan": ..., "stats": ...}: prompt + answer token ids."""
+    """{"sequences": [[ids]], "prompt_lengths", "greedy", "row_ids", "sources" (row ids of the answers a
+    long-context prompt quotes), "plan", "stats"}: prompt + answer token ids, one conversation per row."""
     from tqdm.auto import tqdm
 
     start = time.monotonic()
@@ -204,10 +209,14 @@ def build_dataset(target: LoadedModel, plan: DataPlan, log=print) -> dict:
     rng.shuffle(prompts)
     with tqdm(total=len(prompts), desc="answers", unit="prompt") as bar:
         rows = answer(target, prompts, plan, plan.response_tokens, rng, generator, deadline, bar)
+    for row_id, row in enumerate(rows):
+        row["row_id"], row["sources"] = row_id, []
     long_prompts = long_context_prompts(rows, prompts, int(len(rows) * plan.long_share), target, rng)
     long_deadline = None if deadline is None else max(deadline, time.monotonic() + 30)
     with tqdm(total=len(long_prompts), desc="long-context answers", unit="prompt") as bar:
-        long_rows = answer(target, long_prompts, plan, plan.response_tokens // 2, rng, generator, long_deadline, bar)
+        long_rows = answer(target, list(long_prompts), plan, plan.response_tokens // 2, rng, generator, long_deadline, bar)
+    for row_id, row in enumerate(long_rows, start=len(rows)):
+        row["row_id"], row["sources"] = row_id, sorted(long_prompts[row["prompt"]])
     rows += long_rows
     rng.shuffle(rows)
     answer_tokens = sum(len(r["ids"]) - r["prompt_length"] for r in rows)
@@ -219,7 +228,8 @@ def build_dataset(target: LoadedModel, plan: DataPlan, log=print) -> dict:
     for example in stats["examples"]:
         log(f"  example prompt: {example[:160]!r}")
     return {"sequences": [r["ids"] for r in rows], "prompt_lengths": [r["prompt_length"] for r in rows],
-            "greedy": [r["greedy"] for r in rows], "plan": asdict(plan), "stats": stats}
+            "greedy": [r["greedy"] for r in rows], "row_ids": [r["row_id"] for r in rows],
+            "sources": [r["sources"] for r in rows], "plan": asdict(plan), "stats": stats}
 
 
 def token_frequencies(data: dict, vocab_size: int) -> torch.Tensor:

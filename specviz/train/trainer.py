@@ -121,6 +121,20 @@ class Batches:
                 "valid": valid}
 
 
+def split_rows(data: dict, share: float) -> tuple[list[int], list[int]]:
+    """Held-out rows: greedy answers to Magpie prompts (the decoding drafters are measured on). Training
+    rows: all others, except long-context prompts that quote a held-out answer (that would leak it)."""
+    count = len(data["sequences"])
+    greedy = data.get("greedy") or [True] * count
+    sources = data.get("sources") or [[] for _ in range(count)]
+    candidates = [r for r in range(count) if greedy[r] and not sources[r]]
+    val_rows = candidates[-max(1, int(count * share)):]
+    held_ids = {data["row_ids"][r] for r in val_rows} if "row_ids" in data else set()
+    held = set(val_rows)
+    train_rows = [r for r in range(count) if r not in held and not held_ids.intersection(sources[r])]
+    return val_rows, train_rows or val_rows
+
+
 def schedule(step: int, fraction: float, options: TrainOptions) -> float:
     warm = min(1.0, (step + 1) / max(1, options.warmup))
     return options.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, fraction))))
@@ -205,12 +219,7 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
     commands = commands + [options.command]
 
     features, offsets = compute_features(target, data["sequences"], options.batch_tokens * 2)
-    rows = list(range(len(data["sequences"])))
-    greedy = data.get("greedy") or [True] * len(rows)
-    val_count = max(1, int(len(rows) * options.val_share))
-    val_rows = [r for r in rows if greedy[r]][-val_count:]
-    held_out = set(val_rows)
-    train_rows = [r for r in rows if r not in held_out] or val_rows
+    val_rows, train_rows = split_rows(data, options.val_share)
     train_batches = Batches(data, train_rows, features, offsets, parts, head_weight, options.batch_tokens, device)
     val_batches = Batches(data, val_rows, features, offsets, parts, head_weight, options.batch_tokens, device)
     log(f"{len(train_rows)} training conversations in {len(train_batches)} batches, {len(val_rows)} held out")
