@@ -71,8 +71,9 @@ def test_eagle_sampling_has_the_target_distribution():
     target = tiny_causal_lm(vocab_size=6, seed=10, sharpness=1.2)
     subset = torch.tensor([0, 2, 3, 5])  # q is zero on tokens 1 and 4: the residual must still cover them
     drafter = random_eagle(target, seed=3, token_ids=subset)
-    counts = engine_samples(target, lambda: EagleProposer(drafter), verify_sampled)
-    assert_same_distribution(counts, exact_joint(target, SAMPLE_PROMPT, 2), RUNS)
+    runs = RUNS // 2  # q itself is checked cheaply below; this checks it end to end through the engine
+    counts = engine_samples(target, lambda: EagleProposer(drafter), verify_sampled, runs=runs)
+    assert_same_distribution(counts, exact_joint(target, SAMPLE_PROMPT, 2), runs)
 
 
 @pytest.mark.parametrize("method", ["eagle", "medusa"])

@@ -42,8 +42,8 @@ class DecayedLine:
 def best_draft_length(alpha: float, draft_cost: float, verify_cost, gamma_max: int) -> int:
     """The g in 0..gamma_max with the most expected tokens per second; verify_cost(K) is the time of a
     target forward over K positions."""
-    def rate(g: int) -> float:
-        return expected_tokens_per_step(alpha, g) / (g * draft_cost + verify_cost(g + 1))
+    def rate(g: int) -> float:  # the fitted costs can reach 0 on a noisy machine: never divide by it
+        return expected_tokens_per_step(alpha, g) / max(1e-9, g * draft_cost + verify_cost(g + 1))
     return max(range(gamma_max + 1), key=rate)
 
 
