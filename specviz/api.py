@@ -14,8 +14,9 @@ from .engine import SpeculativeRun
 from .fast import make_runner, runners_of
 from .errors import InvalidSettingError
 from .models import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
-from .proposers import (METHODS, AdaptiveProposer, EarlyExitDrafter, ModelDrafter, NgramProposer, PlainProposer,
-                        Proposer)
+from .proposers import (METHODS, AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,
+                        NgramProposer, PlainProposer, Proposer)
+from .proposers.checkpoints import load_drafter, shipped_drafter_exists
 from .records import RunResult
 from .settings import DecodeSettings
 
@@ -26,8 +27,11 @@ def make_proposer(
     draft: LoadedModel | None = None,
     exit_layer: int | None = None,
     adaptive_base: str = "auto",
+    heads: str | None = None,
 ) -> Proposer:
-    """A fresh proposer for `method`. `draft` is the drafter model for `draft` (and for `adaptive`'s base)."""
+    """A fresh proposer for `method`. `draft` is the drafter model for `draft` (and for `adaptive`'s base);
+    `heads` the trained drafter for `medusa` and `eagle` (folder or Hub id; None = the one shipped for the
+    default target)."""
     vocab_size = target.vocab_size
     if method == "plain":
         return PlainProposer()
@@ -40,13 +44,23 @@ def make_proposer(
             raise InvalidSettingError("the draft method needs a draft model: pass --draft default|HUB_ID|FOLDER|FILE.gguf")
         check_same_vocabulary(target, draft)
         return ModelDrafter(draft.model, vocab_size)
+    if method == "medusa":
+        return MedusaProposer(load_drafter("medusa", target, heads))
+    if method == "eagle":
+        return EagleProposer(load_drafter("eagle", target, heads))
     if method == "adaptive":
         base = adaptive_base
         if base == "auto":
-            base = "draft" if draft is not None else "ngram"
+            if draft is not None:
+                base = "draft"
+            elif heads is not None or shipped_drafter_exists("eagle", target):
+                base = "eagle"
+            else:
+                base = "ngram"
         if base in ("adaptive", "plain"):
-            raise InvalidSettingError(f"adaptive cannot run on top of {base!r}; choose draft, ngram or early-exit")
-        return AdaptiveProposer(make_proposer(base, target, draft, exit_layer))
+            raise InvalidSettingError(f"adaptive cannot run on top of {base!r}; choose draft, ngram, early-exit, "
+                                      "medusa or eagle")
+        return AdaptiveProposer(make_proposer(base, target, draft, exit_layer, heads=heads))
     raise InvalidSettingError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
 
@@ -145,6 +159,7 @@ def generate(
     device_map: str | dict | None = None,
     max_memory: str | dict | None = None,
     draft_device: str | None = None,
+    heads: str | None = None,
 ) -> Report:
     settings = (settings or DecodeSettings()).validate()
     if not isinstance(prompt, str) or not prompt.strip():  # before loading anything
@@ -152,7 +167,7 @@ def generate(
     target_model = target if isinstance(target, LoadedModel) else load_model(target, device, dtype, device_map, max_memory)
     draft_model = draft if isinstance(draft, LoadedModel) or draft is None else \
         load_model(draft, draft_device or str(target_model.device), dtype)  # the drafter sits on one device
-    proposer = make_proposer(method, target_model, draft_model, exit_layer)
+    proposer = make_proposer(method, target_model, draft_model, exit_layer, heads=heads)
     prompt_ids = encode(target_model, prompt, chat)
     warm_up(target_model)
     plain = run_once(target_model, PlainProposer(), prompt_ids, settings, prompt) if compare_plain else None

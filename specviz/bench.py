@@ -233,7 +233,8 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
               exit_layer: int | None = None, limit: int | None = None, per_category: int | None = None,
               device_map: str | dict | None = None, max_memory: str | dict | None = None,
               draft_device: str | None = None, transformers: list[str] = (),
-              transformers_per_category: int | None = 1, transformers_limit: int | None = None) -> dict:
+              transformers_per_category: int | None = 1, transformers_limit: int | None = None,
+              heads: str | None = None) -> dict:
     """transformers: baselines from HF_BASELINES, run on the first `transformers_per_category` prompts of
     each category (None = every prompt), at most `transformers_limit` of them spread over the categories:
     transformers' generate() is slow, and the comparison is on the prompts it ran."""
@@ -253,12 +254,12 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     encoded = {p["prompt_id"]: encode(target_model, p["prompt"], chat) for p in prompts}
     longest = max(len(ids) for ids in encoded.values()) + settings.max_new_tokens + settings.gamma + 1
     # fail on a bad method/drafter before the long run, and capture every graph before anything is timed
-    warm = [make_proposer(m, target_model, draft_model, exit_layer) for m in methods]
+    warm = [make_proposer(m, target_model, draft_model, exit_layer, heads=heads) for m in methods]
     warm_up(target_model, settings.gamma + 1, min(longest, target_model.context_length), warm)
     del warm
     first = prompts[0]
     for method in ["plain", *methods]:  # one untimed run each: first-call costs of the proposers
-        run_once(target_model, make_proposer(method, target_model, draft_model, exit_layer),
+        run_once(target_model, make_proposer(method, target_model, draft_model, exit_layer, heads=heads),
                  encoded[first["prompt_id"]], settings, detail=False)
     for mode in transformers:
         hf_generate(target_model, encoded[first["prompt_id"]][:64], DecodeSettings(max_new_tokens=8, gamma=settings.gamma),
@@ -281,7 +282,7 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
             record({**_row(prompt, "plain", plain, plain), "token_ids": plain.token_ids})
             bar.update()
             for method in methods:
-                result = run_once(target_model, make_proposer(method, target_model, draft_model, exit_layer), ids,
+                result = run_once(target_model, make_proposer(method, target_model, draft_model, exit_layer, heads=heads), ids,
                                   settings, prompt["prompt"], detail=False)
                 record(_row(prompt, method, result, plain))
                 bar.set_postfix_str(f"{method} {results[-1]['speedup']:.2f}x")
@@ -298,7 +299,7 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
         "device": device_info(target_model.device),
         "config": {"target": target, "draft": draft, "device_map": device_map, "max_memory": max_memory,
                    "target_devices": target_model.devices, "methods": ["plain", *methods], "prompts_file": prompts_file,
-                   "prompts": len(prompts), "chat": chat, "exit_layer": exit_layer, "transformers": list(transformers),
+                   "prompts": len(prompts), "chat": chat, "exit_layer": exit_layer, "transformers": list(transformers), "heads": heads,
                    "transformers_prompts": sorted(hf_subset), "dtype": str(target_model.dtype).replace("torch.", ""),
                    "runner": plain.settings.get("runner"), **settings.__dict__},
         "results": results,

@@ -35,6 +35,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--target", default="default", help="'default' (offline SmolLM2-135M-Instruct), a Hub id, a folder or a .gguf file")
     group.add_argument("--draft", default=None, help="draft model for the draft method (same forms as --target)")
     group.add_argument("--exit-layer", type=int, default=None, help="layers the early-exit drafter keeps (default: a quarter)")
+    group.add_argument("--heads", default=None, help="trained drafter for medusa/eagle: a folder or Hub id "
+                       "(FasterDecoding Medusa heads, SafeAILab EAGLE-1); default: the one shipped for the default target")
     group.add_argument("--gamma", type=int, default=4, help="draft tokens per step, 1..32 (adaptive: the maximum)")
     group.add_argument("--max-new-tokens", type=int, default=128)
     group.add_argument("--temperature", type=_number, default=0.0, help="0 = greedy")
@@ -84,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--transformers-limit", type=int, default=None,
                        help="at most N prompts for transformers, spread over the categories")
     bench.add_argument("--out", required=True, help="where to write the results JSON")
+
+    from .train import add_arguments as add_train_arguments
+
+    train = commands.add_parser("train-drafter", help="train Medusa heads or an EAGLE drafter for a target (GPU)")
+    add_train_arguments(train)
     return parser
 
 
@@ -112,7 +119,7 @@ def cmd_generate(args) -> int:
         args.prompt, method=args.method, target=args.target, draft=args.draft, settings=settings_from(args),
         device=args.device, dtype=args.dtype, chat=not args.raw_prompt, exit_layer=args.exit_layer,
         compare_plain=args.compare_plain, device_map=args.device_map, max_memory=args.max_memory,
-        draft_device=args.draft_device,
+        draft_device=args.draft_device, heads=args.heads,
     )
     if args.json:
         print(json.dumps(report.to_dict(), ensure_ascii=False))
@@ -145,15 +152,21 @@ def cmd_bench(args) -> int:
         device_map=args.device_map, max_memory=args.max_memory, draft_device=args.draft_device,
         transformers=[m.strip() for m in args.transformers.split(",") if m.strip()],
         transformers_per_category=args.transformers_per_category or None,
-        transformers_limit=args.transformers_limit,
+        transformers_limit=args.transformers_limit, heads=args.heads,
     )
     return 0
+
+
+def cmd_train(args) -> int:
+    from .train import run
+
+    return run(args)
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        return {"generate": cmd_generate, "bench": cmd_bench}[args.command](args)
+        return {"generate": cmd_generate, "bench": cmd_bench, "train-drafter": cmd_train}[args.command](args)
     except SpecvizError as error:
         print(f"specviz: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

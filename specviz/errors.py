@@ -23,3 +23,7 @@ class NotCausalLMError(ModelLoadError):
 
 class VocabularyMismatchError(ModelLoadError):
     """A drafter does not share the target's vocabulary."""
+
+
+class DrafterMismatchError(ModelLoadError):
+    """Trained drafter heads (Medusa, EAGLE) were made for another target (hidden size or vocabulary)."""

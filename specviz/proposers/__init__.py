@@ -4,10 +4,12 @@ from __future__ import annotations
 from .adaptive import AdaptiveProposer
 from .base import Draft, Feedback, Proposer
 from .draft_model import ModelDrafter
+from .eagle import EagleProposer
 from .early_exit import EarlyExitDrafter
+from .medusa import MedusaProposer
 from .ngram import NgramProposer
 
-METHODS = ("plain", "draft", "ngram", "early-exit", "adaptive")
+METHODS = ("plain", "draft", "ngram", "early-exit", "medusa", "eagle", "adaptive")
 
 
 class PlainProposer(Proposer):
@@ -19,5 +21,5 @@ class PlainProposer(Proposer):
         return self.empty_draft("cpu")  # on the host: nothing to allocate or copy on a GPU
 
 
-__all__ = ["METHODS", "AdaptiveProposer", "Draft", "EarlyExitDrafter", "Feedback", "ModelDrafter",
-           "NgramProposer", "PlainProposer", "Proposer"]
+__all__ = ["METHODS", "AdaptiveProposer", "Draft", "EagleProposer", "EarlyExitDrafter", "Feedback",
+           "MedusaProposer", "ModelDrafter", "NgramProposer", "PlainProposer", "Proposer"]

@@ -1,0 +1,254 @@
+"""Files of trained drafters: the ones shipped for the default target (assets/drafters/), folders written by
+`specviz train-drafter`, and the published formats:
+
+- FasterDecoding Medusa-1 heads (e.g. FasterDecoding/medusa-vicuna-7b-v1.3): config.json with
+  medusa_num_heads and medusa_num_layers; medusa_lm_head.pt or .safetensors with "{head}.{layer}.linear.weight
+  / .bias" and, per head, its own output layer "{head}.{num_layers}.weight" [V, H]. (Their code builds
+  `[ResBlock] * num_layers`, one block repeated, so the keys of every layer hold the same tensor.)
+- SafeAILab EAGLE-1 drafters (e.g. yuhuili/EAGLE-Vicuna-7B-v1.3), also used by EAGLE-2: config.json, a
+  LlamaConfig with num_hidden_layers = 1 and `bias` (the fc's); pytorch_model.bin or model.safetensors with
+  fc.weight [H, 2H], fc.bias, layers.0.self_attn.{q,k,v,o}_proj.weight, layers.0.mlp.{gate,up,down}_proj.weight,
+  layers.0.post_attention_layernorm.weight and usually embed_tokens.weight (a copy of the target's).
+
+Ours use the same key names, saved as safetensors, plus `draft_vocab` (the token ids the head scores), and a
+"specviz" block in config.json that says which target they were trained for and how.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+from pathlib import Path
+
+import torch
+
+from ..errors import DrafterMismatchError, ModelLoadError, OfflineError
+from ..models import DEFAULT_MODEL, LoadedModel
+from .draft_head import DraftHead, TargetParts
+from .eagle import EagleConfig, EagleDrafter, EagleNet
+from .medusa import MedusaDrafter, MedusaHeads
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets" / "drafters"
+SHIPPED = {DEFAULT_MODEL: "smollm2-135m-instruct"}  # target name -> folder under assets/drafters
+EAGLE_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+MEDUSA_WEIGHTS = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
+
+
+def shipped_folder(method: str, target: LoadedModel) -> Path | None:
+    name = SHIPPED.get(target.name)
+    folder = ASSETS / name / method if name else None
+    return folder if folder is not None and (folder / "config.json").is_file() else None
+
+
+def _download(repo_id: str, patterns: list[str]) -> Path:
+    """A Hub repository's drafter files: from the local Hub cache, else downloaded if the Hub is reachable."""
+    from huggingface_hub import snapshot_download
+
+    from ..models import _hub_reachable
+
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))
+    except Exception:  # not in the cache
+        pass
+    if not _hub_reachable():
+        raise OfflineError(f"cannot fetch drafter heads '{repo_id}': not a local folder, not in the Hugging Face "
+                           "cache, and the Hub cannot be reached (offline); pass a local folder with --heads")
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=patterns))
+    except Exception as error:
+        raise ModelLoadError(f"cannot download drafter heads '{repo_id}': {str(error).splitlines()[0]}") from None
+
+
+def resolve_folder(method: str, target: LoadedModel, heads: str | None) -> Path:
+    """The folder holding the drafter for `method`: `heads` (folder or Hub id), else the shipped one."""
+    if heads in (None, "", "auto", "default"):
+        folder = shipped_folder(method, target)
+        if folder is None:
+            raise ModelLoadError(
+                f"no trained {method} drafter ships for target '{target.name}' (only for the default model); pass "
+                f"--heads FOLDER_OR_HUB_ID ({'FasterDecoding Medusa heads' if method == 'medusa' else 'a SafeAILab EAGLE-1 drafter'}), "
+                f"or train one: python -m specviz train-drafter --method {method} --target {target.name} --out DIR"
+            )
+        return folder
+    path = Path(heads).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists() or heads.startswith((".", "/", "~")) or heads.count("/") != 1:
+        raise ModelLoadError(f"--heads '{heads}' is neither a folder of drafter files nor a Hub id (owner/name)")
+    names = MEDUSA_WEIGHTS if method == "medusa" else EAGLE_WEIGHTS
+    return _download(heads, ["config.json", *names])
+
+
+def read_state(folder: Path, names: tuple[str, ...]) -> tuple[dict, Path]:
+    for name in names:
+        file = folder / name
+        if file.is_file():
+            if file.suffix == ".safetensors":
+                from safetensors.torch import load_file
+                return load_file(str(file)), file
+            return torch.load(file, map_location="cpu", weights_only=True), file
+    raise ModelLoadError(f"{folder} has none of {', '.join(names)}: not a drafter folder for this method")
+
+
+def read_config(folder: Path) -> dict:
+    file = folder / "config.json"
+    if not file.is_file():
+        raise ModelLoadError(f"{folder} has no config.json: not a drafter folder")
+    try:
+        return json.loads(file.read_text())
+    except json.JSONDecodeError as error:
+        raise ModelLoadError(f"{file} is not valid JSON: {error.msg}") from None
+
+
+def check_fits(what: str, target: LoadedModel, hidden_size: int | None, vocab_size: int | None) -> None:
+    """Heads trained for another target are refused: their hidden size or vocabulary would not line up."""
+    parts_hidden = target.model.get_output_embeddings().weight.shape[1]
+    if hidden_size is not None and hidden_size != parts_hidden:
+        raise DrafterMismatchError(
+            f"{what} was trained for a target with hidden size {hidden_size}, but '{target.name}' has hidden size "
+            f"{parts_hidden}; use heads trained for this target (or train some with specviz train-drafter)"
+        )
+    if vocab_size is not None and vocab_size != target.vocab_size:
+        raise DrafterMismatchError(
+            f"{what} was trained for a vocabulary of {vocab_size} tokens, but '{target.name}' has {target.vocab_size}; "
+            "use heads trained for this target (or train some with specviz train-drafter)"
+        )
+
+
+def check_trained_for(what: str, target: LoadedModel, data: dict) -> None:
+    """Our files say which target they were trained for; refuse one whose shapes differ."""
+    trained_for = (data.get("specviz") or {}).get("trained_for") or {}
+    check_fits(what, target, trained_for.get("hidden_size"), trained_for.get("vocab_size"))
+
+
+def _draft_vocab(state: dict, target: LoadedModel, what: str) -> torch.Tensor | None:
+    ids = state.pop("draft_vocab", None)
+    if ids is None:
+        return None
+    ids = ids.long()
+    if ids.numel() == 0 or int(ids.max()) >= target.vocab_size or int(ids.min()) < 0:
+        raise DrafterMismatchError(f"{what} scores token ids outside the vocabulary of '{target.name}' "
+                                   f"({target.vocab_size} tokens); it was trained for another target")
+    return ids
+
+
+def load_eagle(folder: Path, target: LoadedModel) -> EagleDrafter:
+    what = f"the EAGLE drafter in {folder}"
+    data = read_config(folder)
+    state, file = read_state(folder, EAGLE_WEIGHTS)
+    if any(k.startswith("midlayer.") for k in state) or "d2t" in state:
+        raise ModelLoadError(f"{file} is an EAGLE-3 drafter; specviz loads EAGLE-1 drafters (also used by EAGLE-2)")
+    if "fc.weight" not in state:
+        raise ModelLoadError(f"{file} has no fc.weight: not an EAGLE-1 drafter")
+    config = EagleConfig.from_json(data)
+    check_trained_for(what, target, data)
+    embed = state.pop("embed_tokens.weight", None)  # a copy of the target's: the target's own is used
+    for key in [k for k in state if k.endswith("rotary_emb.inv_freq")]:  # a buffer some versions saved
+        del state[key]
+    check_fits(what, target, state["fc.weight"].shape[0], embed.shape[0] if embed is not None else data.get("vocab_size"))
+    if state["fc.weight"].shape[1] != 2 * config.hidden_size or config.hidden_size != state["fc.weight"].shape[0]:
+        raise ModelLoadError(f"{file}: fc.weight {tuple(state['fc.weight'].shape)} does not match config.json")
+    token_ids = _draft_vocab(state, target, what)
+    config.fc_bias = "fc.bias" in state
+    net = EagleNet(config)
+    missing, unexpected = net.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ModelLoadError(f"{file} does not match the EAGLE-1 layout: missing {missing[:4]}, unexpected {unexpected[:4]}")
+    net.to(target.device, target.dtype).eval().requires_grad_(False)
+    parts = TargetParts(target.model, config.head_dim)
+    return EagleDrafter(net, parts, DraftHead.from_target(parts, token_ids), str(folder))
+
+
+_BLOCK_KEY = re.compile(r"^(\d+)\.(\d+)\.linear\.(weight|bias)$")
+_OUTPUT_KEY = re.compile(r"^(\d+)\.(\d+)\.weight$")
+
+
+def load_medusa(folder: Path, target: LoadedModel) -> MedusaDrafter:
+    what = f"the Medusa heads in {folder}"
+    data = read_config(folder)
+    state, file = read_state(folder, MEDUSA_WEIGHTS)
+    check_trained_for(what, target, data)
+    token_ids = _draft_vocab(state, target, what)
+    blocks, outputs = {}, {}
+    for key, value in state.items():
+        if _BLOCK_KEY.match(key):
+            blocks[key] = value
+        elif _OUTPUT_KEY.match(key):
+            outputs[int(key.split(".")[0])] = value
+        else:
+            raise ModelLoadError(f"{file} has an unexpected key {key!r}: not Medusa-1 heads")
+    num_heads = int(data.get("medusa_num_heads", 0)) or 1 + max(int(k.split(".")[0]) for k in blocks)
+    num_layers = int(data.get("medusa_num_layers", 1))
+    first = blocks.get("0.0.linear.weight")
+    if first is None:
+        raise ModelLoadError(f"{file} has no 0.0.linear.weight: not Medusa-1 heads")
+    vocab = next(iter(outputs.values())).shape[0] if outputs else None
+    check_fits(what, target, first.shape[0], vocab)
+    heads = MedusaHeads(first.shape[0], num_heads, num_layers)
+    try:
+        heads.load_published({k: v for k, v in blocks.items() if int(k.split(".")[0]) < num_heads})
+    except RuntimeError as error:
+        raise ModelLoadError(f"{file} does not match config.json's heads and layers: {str(error).splitlines()[0]}") from None
+    heads.to(target.device, target.dtype).eval().requires_grad_(False)
+    if outputs:  # published Medusa-1: every head has its own output layer
+        if sorted(outputs) != list(range(num_heads)):
+            raise ModelLoadError(f"{file} has output layers for heads {sorted(outputs)}, expected 0..{num_heads - 1}")
+        heads_out = [DraftHead(outputs[k].to(target.device, target.dtype), target.vocab_size, token_ids)
+                     for k in range(num_heads)]
+    else:  # the target's output layer, shared
+        parts = TargetParts(target.model, first.shape[0])
+        heads_out = [DraftHead.from_target(parts, token_ids)]
+    return MedusaDrafter(heads, heads_out, str(folder))
+
+
+_loaded: dict[tuple, object] = {}
+_lock = threading.Lock()
+
+
+def load_drafter(method: str, target: LoadedModel, heads: str | None = None):
+    """The EagleDrafter or MedusaDrafter for `method` on `target`, loaded once per process."""
+    folder = resolve_folder(method, target, heads)
+    key = (method, str(folder.resolve()), id(target.model), str(target.device), str(target.dtype))
+    with _lock:
+        if key not in _loaded:
+            _loaded[key] = (load_eagle if method == "eagle" else load_medusa)(folder, target)
+        return _loaded[key]
+
+
+def shipped_drafter_exists(method: str, target: LoadedModel) -> bool:
+    return shipped_folder(method, target) is not None
+
+
+def save_config(folder: Path, data: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(data, indent=1) + "\n")
+
+
+def save_eagle(folder: Path, net: EagleNet, token_ids: torch.Tensor | None, meta: dict,
+               dtype: torch.dtype = torch.float16) -> Path:
+    """Our EAGLE files: EAGLE-1's keys and config names, as safetensors, plus draft_vocab and a specviz block."""
+    from safetensors.torch import save_file
+
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in net.state_dict().items()}
+    if token_ids is not None:
+        state["draft_vocab"] = token_ids.detach().to("cpu", torch.int64).contiguous()
+    save_config(folder, {**net.config.to_json(), "specviz": meta})
+    save_file(state, str(folder / "model.safetensors"))
+    return folder / "model.safetensors"
+
+
+def save_medusa(folder: Path, heads: MedusaHeads, token_ids: torch.Tensor | None, meta: dict,
+                dtype: torch.dtype = torch.float16) -> Path:
+    """Our Medusa files: FasterDecoding's names (the heads share the target's output layer, so there is no
+    per-head output weight), as safetensors, plus draft_vocab and a specviz block."""
+    from safetensors.torch import save_file
+
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in heads.state_dict_published().items()}
+    if token_ids is not None:
+        state["draft_vocab"] = token_ids.detach().to("cpu", torch.int64).contiguous()
+    layers = len(heads.blocks[0])
+    save_config(folder, {"medusa_num_heads": heads.num_heads, "medusa_num_layers": layers,
+                         "hidden_size": heads.blocks[0][0].linear.weight.shape[0], "specviz": meta})
+    save_file(state, str(folder / "medusa_lm_head.safetensors"))
+    return folder / "medusa_lm_head.safetensors"
+

@@ -1,0 +1,88 @@
+"""What trained drafters (Medusa heads, EAGLE) borrow from their target, and their output layer.
+
+A draft head may score only the few thousand most frequent tokens (EAGLE-3, FR-Spec): on a CPU the target's
+49,152 x 576 output layer costs a small drafter more than the rest of it. Verification stays exact, because
+the target still scores the full vocabulary: the drafter's q is its distribution over that subset (zero
+elsewhere), after the same warping as p.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class DefaultRotary:
+    """Rotary embedding with base theta (when the target has no rotary module to borrow)."""
+
+    def __init__(self, head_dim: int, theta: float, device, dtype):
+        self.inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim))
+        self.dtype = dtype
+
+    def __call__(self, positions: torch.Tensor):
+        freqs = positions.float().unsqueeze(-1) * self.inv_freq  # [T, d/2]
+        angles = torch.cat([freqs, freqs], dim=-1)
+        return angles.cos().to(self.dtype).unsqueeze(0), angles.sin().to(self.dtype).unsqueeze(0)
+
+
+def rope_theta(config) -> float:
+    parameters = getattr(config, "rope_parameters", None) or {}
+    return float(parameters.get("rope_theta") or getattr(config, "rope_theta", None) or 10000.0)
+
+
+class TargetParts:
+    """The target's token embedding, rotary embedding and output layer, shared (never copied) by a drafter."""
+
+    def __init__(self, model: nn.Module, head_dim: int):
+        self.model = model
+        self.embed = model.get_input_embeddings()
+        self.output = model.get_output_embeddings()
+        weight = self.output.weight
+        self.device, self.dtype = weight.device, weight.dtype
+        self.vocab_size, self.hidden_size = weight.shape
+        rotary = getattr(model.get_decoder(), "rotary_emb", None)
+        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        target_head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        if rotary is not None and target_head_dim == head_dim:
+            self._rotary = rotary  # the target's own (keeps its rope scaling, if any)
+        else:
+            self._rotary = DefaultRotary(head_dim, rope_theta(config), self.device, self.dtype)
+
+    def rotary(self, positions: torch.Tensor):
+        """positions [T] -> cos, sin [1, T, d]."""
+        if isinstance(self._rotary, DefaultRotary):
+            return self._rotary(positions)
+        probe = torch.empty(0, device=self.device, dtype=self.dtype)
+        return self._rotary(probe, positions.unsqueeze(0))
+
+
+class DraftHead:
+    """Logits over the full vocabulary from draft features, scoring only `token_ids` (None = all tokens).
+    weight [K, H] (the target's output rows for those tokens, or a head's own output layer)."""
+
+    def __init__(self, weight: torch.Tensor, vocab_size: int, token_ids: torch.Tensor | None = None,
+                 bias: torch.Tensor | None = None):
+        self.token_ids = token_ids
+        self.vocab_size = vocab_size
+        if token_ids is not None:
+            weight = weight[token_ids]
+            bias = bias[token_ids] if bias is not None else None
+        self.weight = weight.detach()
+        self.bias = bias.detach() if bias is not None else None
+
+    @classmethod
+    def from_target(cls, parts: TargetParts, token_ids: torch.Tensor | None) -> "DraftHead":
+        ids = token_ids.to(parts.device) if token_ids is not None else None
+        return cls(parts.output.weight, parts.vocab_size, ids, getattr(parts.output, "bias", None))
+
+    def sub_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """features [..., H] -> [..., K] float32."""
+        return torch.nn.functional.linear(features, self.weight, self.bias).float()
+
+    def full_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """features [..., H] -> [..., V] float32, -inf for tokens the head does not score."""
+        sub = self.sub_logits(features)
+        if self.token_ids is None:
+            return sub
+        full = sub.new_full((*sub.shape[:-1], self.vocab_size), float("-inf"))
+        full[..., self.token_ids] = sub
+        return full

@@ -1,0 +1,106 @@
+"""`medusa`: extra decoding heads on the target's last hidden state (Medusa, Cai et al. 2024). Head k (k = 0,
+1, ...) is a few residual blocks x + SiLU(W x + b) followed by an output layer, and predicts the token k + 2
+places after the hidden state's position (the target's own output layer predicts the next one). All heads
+read one hidden state, so a whole draft costs one small batched pass; the heads never see each other's
+tokens, which is why their acceptance falls faster along the draft than a feature drafter's.
+
+The hidden state used is the target's at the position before the last token: the target produced the last
+token from it, so head 0 guesses the token after that one, the first draft token.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..sampling import draw, warp_probs
+from .base import Draft, Feedback, Proposer
+from .draft_head import DraftHead
+
+
+class ResBlock(nn.Module):
+    """Medusa's residual block; zero-initialised weights make it the identity at the start of training."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.linear = nn.Linear(hidden_size, hidden_size)
+        nn.init.zeros_(self.linear.weight)
+
+    def forward(self, x):
+        return x + nn.functional.silu(self.linear(x))
+
+
+class MedusaHeads(nn.Module):
+    """num_heads stacks of num_layers ResBlocks. Parameter names follow FasterDecoding's `medusa_head`
+    ModuleList ("{head}.{layer}.linear.weight"), so their files load unchanged."""
+
+    def __init__(self, hidden_size: int, num_heads: int, num_layers: int = 1):
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            [nn.Sequential(*[ResBlock(hidden_size) for _ in range(num_layers)]) for _ in range(num_heads)]
+        )
+
+    @property
+    def num_heads(self) -> int:
+        return len(self.blocks)
+
+    def forward(self, hidden: torch.Tensor, count: int | None = None) -> torch.Tensor:
+        """hidden [..., H] -> features [count, ..., H] of the first `count` heads."""
+        return torch.stack([block(hidden) for block in self.blocks[: count or self.num_heads]])
+
+    def state_dict_published(self) -> dict:
+        return {k.removeprefix("blocks."): v for k, v in self.state_dict().items()}
+
+    def load_published(self, state: dict) -> None:
+        self.load_state_dict({f"blocks.{k}": v for k, v in state.items()})
+
+
+class MedusaDrafter:
+    """Heads bound to their target: one output layer per head (published Medusa-1 heads carry their own) or
+    the target's, shared by all heads (heads trained here)."""
+
+    def __init__(self, heads: MedusaHeads, outputs: list[DraftHead], source: str):
+        self.heads = heads
+        self.outputs = outputs  # one per head, or a single shared one
+        self.source = source
+
+    def logits(self, hidden: torch.Tensor, count: int) -> torch.Tensor:
+        """hidden [H] -> logits [count, V] of heads 0..count-1."""
+        features = self.heads(hidden, count)  # [count, H]
+        if len(self.outputs) == 1:
+            return self.outputs[0].full_logits(features)
+        return torch.stack([self.outputs[k].full_logits(features[k]) for k in range(count)])
+
+
+class MedusaProposer(Proposer):
+    name = "medusa"
+    needs_target_hidden = True
+
+    def __init__(self, drafter: MedusaDrafter):
+        self.drafter = drafter
+
+    def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:
+        super().reset(prompt_ids, settings, generator)
+        has_hidden = target_hidden is not None and target_hidden.shape[0] > 0
+        self.last_hidden = target_hidden[-1] if has_hidden else None  # feature of position `known - 1`
+        self.known = target_hidden.shape[0] if has_hidden else 0
+
+    @torch.inference_mode()
+    def propose(self, tokens: torch.Tensor, gamma: int) -> Draft:
+        if self.last_hidden is None or self.known != tokens.shape[0] - 1:
+            return self.empty_draft(tokens.device)
+        count = min(gamma, self.drafter.heads.num_heads)
+        weight = self.drafter.outputs[0].weight
+        logits = self.drafter.logits(self.last_hidden.to(weight.device, weight.dtype), count)  # [count, V]
+        probs = warp_probs(logits, self.settings)  # q: each head's distribution, independent of the others
+        if self.settings.greedy:
+            token_ids = logits.argmax(-1)
+        else:
+            token_ids = draw(probs, self.generator)
+        device = tokens.device
+        return Draft(token_ids.to(device), probs.to(device), logits.to(device))
+
+    def observe(self, feedback: Feedback) -> None:
+        new = feedback.tokens.shape[0] - 1 - self.known
+        if new > 0 and feedback.target_hidden is not None:
+            self.last_hidden = feedback.target_hidden[new - 1]
+            self.known += new

@@ -1,0 +1,87 @@
+"""`specviz train-drafter`: self-distilled Medusa heads or an EAGLE drafter for a target, from data the
+target writes itself (data.py), trained by trainer.py. Meant for one GPU and minutes; runs on a CPU too
+(slowly: fine for a smoke test)."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from ..errors import InvalidSettingError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--method", required=True, choices=("eagle", "medusa"))
+    parser.add_argument("--target", default="default", help="'default', a Hub id, a folder or a .gguf file")
+    parser.add_argument("--out", required=True, help="folder for config.json, the weights, loss.png, checkpoint.pt")
+    parser.add_argument("--data", default=None, help="dataset file: reused if it exists, else generated and saved "
+                        "there (default: OUT/data.pt)")
+    parser.add_argument("--device", default="auto")
+    group = parser.add_argument_group("data generation (when --data does not exist yet)")
+    group.add_argument("--prompts", type=int, default=8000, help="Magpie prompts to sample")
+    group.add_argument("--prompt-tokens", type=int, default=64)
+    group.add_argument("--response-tokens", type=int, default=384)
+    group.add_argument("--long-share", type=float, default=0.25, help="extra long-context prompts per answered one")
+    group.add_argument("--gen-batch", type=int, default=256)
+    group.add_argument("--gen-minutes", type=float, default=None, help="stop answering new batches after this")
+    group.add_argument("--gen-dtype", default="auto", help="dtype for generating (auto: bfloat16 on GPU)")
+    group = parser.add_argument_group("training")
+    group.add_argument("--steps", type=int, default=None, help="optimizer steps (default: until --minutes)")
+    group.add_argument("--minutes", type=float, default=None, help="training time budget")
+    group.add_argument("--batch-tokens", type=int, default=16384)
+    group.add_argument("--lr", type=float, default=1e-3)
+    group.add_argument("--draft-vocab", type=int, default=8192, help="tokens the draft head scores (0 = all)")
+    group.add_argument("--ttt-steps", type=int, default=5, help="eagle: draft steps unrolled in training")
+    group.add_argument("--feature-weight", type=float, default=1.0, help="eagle: feature regression weight")
+    group.add_argument("--heads", type=int, default=5, help="medusa: number of heads")
+    group.add_argument("--layers", type=int, default=1, help="medusa: residual blocks per head")
+    group.add_argument("--eval-every", type=int, default=200)
+    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+
+
+def run(args) -> int:
+    import torch
+
+    from ..models import load_model
+    from .data import DataPlan, build_dataset, load_dataset, save_dataset
+    from .trainer import TrainOptions, train, write_json
+
+    if args.steps is None and args.minutes is None:
+        raise InvalidSettingError("give --steps N or --minutes M (or both: training stops at whichever comes first)")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data_file = Path(args.data) if args.data else out / "data.pt"
+    command = "python -m specviz " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""
+    log = lambda message: print(f"[train-drafter {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    if data_file.is_file():
+        data = load_dataset(data_file)
+        log(f"data: {data_file} ({len(data['sequences'])} conversations)")
+    else:
+        generator_model = load_model(args.target, args.device, args.gen_dtype)
+        plan = DataPlan(prompts=args.prompts, prompt_tokens=args.prompt_tokens, response_tokens=args.response_tokens,
+                        long_share=args.long_share, batch_size=args.gen_batch, minutes=args.gen_minutes, seed=args.seed)
+        data = build_dataset(generator_model, plan, log)
+        data["stats"]["device"] = str(generator_model.device)
+        data["stats"]["dtype"] = str(generator_model.dtype).replace("torch.", "")
+        data_file.parent.mkdir(parents=True, exist_ok=True)
+        save_dataset(data, data_file)
+        log(f"data saved to {data_file}")
+    if not data["sequences"]:
+        raise InvalidSettingError("the data set is empty; ask for more --prompts or more --gen-minutes")
+
+    # features in float32, as the engine computes them on a CPU (and as exact greedy runs use)
+    target = load_model(args.target, args.device, torch.float32)
+    options = TrainOptions(
+        method=args.method, steps=args.steps, minutes=args.minutes, batch_tokens=args.batch_tokens, lr=args.lr,
+        draft_vocab=args.draft_vocab, ttt_steps=args.ttt_steps, feature_weight=args.feature_weight,
+        medusa_heads=args.heads, medusa_layers=args.layers, eval_every=args.eval_every, seed=args.seed,
+        command=command, save_every=args.eval_every,
+    )
+    meta = train(target, data, out, options, resume=args.resume, log=log)
+    write_json(out / "train_log.json", meta)
+    log(f"wrote {out}: config.json, weights, loss.png, train_log.json, checkpoint.pt")
+    return 0

@@ -1,0 +1,106 @@
+"""Training objectives for the drafters, on batches of target features (self-distillation).
+
+Notation for one sequence x_0 .. x_{T-1} with target features f_0 .. f_{T-1} (f_j after reading x_0..x_j,
+the target's hidden state after its final norm): the teacher's distribution for x_{j+1} is
+p_j = softmax(W f_j) over the draft vocabulary (W: the target's output rows for those tokens).
+
+EAGLE with training-time test (EAGLE-3's idea, on EAGLE-1's feature drafter): at inference the drafter's
+second and later steps read its own predicted features, so training unrolls the same chain. Step 0 is
+teacher-forced: position i reads (f_i, x_{i+1}) and predicts f_{i+1} (regression) and p_{i+1} (cross-entropy).
+Step k at position i reads (o^{k-1}_{i-1}, x_{i+1}), its own output from the step before at the previous
+position, which is what a chain started at s = i - k reads at its k-th draft. Its attention must see what the
+chain would see: the cache of true positions j <= s (step 0's keys) and the chain's own earlier positions
+s + m, each computed at step m (m = 1..k). `ttt_mask` says exactly that, over the keys of all steps laid side
+by side. Tokens are teacher-forced: when a draft token differs from x_{i+1}, the target rejects it anyway.
+
+Medusa: head k reads f_t and predicts p_{t+k+1} (the token k + 2 places after t).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..proposers.eagle import EagleNet, attend
+
+
+def ttt_mask(length: int, step: int, device) -> torch.Tensor:
+    """[T, (step + 1) * T] bool: query i of `step` may see step 0's key j when j <= i - step, and step m's key j
+    (m = 1..step) only when j == i - step + m (its own chain)."""
+    i = torch.arange(length, device=device).unsqueeze(1)
+    j = torch.arange(length, device=device).unsqueeze(0)
+    blocks = [j <= i - step] + [j == i - step + m for m in range(1, step + 1)]
+    return torch.cat(blocks, dim=1)
+
+
+def ttt_forward(net: EagleNet, features, embeds, cos, sin, steps: int) -> list[torch.Tensor]:
+    """features [B, T, H] (f_i at position i), embeds [B, T, H] (embedding of x_{i+1}), cos and sin [1, T, d].
+    Returns each step's outputs [B, T, H]: step k at position i is the k-th draft of the chain started at
+    position i - k (meaningless for i < k)."""
+    batch, length, hidden = features.shape
+    keys = [[] for _ in net.layers]
+    values = [[] for _ in net.layers]
+    inputs, outputs = features, []
+    for step in range(steps):
+        x = net.fc(torch.cat([embeds, inputs], dim=-1))
+        mask = ttt_mask(length, step, x.device)
+        for index, layer in enumerate(net.layers):
+            q, k, v = layer.project(x, cos, sin)
+            keys[index].append(k)
+            values[index].append(v)
+            x = layer.finish(x, attend(q, torch.cat(keys[index], dim=2), torch.cat(values[index], dim=2), mask))
+        outputs.append(x)
+        inputs = torch.cat([x.new_zeros(batch, 1, hidden), x[:, :-1]], dim=1)  # o^k_{i-1} feeds position i
+    return outputs
+
+
+def soft_cross_entropy(student_logits, teacher_probs):
+    """-sum p log q per position: [..., K] -> [...]."""
+    return -(teacher_probs * F.log_softmax(student_logits.float(), dim=-1)).sum(-1)
+
+
+def masked_mean(values, mask):
+    return (values * mask).sum() / mask.sum().clamp_min(1)
+
+
+def eagle_loss(net, batch: dict, head_weight, cos, sin, steps: int, feature_weight: float, step_decay: float):
+    """batch: features [B, T, H], embeds [B, T, H] (of x_j), teacher [B, T, K] (p_j), valid [B, T] (p_j counts).
+    Returns (loss, {"ce": [...], "acc": [...], "reg": [...]}) with one entry per unrolled step."""
+    features, embeds, teacher, valid = batch["features"], batch["embeds"], batch["teacher"], batch["valid"]
+    outputs = ttt_forward(net, features[:, :-1], embeds[:, 1:], cos, sin, steps)
+    target_features, target_probs, target_valid = features[:, 1:], teacher[:, 1:], valid[:, 1:]
+    positions = torch.arange(target_valid.shape[1], device=target_valid.device)
+    total, weights, stats = 0.0, 0.0, {"ce": [], "acc": [], "reg": []}
+    for step, out in enumerate(outputs):
+        mask = (target_valid & (positions >= step)).float()
+        logits = F.linear(out, head_weight)
+        ce = masked_mean(soft_cross_entropy(logits, target_probs), mask)
+        reg = masked_mean(F.smooth_l1_loss(out.float(), target_features, reduction="none").mean(-1), mask)
+        acc = masked_mean((logits.argmax(-1) == target_probs.argmax(-1)).float(), mask)
+        weight = step_decay ** step
+        total = total + weight * (ce + feature_weight * reg)
+        weights += weight
+        stats["ce"].append(float(ce.detach()))
+        stats["acc"].append(float(acc.detach()))
+        stats["reg"].append(float(reg.detach()))
+    return total / weights, stats
+
+
+def medusa_loss(heads, batch: dict, head_weight, step_decay: float):
+    """Head k at position t: student W(head_k(f_t)) against p_{t+k+1}."""
+    features, teacher, valid = batch["features"], batch["teacher"], batch["valid"]
+    total, weights, stats = 0.0, 0.0, {"ce": [], "acc": []}
+    for k, block in enumerate(heads.blocks):
+        shift = k + 1
+        if features.shape[1] <= shift:
+            break
+        logits = F.linear(block(features[:, :-shift]), head_weight)
+        target_probs, mask = teacher[:, shift:], valid[:, shift:].float()
+        ce = masked_mean(soft_cross_entropy(logits, target_probs), mask)
+        acc = masked_mean((logits.argmax(-1) == target_probs.argmax(-1)).float(), mask)
+        weight = step_decay ** k
+        total = total + weight * ce
+        weights += weight
+        stats["ce"].append(float(ce.detach()))
+        stats["acc"].append(float(acc.detach()))
+    return total / weights, stats
+

@@ -1,0 +1,94 @@
+"""The Medusa heads and the EAGLE drafter shipped for the default target (assets/drafters/): small files that
+say how they were made, exact greedy output, acceptance that only trained weights give, and the
+train-drafter command end to end on a toy budget."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specviz import DecodeSettings, DrafterMismatchError
+from specviz.api import encode, make_proposer, run_once
+from specviz.proposers import PlainProposer
+from specviz.proposers.checkpoints import ASSETS, SHIPPED
+
+from test_default_model import PROMPTS
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED_DIR = ASSETS / SHIPPED["default"]
+MAX_NEW = 32
+
+
+def test_shipped_files_are_small_and_say_how_they_were_made(default_target):
+    for method in ("eagle", "medusa"):
+        folder = SHIPPED_DIR / method
+        files = list(folder.iterdir())
+        assert {"config.json", "loss.png"} <= {f.name for f in files}
+        assert all(f.stat().st_size < 12 * 2**20 for f in files)
+        meta = json.loads((folder / "config.json").read_text())["specviz"]
+        assert meta["trained_for"]["hidden_size"] == default_target.model.config.hidden_size
+        assert meta["trained_for"]["vocab_size"] == default_target.vocab_size
+        assert meta["training"]["steps"] > 0 and meta["data"]["conversations"] > 0
+    assert (ASSETS / "README.md").is_file()
+
+
+@pytest.fixture(scope="module")
+def plain_outputs(default_target):
+    settings = DecodeSettings(max_new_tokens=MAX_NEW)
+    return {name: run_once(default_target, PlainProposer(), encode(default_target, text), settings).token_ids
+            for name, text in PROMPTS.items()}
+
+
+@pytest.mark.parametrize("method,gamma,min_tau", [("eagle", 5, 1.4), ("medusa", 3, 1.1)])
+def test_shipped_drafters_are_exact_and_trained(default_target, plain_outputs, method, gamma, min_tau):
+    settings = DecodeSettings(max_new_tokens=MAX_NEW, gamma=gamma)
+    tokens = forwards = 0
+    for name, text in PROMPTS.items():
+        result = run_once(default_target, make_proposer(method, default_target), encode(default_target, text), settings)
+        assert result.token_ids == plain_outputs[name], f"{method} differs from plain on {name!r}"
+        tokens += result.metrics.new_tokens
+        forwards += result.metrics.target_forwards
+    # random heads accept almost nothing (tau ~1.0); these thresholds sit well below what the shipped ones reach
+    assert tokens / forwards > min_tau
+
+
+def test_adaptive_runs_on_the_shipped_eagle_drafter(default_target):
+    assert make_proposer("adaptive", default_target).base.name == "eagle"
+
+
+def test_shipped_heads_are_refused_for_another_target(tiny_target):
+    for method in ("eagle", "medusa"):
+        with pytest.raises(DrafterMismatchError, match="hidden size 576"):
+            make_proposer(method, tiny_target, heads=str(SHIPPED_DIR / method))
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
+
+
+def test_train_drafter_command_end_to_end(default_target, tmp_path):
+    """A toy budget on the CPU: data written by the target, a few steps, files that load and decode exactly."""
+    data = tmp_path / "data.pt"
+    proc = run_cli("train-drafter", "--method", "medusa", "--out", str(tmp_path / "medusa"), "--data", str(data),
+                   "--prompts", "6", "--prompt-tokens", "48", "--response-tokens", "12", "--gen-batch", "6",
+                   "--steps", "3", "--eval-every", "2", "--draft-vocab", "512", "--heads", "2", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "train medusa" in proc.stderr  # the progress bar
+    proc = run_cli("train-drafter", "--method", "eagle", "--out", str(tmp_path / "eagle"), "--data", str(data),
+                   "--steps", "2", "--draft-vocab", "512", "--ttt-steps", "2", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for method, weights in (("medusa", "medusa_lm_head.safetensors"), ("eagle", "model.safetensors")):
+        folder = tmp_path / method
+        assert {"config.json", weights, "loss.png", "checkpoint.pt", "train_log.json"} <= {f.name for f in folder.iterdir()}
+        assert (folder / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        meta = json.loads((folder / "config.json").read_text())["specviz"]
+        assert meta["training"]["steps"] == (3 if method == "medusa" else 2)
+        assert meta["draft_vocab"]["size"] == 512
+        ids = encode(default_target, PROMPTS["short"])
+        settings = DecodeSettings(max_new_tokens=12, gamma=2)
+        result = run_once(default_target, make_proposer(method, default_target, heads=str(folder)), ids, settings)
+        assert result.token_ids == run_once(default_target, PlainProposer(), ids, settings).token_ids
+    proc = run_cli("train-drafter", "--method", "eagle", "--out", str(tmp_path / "x"), "--data", str(data))
+    assert proc.returncode == 2 and "--steps" in proc.stderr

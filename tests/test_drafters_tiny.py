@@ -1,0 +1,328 @@
+"""Medusa and EAGLE drafters on tiny random models: exact greedy and sampling through the engine, training's
+unrolled chain equal to real drafting, the published file formats (written here by the test), and heads made
+for another target refused."""
+import json
+
+import pytest
+import torch
+
+from specviz import DecodeSettings, DrafterMismatchError, ModelLoadError
+from specviz.api import make_proposer, run_once
+from specviz.proposers import EagleProposer, MedusaProposer, PlainProposer
+from specviz.proposers.draft_head import DraftHead, TargetParts
+from specviz.proposers.eagle import DraftCache, EagleConfig, EagleDrafter, EagleNet
+from specviz.proposers.medusa import MedusaDrafter, MedusaHeads
+from specviz.testing import tiny_causal_lm
+from specviz.train.losses import ttt_forward
+from specviz.verify import verify_sampled
+
+from stats import assert_same_distribution
+from test_engine_tiny import PROMPT, RUNS, SAMPLE_PROMPT, engine_samples, exact_joint
+
+
+def random_eagle(target, seed=0, token_ids=None, scale=0.3) -> EagleDrafter:
+    torch.manual_seed(seed)
+    config = EagleConfig.like_target(target.model.config)
+    net = EagleNet(config).eval()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(torch.randn_like(p) * scale)  # make the random drafter opinionated
+    parts = TargetParts(target.model, config.head_dim)
+    return EagleDrafter(net, parts, DraftHead.from_target(parts, token_ids), "random")
+
+
+def random_medusa(target, heads=3, seed=0, token_ids=None) -> MedusaDrafter:
+    torch.manual_seed(seed)
+    hidden = target.model.config.hidden_size
+    module = MedusaHeads(hidden, heads).eval()
+    with torch.no_grad():
+        for p in module.parameters():
+            p.normal_(0, 0.3)
+    parts = TargetParts(target.model, hidden // target.model.config.num_attention_heads)
+    return MedusaDrafter(module, [DraftHead.from_target(parts, token_ids)], "random")
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 6])
+@pytest.mark.parametrize("method", ["eagle", "medusa"])
+def test_greedy_equals_plain(tiny_target, method, gamma):
+    settings = DecodeSettings(max_new_tokens=40, gamma=gamma)
+    plain = run_once(tiny_target, PlainProposer(), PROMPT, settings)
+    subset = torch.arange(0, tiny_target.vocab_size, 2)  # a draft vocabulary: only even ids are ever drafted
+    drafter = random_eagle(tiny_target, token_ids=subset) if method == "eagle" else random_medusa(tiny_target, token_ids=subset)
+    proposer = EagleProposer(drafter) if method == "eagle" else MedusaProposer(drafter)
+    result = run_once(tiny_target, proposer, PROMPT, settings)
+    assert result.token_ids == plain.token_ids
+    assert result.metrics.drafted > 0
+    drafted = [p.token_id for s in result.steps for p in s.positions]
+    assert all(t % 2 == 0 for t in drafted)
+    if method == "medusa":
+        assert max(s.gamma for s in result.steps) == min(gamma, 3)  # never more drafts than heads
+
+
+def test_one_token_prompt_drafts_once_a_feature_exists(tiny_target):
+    settings = DecodeSettings(max_new_tokens=12, gamma=3)
+    for proposer in (EagleProposer(random_eagle(tiny_target)), MedusaProposer(random_medusa(tiny_target))):
+        result = run_once(tiny_target, proposer, [5], settings)
+        assert result.token_ids == run_once(tiny_target, PlainProposer(), [5], settings).token_ids
+        assert result.steps[0].gamma == 0 and result.steps[1].gamma > 0
+
+
+def test_eagle_sampling_has_the_target_distribution():
+    target = tiny_causal_lm(vocab_size=6, seed=10, sharpness=1.2)
+    subset = torch.tensor([0, 2, 3, 5])  # q is zero on tokens 1 and 4: the residual must still cover them
+    drafter = random_eagle(target, seed=3, token_ids=subset)
+    runs = RUNS // 2  # q itself is checked cheaply below; this checks it end to end through the engine
+    counts = engine_samples(target, lambda: EagleProposer(drafter), verify_sampled, runs=runs)
+    assert_same_distribution(counts, exact_joint(target, SAMPLE_PROMPT, 2), runs)
+
+
+@pytest.mark.parametrize("method", ["eagle", "medusa"])
+def test_draft_tokens_are_drawn_from_the_q_they_report(tiny_target, method):
+    """q must be the distribution the draft token was drawn from, after the run's warping (here top-k)."""
+    from collections import Counter
+
+    from specviz.runner import CausalRunner
+    from specviz.sampling import warp_probs
+
+    subset = torch.arange(0, tiny_target.vocab_size, 3)
+    if method == "eagle":
+        proposer = EagleProposer(random_eagle(tiny_target, seed=8, token_ids=subset, scale=0.15))
+    else:
+        proposer = MedusaProposer(random_medusa(tiny_target, seed=8, token_ids=subset))
+    settings = DecodeSettings(temperature=0.9, top_k=5, seed=0)
+    tokens = torch.tensor(PROMPT)
+    _, hidden = CausalRunner(tiny_target.model).forward(tokens[:-1])
+    generator = torch.Generator().manual_seed(0)
+    proposer.reset(tokens, settings, generator, hidden)
+    counts, q = Counter(), None
+    draws = 2000
+    for _ in range(draws):
+        draft = proposer.propose(tokens, 1)
+        counts[int(draft.token_ids[0])] += 1
+        q = draft.probs[0] if q is None else q
+        torch.testing.assert_close(draft.probs[0], warp_probs(draft.logits[0], settings))
+    assert (q > 0).sum() <= 5 and all(int(t) in subset.tolist() for t in counts)
+    assert_same_distribution(counts, {i: float(p) for i, p in enumerate(q) if p > 0}, draws)
+
+
+def test_training_chain_equals_drafting_with_a_cache(tiny_target):
+    """ttt_forward's step k at position i must be exactly the k-th draft of a chain started at i - k."""
+    drafter = random_eagle(tiny_target, seed=5)
+    net, parts = drafter.net, drafter.parts
+    torch.manual_seed(0)
+    length, steps, hidden = 12, 4, net.config.hidden_size
+    features = torch.randn(1, length, hidden)
+    tokens = torch.randint(0, tiny_target.vocab_size, (length + 1,))
+    embeds = parts.embed(tokens[1:]).unsqueeze(0)  # position i reads x_{i+1}
+    cos, sin = parts.rotary(torch.arange(length))
+    with torch.no_grad():
+        outs = ttt_forward(net, features, embeds, cos, sin, steps)
+        for start in range(0, length - steps + 1, 3):
+            cache = DraftCache(len(net.layers))
+            c, s = parts.rotary(torch.arange(start + 1))
+            out = net(features[:, : start + 1], embeds[:, : start + 1], c, s, cache)[:, -1:]
+            torch.testing.assert_close(out[0, 0], outs[0][0, start], rtol=1e-4, atol=1e-5)
+            for k in range(1, steps):
+                position = start + k
+                c, s = parts.rotary(torch.tensor([position]))
+                out = net(out, embeds[:, position: position + 1], c, s, cache)
+                torch.testing.assert_close(out[0, 0], outs[k][0, position], rtol=1e-4, atol=1e-5)
+
+
+def test_proposer_cache_holds_only_true_features(tiny_target):
+    """After every step the drafter's cache equals a fresh pass over the target's own features."""
+    from specviz import SpeculativeRun
+    from specviz.runner import CausalRunner
+
+    proposer = EagleProposer(random_eagle(tiny_target, seed=2))
+    run = SpeculativeRun(tiny_target, proposer, PROMPT, DecodeSettings(max_new_tokens=30, gamma=4))
+    for _ in run:
+        sequence = run.tokens
+        cached = proposer.cache.length + proposer.pending.shape[0]
+        assert cached == sequence.shape[0] - 1
+        _, hidden = CausalRunner(tiny_target.model).forward(sequence[:-1])
+        torch.testing.assert_close(torch.cat([proposer.pending]), hidden[proposer.cache.length:], rtol=1e-4, atol=1e-5)
+        fresh = DraftCache(1)
+        length = proposer.cache.length
+        if length:
+            parts = proposer.drafter.parts
+            c, s = parts.rotary(torch.arange(length))
+            proposer.drafter.net(hidden[:length].unsqueeze(0), parts.embed(sequence[1: length + 1]).unsqueeze(0), c, s, fresh)
+            torch.testing.assert_close(proposer.cache.keys[0], fresh.keys[0], rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(proposer.cache.values[0], fresh.values[0], rtol=1e-4, atol=1e-5)
+
+
+# Published formats, written by the test ------------------------------------------------------------------
+
+def write_medusa_published(folder, target, heads=2, layers=1, vocab=None, hidden=None, seed=0):
+    """FasterDecoding's layout: config.json + medusa_lm_head.pt, each head with its own output layer."""
+    torch.manual_seed(seed)
+    hidden = hidden or target.model.config.hidden_size
+    vocab = vocab or target.vocab_size
+    state = {}
+    for h in range(heads):
+        block = {"linear.weight": torch.randn(hidden, hidden) * 0.3, "linear.bias": torch.randn(hidden) * 0.1}
+        for layer in range(layers):  # their `[ResBlock] * layers` repeats one block: same tensors
+            for name, value in block.items():
+                state[f"{h}.{layer}.{name}"] = value
+        state[f"{h}.{layers}.weight"] = torch.randn(vocab, hidden)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(state, folder / "medusa_lm_head.pt")
+    (folder / "config.json").write_text(json.dumps({"medusa_num_heads": heads, "medusa_num_layers": layers,
+                                                    "base_model_name_or_path": "tiny", "transformers_version": "4.34"}))
+    return state
+
+
+def write_eagle_published(folder, target, seed=0, hidden=None, vocab=None, bias=True):
+    """SafeAILab's EAGLE-1 layout: a LlamaConfig-like config.json and pytorch_model.bin."""
+    torch.manual_seed(seed)
+    c = target.model.config
+    hidden = hidden or c.hidden_size
+    vocab = vocab or target.vocab_size
+    heads, kv, head_dim, inter = c.num_attention_heads, c.num_key_value_heads, hidden // c.num_attention_heads, c.intermediate_size
+    r = lambda *shape: torch.randn(*shape) * 0.3
+    state = {
+        "embed_tokens.weight": target.model.get_input_embeddings().weight.detach().clone() if vocab == target.vocab_size and hidden == c.hidden_size else r(vocab, hidden),
+        "fc.weight": r(hidden, 2 * hidden),
+        "layers.0.self_attn.q_proj.weight": r(heads * head_dim, hidden),
+        "layers.0.self_attn.k_proj.weight": r(kv * head_dim, hidden),
+        "layers.0.self_attn.v_proj.weight": r(kv * head_dim, hidden),
+        "layers.0.self_attn.o_proj.weight": r(hidden, heads * head_dim),
+        "layers.0.mlp.gate_proj.weight": r(inter, hidden),
+        "layers.0.mlp.up_proj.weight": r(inter, hidden),
+        "layers.0.mlp.down_proj.weight": r(hidden, inter),
+        "layers.0.post_attention_layernorm.weight": 1 + r(hidden),
+    }
+    if bias:
+        state["fc.bias"] = r(hidden)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(state, folder / "pytorch_model.bin")
+    config = {"architectures": ["LlamaForCausalLM"], "bias": bias, "hidden_act": "silu", "hidden_size": hidden,
+              "intermediate_size": inter, "max_position_embeddings": 512, "model_type": "llama",
+              "num_attention_heads": heads, "num_key_value_heads": kv, "num_hidden_layers": 1,
+              "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "vocab_size": vocab, "torch_dtype": "float16"}
+    (folder / "config.json").write_text(json.dumps(config))
+    return state
+
+
+def test_published_medusa_heads_load_and_draft_what_their_math_says(tiny_target, tmp_path):
+    state = write_medusa_published(tmp_path / "medusa", tiny_target, heads=3, layers=2)
+    proposer = make_proposer("medusa", tiny_target, heads=str(tmp_path / "medusa"))
+    settings = DecodeSettings(max_new_tokens=30, gamma=3)
+    result = run_once(tiny_target, proposer, PROMPT, settings)
+    assert result.token_ids == run_once(tiny_target, PlainProposer(), PROMPT, settings).token_ids
+    # the first step's drafts, recomputed from the file's tensors: head k = W_k (x + SiLU(A x + b)), applied twice
+    from specviz.runner import CausalRunner
+    _, hidden = CausalRunner(tiny_target.model).forward(torch.tensor(PROMPT[:-1]))
+    x0 = hidden[-1]
+    expected = []
+    for h in range(3):
+        x = x0
+        for layer in range(2):
+            x = x + torch.nn.functional.silu(state[f"{h}.{layer}.linear.weight"] @ x + state[f"{h}.{layer}.linear.bias"])
+        expected.append(int((state[f"{h}.2.weight"] @ x).argmax()))
+    assert [p.token_id for p in result.steps[0].positions] == expected
+
+
+def test_published_eagle_drafter_loads_and_matches_a_llama_layer(tiny_target, tmp_path):
+    """The loaded drafter must draft what a transformers Llama decoder layer computes from the same file (with
+    EAGLE-1's changes: no input norm on the first layer, no final norm), fed fc(embed(x_{i+1}), f_i)."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaModel
+
+    state = write_eagle_published(tmp_path / "eagle", tiny_target, seed=4)
+    proposer = make_proposer("eagle", tiny_target, heads=str(tmp_path / "eagle"))
+    gamma = 4
+    settings = DecodeSettings(max_new_tokens=30, gamma=gamma)
+    result = run_once(tiny_target, proposer, PROMPT, settings)
+    assert result.token_ids == run_once(tiny_target, PlainProposer(), PROMPT, settings).token_ids
+
+    c = tiny_target.model.config
+    reference = LlamaModel(LlamaConfig(hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+                                       num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads,
+                                       num_hidden_layers=1, rms_norm_eps=1e-6, vocab_size=c.vocab_size,
+                                       max_position_embeddings=512, rope_theta=c.rope_parameters["rope_theta"]
+                                       if getattr(c, "rope_parameters", None) else 10000.0)).eval()
+    layer_state = {k.removeprefix("layers.0."): v for k, v in state.items() if k.startswith("layers.0.")}
+    missing, _ = reference.layers[0].load_state_dict(layer_state, strict=False)
+    assert missing == ["input_layernorm.weight"]
+    reference.layers[0].input_layernorm = torch.nn.Identity()
+    reference.norm = torch.nn.Identity()
+    fc = torch.nn.Linear(2 * c.hidden_size, c.hidden_size)
+    fc.load_state_dict({"weight": state["fc.weight"], "bias": state["fc.bias"]})
+    head = tiny_target.model.get_output_embeddings().weight.detach()
+    embed = tiny_target.model.get_input_embeddings()
+
+    from specviz.runner import CausalRunner
+    with torch.no_grad():
+        _, hidden = CausalRunner(tiny_target.model).forward(torch.tensor(PROMPT[:-1]))
+        features = list(hidden)  # f_0 .. f_{T-2}
+        next_tokens = PROMPT[1:]  # x_1 .. x_{T-1}
+        drafts = []
+        for _ in range(gamma):  # recompute the whole sequence each time: no cache
+            inputs = fc(torch.cat([embed(torch.tensor(next_tokens)), torch.stack(features)], dim=-1)).unsqueeze(0)
+            out = reference(inputs_embeds=inputs, position_ids=torch.arange(len(features)).unsqueeze(0)).last_hidden_state[0, -1]
+            drafts.append(int((head @ out).argmax()))
+            features.append(out)
+            next_tokens.append(drafts[-1])
+    assert [p.token_id for p in result.steps[0].positions] == drafts
+
+
+def test_heads_for_another_target_are_refused(tiny_target, tmp_path):
+    hidden = tiny_target.model.config.hidden_size
+    write_medusa_published(tmp_path / "m-hidden", tiny_target, hidden=hidden * 2)
+    write_medusa_published(tmp_path / "m-vocab", tiny_target, vocab=tiny_target.vocab_size + 8)
+    write_eagle_published(tmp_path / "e-hidden", tiny_target, hidden=hidden * 2)
+    write_eagle_published(tmp_path / "e-vocab", tiny_target, vocab=tiny_target.vocab_size * 2)
+    for method, name, words in [("medusa", "m-hidden", "hidden size"), ("medusa", "m-vocab", "vocabulary"),
+                                ("eagle", "e-hidden", "hidden size"), ("eagle", "e-vocab", "vocabulary")]:
+        with pytest.raises(DrafterMismatchError, match=words):
+            make_proposer(method, tiny_target, heads=str(tmp_path / name))
+
+
+def test_our_files_for_another_vocabulary_are_refused(tiny_target, tmp_path):
+    from specviz.proposers.checkpoints import save_medusa
+
+    drafter = random_medusa(tiny_target, heads=2, token_ids=torch.tensor([1, 2]))  # ids that fit any vocabulary
+    save_medusa(tmp_path / "m", drafter.heads, torch.tensor([1, 2]),
+                {"trained_for": {"hidden_size": 32, "vocab_size": tiny_target.vocab_size + 1}})
+    with pytest.raises(DrafterMismatchError, match="vocabulary"):
+        make_proposer("medusa", tiny_target, heads=str(tmp_path / "m"))
+
+
+def test_hub_heads_offline_fail_at_once_with_advice(tiny_target, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match="--heads"):
+        make_proposer("eagle", tiny_target, heads="nobody/no-such-eagle-drafter")
+
+
+def test_bad_drafter_folders_say_what_is_wrong(tiny_target, tmp_path):
+    write_medusa_published(tmp_path / "medusa", tiny_target)
+    with pytest.raises(ModelLoadError, match="pytorch_model.bin"):
+        make_proposer("eagle", tiny_target, heads=str(tmp_path / "medusa"))  # Medusa files given to eagle
+    (tmp_path / "eagle3").mkdir()
+    torch.save({"midlayer.self_attn.q_proj.weight": torch.zeros(2, 2), "fc.weight": torch.zeros(2, 6)},
+               tmp_path / "eagle3" / "pytorch_model.bin")
+    (tmp_path / "eagle3" / "config.json").write_text("{}")
+    with pytest.raises(ModelLoadError, match="EAGLE-3"):
+        make_proposer("eagle", tiny_target, heads=str(tmp_path / "eagle3"))
+    with pytest.raises(ModelLoadError, match="no trained eagle drafter ships"):
+        make_proposer("eagle", tiny_target)  # tiny targets have no shipped drafter
+    with pytest.raises(ModelLoadError, match="neither a folder"):
+        make_proposer("medusa", tiny_target, heads=str(tmp_path / "missing"))
+
+
+def test_our_saved_files_round_trip(tiny_target, tmp_path):
+    from specviz.proposers.checkpoints import save_eagle, save_medusa
+
+    subset = torch.tensor([1, 4, 9, 16])
+    eagle = random_eagle(tiny_target, seed=7, token_ids=subset)
+    medusa = random_medusa(tiny_target, heads=2, seed=7, token_ids=subset)
+    save_eagle(tmp_path / "e", eagle.net, subset, {"note": "test"}, dtype=torch.float32)
+    save_medusa(tmp_path / "m", medusa.heads, subset, {"note": "test"}, dtype=torch.float32)
+    settings = DecodeSettings(max_new_tokens=20, gamma=2)
+    for method, original in [("eagle", EagleProposer(eagle)), ("medusa", MedusaProposer(medusa))]:
+        loaded = make_proposer(method, tiny_target, heads=str(tmp_path / method[0]))
+        a, b = run_once(tiny_target, original, PROMPT, settings), run_once(tiny_target, loaded, PROMPT, settings)
+        assert [s.positions[0].token_id for s in a.steps if s.positions] == \
+               [s.positions[0].token_id for s in b.steps if s.positions]
