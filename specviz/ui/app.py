@@ -184,20 +184,21 @@ class SpecvizApp:
         self.demo: gr.Blocks | None = None
 
     # ---- frames: dicts {component: value}; components left out keep their value -------------------------
-    def frame(self, run: LiveRun, cursor: int | None = None, upto: int | None = None, charts_too: bool = True,
-              status: str | None = None) -> dict:
+    def frame(self, run: LiveRun, cursor: int | None = None, upto: int | None = None,
+              parts: frozenset = frozenset({"text", "charts", "race"})) -> dict:
+        """Widget values for the run; parts picks what to redraw: "text" (token view, summary), "charts" (step
+        charts, theory, inspector, step slider), "race". The status always."""
         steps = run.speculative.steps
         sampling = not run.request.settings.greedy
         shown = cursor if cursor is not None else (len(steps) - 1 if steps else None)
-        out = {
-            self.status: status if status is not None else status_of(run, cursor),
-            self.tokens: render.token_view_html(_tokens_of(steps, run.tokenizer), run.request.prompt, run_header(run),
-                                                current_step=cursor, upto_step=upto, sampling=sampling),
-            self.summary: summary_of(run),
-        }
-        if charts_too:
+        out = {self.status: status_of(run, cursor)}
+        if "text" in parts:
+            out[self.tokens] = render.token_view_html(_tokens_of(steps, run.tokenizer), run.request.prompt,
+                                                      run_header(run), current_step=cursor, upto_step=upto,
+                                                      sampling=sampling)
+            out[self.summary] = summary_of(run)
+        if "charts" in parts:
             out[self.step_plot] = charts.step_figure(steps[: upto + 1] if upto is not None else steps, cursor)
-            out[self.race_plot] = self._race(run, cursor)
             metrics = _engine_metrics(run.speculative)
             theory = view.theory(metrics, steps, run.request.settings.gamma, run.speedup) if metrics else None
             out[self.theory_plot] = charts.theory_figure(theory)
@@ -205,6 +206,8 @@ class SpecvizApp:
             out[self.inspector] = charts.inspector_figure(step, _token_text(run.tokenizer), sampling)
             out[self.step_slider] = gr.Slider(minimum=0, maximum=max(len(steps) - 1, 1), value=shown or 0,
                                               interactive=bool(steps))
+        if "race" in parts:
+            out[self.race_plot] = self._race(run, cursor)
         if run.finished:
             out[self.trace] = trace_file(run)
         return out
@@ -222,28 +225,31 @@ class SpecvizApp:
         return charts.race_figure(spec_points, plain_points, run.request.method, current)
 
     def stream(self, run: LiveRun, follow_cursor: bool = False):
-        """Frames while a worker advances the run, throttled; the last one complete. follow_cursor highlights
-        the newest step (step mode)."""
-        state = None
-        last_tokens = last_charts = 0.0
-        seen = -1
-        while True:
-            finished = not run.active
+        """Frames while a worker advances the run, throttled: the token view at most every TOKEN_INTERVAL and
+        only when the speculative run moved on, the charts at most every CHART_INTERVAL; then one complete
+        frame. follow_cursor highlights the newest step (step mode)."""
+        last_text = last_charts = 0.0
+        seen_version, text_steps, chart_steps = -1, -1, -1
+        while run.active:
             now = time.monotonic()
-            if run.version != seen and (finished or now - last_tokens >= TOKEN_INTERVAL):
-                seen = run.version
-                charts_due = finished or now - last_charts >= CHART_INTERVAL
-                cursor = len(run.speculative.steps) - 1 if follow_cursor and run.speculative.steps else None
-                state = self.frame(run, cursor=cursor, charts_too=charts_due)
-                last_tokens = now
-                if charts_due:
+            if run.version != seen_version and now - last_text >= TOKEN_INTERVAL:
+                seen_version, last_text = run.version, now
+                n = len(run.speculative.steps)
+                parts = set()
+                if n != text_steps:
+                    parts.add("text")
+                    text_steps = n
+                if now - last_charts >= CHART_INTERVAL:
+                    parts.add("race")  # the baseline moves it too
+                    if n != chart_steps:
+                        parts.add("charts")
+                        chart_steps = n
                     last_charts = now
-                yield state
-            if finished:
-                break
+                cursor = n - 1 if follow_cursor and n else None
+                yield self.frame(run, cursor=cursor, parts=frozenset(parts))
             time.sleep(0.03)
-        cursor = len(run.speculative.steps) - 1 if follow_cursor and run.speculative.steps else None
-        yield self.frame(run, cursor=cursor)
+        n = len(run.speculative.steps)
+        yield self.frame(run, cursor=n - 1 if follow_cursor and n else None)
 
     # ---- handlers ---------------------------------------------------------------------------------------
     def on_run(self, prompt, method, target, draft, gamma, temperature, top_p, max_new_tokens, seed, compare_plain,
