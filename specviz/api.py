@@ -134,12 +134,16 @@ def generate(
     chat: bool = True,
     exit_layer: int | None = None,
     compare_plain: bool = False,
+    device_map: str | dict | None = None,
+    max_memory: str | dict | None = None,
+    draft_device: str | None = None,
 ) -> Report:
     settings = (settings or DecodeSettings()).validate()
     if not isinstance(prompt, str) or not prompt.strip():  # before loading anything
         raise InvalidSettingError("the prompt is empty; type some text")
-    target_model = target if isinstance(target, LoadedModel) else load_model(target, device, dtype)
-    draft_model = draft if isinstance(draft, LoadedModel) or draft is None else load_model(draft, device, dtype)
+    target_model = target if isinstance(target, LoadedModel) else load_model(target, device, dtype, device_map, max_memory)
+    draft_model = draft if isinstance(draft, LoadedModel) or draft is None else \
+        load_model(draft, draft_device or str(target_model.device), dtype)  # the drafter sits on one device
     proposer = make_proposer(method, target_model, draft_model, exit_layer)
     prompt_ids = encode(target_model, prompt, chat)
     warm_up(target_model)

@@ -119,15 +119,17 @@ def format_table(summary: dict) -> str:
 
 def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, out: str, target: str = "default",
               draft: str | None = None, device: str | None = None, dtype: str | None = None, chat: bool = True,
-              exit_layer: int | None = None, limit: int | None = None, per_category: int | None = None) -> dict:
+              exit_layer: int | None = None, limit: int | None = None, per_category: int | None = None,
+              device_map: str | dict | None = None, max_memory: str | dict | None = None,
+              draft_device: str | None = None) -> dict:
     from tqdm.auto import tqdm
 
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise InvalidSettingError(f"unknown method(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(METHODS)}")
     prompts = load_prompts(prompts_file, limit, per_category)
-    target_model = load_model(target, device, dtype)
-    draft_model = load_model(draft, device, dtype) if draft else None
+    target_model = load_model(target, device, dtype, device_map, max_memory)
+    draft_model = load_model(draft, draft_device or str(target_model.device), dtype) if draft else None
     for method in methods:  # fail on a bad method/drafter before the long run, not after it
         make_proposer(method, target_model, draft_model, exit_layer)
     warm_up(target_model)
@@ -147,7 +149,8 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
                 bar.update()
     report = {
         "device": device_info(target_model.device),
-        "config": {"target": target, "draft": draft, "methods": ["plain", *methods], "prompts_file": prompts_file,
+        "config": {"target": target, "draft": draft, "device_map": device_map, "max_memory": max_memory,
+                   "target_devices": target_model.devices, "methods": ["plain", *methods], "prompts_file": prompts_file,
                    "prompts": len(prompts), "chat": chat, "exit_layer": exit_layer, **settings.__dict__},
         "results": results,
         "summary": summarize_results(results),

@@ -44,6 +44,11 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", default="auto", help="auto, cpu or cuda")
     group.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16")
     group.add_argument("--raw-prompt", action="store_true", help="send the prompt as is, without the chat template")
+    shard = parser.add_argument_group("several GPUs")
+    shard.add_argument("--device-map", default=None,
+                       help="shard the target over this machine's GPUs with accelerate: auto, balanced, sequential, or a JSON map")
+    shard.add_argument("--max-memory", default=None, help="per-device cap for the device map, e.g. 0=20GiB,1=70GiB")
+    shard.add_argument("--draft-device", default=None, help="device of the draft model (default: the target's first)")
 
 
 def settings_from(args) -> DecodeSettings:
@@ -100,7 +105,8 @@ def cmd_generate(args) -> int:
     report = generate(
         args.prompt, method=args.method, target=args.target, draft=args.draft, settings=settings_from(args),
         device=args.device, dtype=args.dtype, chat=not args.raw_prompt, exit_layer=args.exit_layer,
-        compare_plain=args.compare_plain,
+        compare_plain=args.compare_plain, device_map=args.device_map, max_memory=args.max_memory,
+        draft_device=args.draft_device,
     )
     if args.json:
         print(json.dumps(report.to_dict(), ensure_ascii=False))
@@ -130,6 +136,7 @@ def cmd_bench(args) -> int:
         prompts_file=args.prompts, methods=methods, settings=settings_from(args), out=args.out,
         target=args.target, draft=args.draft, device=args.device, dtype=args.dtype, chat=not args.raw_prompt,
         exit_layer=args.exit_layer, limit=args.limit, per_category=args.per_category,
+        device_map=args.device_map, max_memory=args.max_memory, draft_device=args.draft_device,
     )
     return 0
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from .models import LoadedModel
-from .runner import CausalRunner, _cache_keyword, drop_last, new_cache
+from .runner import CausalRunner, _cache_keyword, drop_last, input_device, new_cache
 
 POSITIONS = tuple(range(1, 17))
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
@@ -68,7 +68,7 @@ def measure_batch(target: LoadedModel, batch_sizes: Sequence[int] = BATCH_SIZES,
                   repeats: int = 3) -> Iterator[CostPoint]:
     """Time one forward of one new position for each of B sequences that each have `context` cached tokens."""
     model = target.model
-    device = next(model.parameters()).device
+    device = input_device(model)
     keyword = _cache_keyword(model)
     for b in batch_sizes:
         cache = new_cache()

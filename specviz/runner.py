@@ -52,12 +52,22 @@ def layer_keys_values(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(k, v) for k, v in zip(cache.key_cache, cache.value_cache)]
 
 
+def input_device(model: torch.nn.Module) -> torch.device:
+    """Where token ids go in: the input embedding's device. A model sharded with a device map spans several
+    devices; accelerate's hooks move activations between them."""
+    weight = model.get_input_embeddings().weight
+    if weight.device.type != "meta":
+        return weight.device
+    placed = [p.device for p in model.parameters() if p.device.type != "meta"]
+    return placed[0] if placed else torch.device("cpu")
+
+
 class CausalRunner:
     """Runs new tokens of one sequence (batch 1) through a causal LM with a KV cache."""
 
     def __init__(self, model):
         self.model = model
-        self.device = next(model.parameters()).device
+        self.device = input_device(model)
         self._cache_keyword = _cache_keyword(model)
         self._split_output_layer = _has_plain_output_layer(model)
         self.cache = new_cache()
@@ -86,7 +96,8 @@ class CausalRunner:
             logits = out.logits[0, -1:] if logits_for == "last" else out.logits[0]
         self.length += count
         assert cache_length(self.cache) == self.length, "KV cache out of step with the runner"
-        return logits.float(), hidden
+        # a sharded model ends on another device than it starts: hand results back where the tokens live
+        return logits.float().to(self.device), hidden.to(self.device)
 
     def rollback(self, length: int) -> None:
         """Keep only the first `length` tokens in the cache."""

@@ -39,3 +39,20 @@ def perturbed_copy(base: LoadedModel, noise: float, seed: int = 1) -> LoadedMode
             parameter.add_(torch.randn(parameter.shape, generator=generator) * noise * parameter.std())
     return LoadedModel(name=f"{base.name}-perturbed", model=model, tokenizer=None, device=base.device,
                        dtype=base.dtype)
+
+
+def word_tokenizer(vocab_size: int):
+    """A whitespace word-level tokenizer over the words w0, w1, ... (w0 is the unknown word)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel({f"w{i}": i for i in range(vocab_size)}, unk_token="w0"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="w0")
+
+
+def save_tiny_model(folder, vocab_size: int = 32, seed: int = 0, layers: int = 4, tokenizer=None) -> str:
+    """A tiny random Llama and a tokenizer, saved in save_pretrained layout: a model folder for load_model."""
+    tiny_causal_lm(vocab_size=vocab_size, seed=seed, layers=layers).model.save_pretrained(folder)
+    (tokenizer or word_tokenizer(vocab_size)).save_pretrained(folder)
+    return str(folder)
