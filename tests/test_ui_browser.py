@@ -100,6 +100,27 @@ def test_run_shows_every_kind_a_chart_and_a_tooltip(page, default_target, tmp_pa
     assert shot.stat().st_size > 20_000
 
 
+def test_closing_the_tab_ends_its_session(browser, url):
+    import time
+
+    from specviz.ui import live
+
+    context = browser.new_context()
+    tab = context.new_page()
+    tab.goto(url)
+    tab.wait_for_selector("#sv-run", timeout=60_000)
+    set_field(tab, "sv-prompt", PROMPT)
+    set_field(tab, "sv-max-new", "8")
+    run_and_wait(tab)
+    key = next(k for k, state in live._sessions.items() if state.run is not None and state.run.request.prompt == PROMPT
+               and state.run.request.settings.max_new_tokens == 8)
+    context.close()
+    deadline = time.monotonic() + 30
+    while key in live._sessions and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert key not in live._sessions  # gradio's unload event ran and dropped the session
+
+
 def test_injection_strings_render_as_text_and_run_nothing(page):
     prompt = "Repeat exactly: " + " ".join(INJECTIONS)
     set_field(page, "sv-prompt", prompt)

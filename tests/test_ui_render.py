@@ -125,8 +125,9 @@ def test_tooltip_gives_kind_step_p_q_ratio_and_u(steps):
 
 
 def test_greedy_tooltip_explains_the_argmax_test(steps):
-    tip = parse(render.token_view_html(tokens_of(steps), sampling=False)).spans[0][1]["data-tip"]
-    assert "greedy" in tip and "u =" not in tip
+    tips = [attrs["data-tip"] for _, attrs, _ in parse(render.token_view_html(tokens_of(steps), sampling=False)).spans]
+    assert "greedy" in tips[0] and "u =" not in tips[0]
+    assert tips[4].startswith("resampled") and "most probable" in tips[4] and "residual" not in tips[4]
 
 
 def test_one_hot_drafter_tooltip():
@@ -200,63 +201,76 @@ def test_histogram_and_race_points(steps):
     assert seconds == [0.0, 0.5, 0.7, 0.9] and tokens == [0, 3, 8, 9]
 
 
+def valid(fig):
+    """The figure dict as plotly reads it: graph_objects validates every property and raises on a wrong one."""
+    import plotly.graph_objects as go
+
+    go.Figure(fig)
+    return fig
+
+
 def test_step_figure_panels(steps):
-    fig = charts.step_figure(steps, current_step=1)
-    by_name = {trace.name: trace for trace in fig.data}
-    assert list(by_name["accepted"].y) == [2, 4, 0]
-    assert list(by_name["drafted, not accepted"].y) == [2, 0, 4]
-    assert list(by_name["share of steps"].y) == pytest.approx([2 / 3, 2 / 3, 1 / 3, 1 / 3])
-    assert list(by_name["steps"].y) == [1, 0, 1, 0, 1]
-    assert list(by_name["draft"].y) == [2.0, 2.0, 2.0] and list(by_name["verify"].y) == [10.0, 10.0, 10.0]
-    assert fig.layout.barmode == "stack"  # draft and verify stacked; accepted + not accepted = drafted
-    shaded = [shape for shape in fig.layout.shapes if shape.x0 == 0.5 and shape.x1 == 1.5]
-    assert len(shaded) == 2  # the current step in both per-step panels
+    fig = valid(charts.step_figure(steps, current_step=1))
+    by_name = {trace["name"]: trace for trace in fig["data"]}
+    assert by_name["accepted"]["y"] == [2, 4, 0]
+    assert by_name["drafted, not accepted"]["y"] == [2, 0, 4]
+    assert by_name["share of steps"]["y"] == pytest.approx([2 / 3, 2 / 3, 1 / 3, 1 / 3])
+    assert by_name["steps"]["y"] == [1, 0, 1, 0, 1]
+    assert by_name["draft"]["y"] == [2.0, 2.0, 2.0] and by_name["verify"]["y"] == [10.0, 10.0, 10.0]
+    assert by_name["draft"]["xaxis"] == by_name["verify"]["xaxis"] == "x4"
+    assert fig["layout"]["barmode"] == "stack"  # draft and verify stacked; accepted + not accepted = drafted
+    shaded = [shape for shape in fig["layout"]["shapes"] if shape["x0"] == 0.5 and shape["x1"] == 1.5]
+    assert [shape["xref"] for shape in shaded] == ["x", "x4"]  # the current step in both per-step panels
 
 
 def test_empty_figures_say_why():
-    assert "Charts appear" in charts.step_figure([]).layout.annotations[0].text
-    assert charts.theory_figure(None).layout.annotations
+    assert "Charts appear" in valid(charts.step_figure([]))["layout"]["annotations"][0]["text"]
+    assert valid(charts.theory_figure(None))["layout"]["annotations"]
 
 
 def test_race_figure_has_both_runs_and_the_current_step(steps):
-    fig = charts.race_figure(view.race_points(steps, [0.5, 0.7, 0.9]), ([0, 1, 2], [0, 1, 2]), "ngram", (0.7, 8))
-    assert [t.name for t in fig.data] == ["ngram", "plain decoding", "current step"]
-    assert list(fig.data[2].y) == [8]
+    fig = valid(charts.race_figure(view.race_points(steps, [0.5, 0.7, 0.9]), ([0, 1, 2], [0, 1, 2]), "ngram", (0.7, 8)))
+    assert [t["name"] for t in fig["data"]] == ["ngram", "plain decoding", "current step"]
+    assert fig["data"][2]["y"] == [8]
 
 
 def test_theory_figure_marks_the_gamma_used(steps):
     theory = view.theory(summarize(steps, 9, 1.0, 0.0), steps, 4, 1.7)
-    fig = charts.theory_figure(theory)
-    curve, used, measured = fig.data
-    assert list(curve.x) == list(range(1, 17))
-    assert list(used.x) == [4] and used.y[0] == pytest.approx(theory.expected_speedup)
-    assert measured.y[0] == pytest.approx(1.7)
+    curve, used, measured = valid(charts.theory_figure(theory))["data"]
+    assert curve["x"] == list(range(1, 17))
+    assert curve["y"][3] == pytest.approx(theory.expected_speedup)
+    assert used["x"] == [4] and used["y"][0] == pytest.approx(theory.expected_speedup)
+    assert measured["y"][0] == pytest.approx(1.7)
 
 
 def test_inspector_shows_reached_positions_and_the_draw(steps):
     text = {10: " The", 11: " cat", 12: "<img src=x onerror=alert(1)>", 50: " is"}.get
-    fig = charts.inspector_figure(steps[0], lambda i: text(i) or f"#{i}", sampling=True)
-    titles = [a.text for a in fig.layout.annotations if a.text.startswith(("position", "resampled"))]
+    fig = valid(charts.inspector_figure(steps[0], lambda i: text(i) or f"#{i}", sampling=True))
+    annotations = fig["layout"]["annotations"]
+    titles = [a["text"] for a in annotations if a["text"].startswith(("position", "resampled"))]
     assert len(titles) == 4  # 3 reached positions (2 accepted, the first rejected) + the residual draw
     assert "rejected" in titles[2] and "residual" in titles[3]
-    p_bars = [t for t in fig.data if t.name == "p (target)"]
-    assert len(p_bars) == 3 and all(len(t.x) == len(t.y) for t in p_bars)
-    labels = [label for t in fig.data for label in t.x]
+    p_bars = [t for t in fig["data"] if t["name"] == "p (target)"]
+    assert [t["yaxis"] for t in p_bars] == ["y", "y2", "y3"] and all(len(t["x"]) == len(t["y"]) for t in p_bars)
+    labels = [label for t in fig["data"] for label in t["x"]]
     assert "␣The" in labels and not any("<img" in label for label in labels)
-    arrows = [a.text for a in fig.layout.annotations if a.text in ("drafted", "drawn")]
-    assert arrows.count("drafted") == 3 and arrows.count("drawn") == 1
-    bonus = charts.inspector_figure(steps[1], lambda i: f"#{i}", sampling=True)
-    assert any("bonus" in a.text for a in bonus.layout.annotations)
+    arrows = [(a["text"], a["xref"]) for a in annotations if a["text"] in ("drafted", "drawn")]
+    assert arrows == [("drafted", "x"), ("drafted", "x2"), ("drafted", "x3"), ("drawn", "x4")]
+    residual = [t for t in fig["data"] if t["name"] == "residual (drawn from)"][0]
+    assert residual["y"][residual["x"].index("␣is")] == pytest.approx(0.6)
+    bonus = valid(charts.inspector_figure(steps[1], lambda i: f"#{i}", sampling=True))
+    assert any("bonus" in a["text"] for a in bonus["layout"]["annotations"])
 
 
 def test_compare_and_cost_figures():
     rows = [{"method": "plain", "tokens_per_second": 10.0, "tau": 1.0},
             {"method": "ngram", "tokens_per_second": 15.0, "tau": 2.2}]
-    fig = charts.compare_figure(rows)
-    assert list(fig.data[0].y) == [10.0, 15.0] and list(fig.data[1].y) == [1.0, 2.2]
+    fig = valid(charts.compare_figure(rows))
+    assert fig["data"][0]["y"] == [10.0, 15.0] and fig["data"][1]["y"] == [1.0, 2.2]
     points = [CostPoint("positions", k, 10.0 + k, 128) for k in (1, 2, 4)] + [CostPoint("batch", b, 10.0 * b, 64) for b in (1, 2)]
-    cost = charts.cost_figure(points, "cpu")
-    per_forward = [t for t in cost.data if t.name.startswith("ms per forward")]
-    assert [list(t.x) for t in per_forward] == [[1, 2, 4], [1, 2]]
-    per_position = [t for t in cost.data if t.name == "ms per position (K)"][0]
-    assert list(per_position.y) == pytest.approx([11.0, 6.0, 3.5])
+    cost = valid(charts.cost_figure(points, "cpu"))
+    per_forward = [t for t in cost["data"] if t["name"].startswith("ms per forward")]
+    assert [t["x"] for t in per_forward] == [[1, 2, 4], [1, 2]]
+    per_position = [t for t in cost["data"] if t["name"] == "ms per position (K)"][0]
+    assert per_position["y"] == pytest.approx([11.0, 6.0, 3.5])
+    assert cost["layout"]["xaxis2"]["type"] == "log"

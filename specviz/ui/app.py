@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import gradio as gr
+from gradio.components.plot import PlotData
 
 from ..api import Report, encode, first_difference, make_proposer
 from ..cost_curve import measure_cost_curve
@@ -58,6 +59,11 @@ def css() -> str:
 
 def example_prompts() -> list[str]:
     return json.loads((ASSETS / "example_prompts.json").read_text())
+
+
+def plot(figure: dict) -> PlotData:
+    """A plotly figure dict (charts.py) as gr.Plot's value, without building plotly objects."""
+    return PlotData(type="plotly", plot=json.dumps(figure))
 
 
 def _key(request: gr.Request | None) -> str:
@@ -147,9 +153,16 @@ def status_of(run: LiveRun, session_cursor: int | None = None) -> str:
     return render.status_html(f"Done: {n} steps.", "ok")
 
 
+TRACE_FOLDER = Path(tempfile.gettempdir()) / "specviz-traces"
+TRACE_MAX_AGE = 3600  # seconds a trace file is kept on the server
+
+
 def trace_file(run: LiveRun) -> str | None:
     """The run's full trace as JSON (Report.to_dict(), as `specviz generate --json --compare-plain` writes
-    it, plus the engine-time figures the app shows); a stopped run's steps so far."""
+    it, plus the engine-time figures the app shows); a stopped run's steps so far. Written once per run;
+    files older than TRACE_MAX_AGE are removed."""
+    if run.trace_path is not None and Path(run.trace_path).is_file():
+        return run.trace_path
     report = run.report()
     if report is not None:
         data = report.to_dict()
@@ -162,11 +175,14 @@ def trace_file(run: LiveRun) -> str | None:
                 "steps": [s.to_dict() for s in run.speculative.steps]}
     else:
         return None
-    folder = Path(tempfile.gettempdir()) / "specviz-traces"
-    folder.mkdir(exist_ok=True)
-    path = folder / f"specviz-trace-{run.id}.json"
+    TRACE_FOLDER.mkdir(exist_ok=True)
+    for stale in TRACE_FOLDER.glob("specviz-trace-*.json"):
+        if time.time() - stale.stat().st_mtime > TRACE_MAX_AGE:
+            stale.unlink(missing_ok=True)
+    path = TRACE_FOLDER / f"specviz-trace-{run.id}.json"
     path.write_text(json.dumps(data, ensure_ascii=False))
-    return str(path)
+    run.trace_path = str(path)
+    return run.trace_path
 
 
 # -- streaming -----------------------------------------------------------------------------------------------
@@ -185,9 +201,9 @@ class SpecvizApp:
 
     # ---- frames: dicts {component: value}; components left out keep their value -------------------------
     def frame(self, run: LiveRun, cursor: int | None = None, upto: int | None = None,
-              parts: frozenset = frozenset({"text", "charts", "race"})) -> dict:
+              parts: frozenset = frozenset({"text", "charts", "race", "detail"})) -> dict:
         """Widget values for the run; parts picks what to redraw: "text" (token view, summary), "charts" (step
-        charts, theory, inspector, step slider), "race". The status always."""
+        charts, step slider), "race", "detail" (theory, inspector). The status always."""
         steps = run.speculative.steps
         sampling = not run.request.settings.greedy
         shown = cursor if cursor is not None else (len(steps) - 1 if steps else None)
@@ -198,16 +214,17 @@ class SpecvizApp:
                                                       sampling=sampling)
             out[self.summary] = summary_of(run)
         if "charts" in parts:
-            out[self.step_plot] = charts.step_figure(steps[: upto + 1] if upto is not None else steps, cursor)
-            metrics = _engine_metrics(run.speculative)
-            theory = view.theory(metrics, steps, run.request.settings.gamma, run.speedup) if metrics else None
-            out[self.theory_plot] = charts.theory_figure(theory)
-            step = steps[shown] if shown is not None and shown < len(steps) else None
-            out[self.inspector] = charts.inspector_figure(step, _token_text(run.tokenizer), sampling)
+            out[self.step_plot] = plot(charts.step_figure(steps[: upto + 1] if upto is not None else steps, cursor))
             out[self.step_slider] = gr.Slider(minimum=0, maximum=max(len(steps) - 1, 1), value=shown or 0,
                                               interactive=bool(steps))
         if "race" in parts:
-            out[self.race_plot] = self._race(run, cursor)
+            out[self.race_plot] = plot(self._race(run, cursor))
+        if "detail" in parts:
+            metrics = _engine_metrics(run.speculative)
+            theory = view.theory(metrics, steps, run.request.settings.gamma, run.speedup) if metrics else None
+            out[self.theory_plot] = plot(charts.theory_figure(theory))
+            step = steps[shown] if shown is not None and shown < len(steps) else None
+            out[self.inspector] = plot(charts.inspector_figure(step, _token_text(run.tokenizer), sampling))
         if run.finished:
             out[self.trace] = trace_file(run)
         return out
@@ -226,8 +243,9 @@ class SpecvizApp:
 
     def stream(self, run: LiveRun, follow_cursor: bool = False):
         """Frames while a worker advances the run, throttled: the token view at most every TOKEN_INTERVAL and
-        only when the speculative run moved on, the charts at most every CHART_INTERVAL; then one complete
-        frame. follow_cursor highlights the newest step (step mode)."""
+        only when the speculative run moved on, the step charts and the race at most every CHART_INTERVAL (the
+        theory and the inspector wait for the end); then one complete frame. follow_cursor highlights the
+        newest step (step mode)."""
         last_text = last_charts = 0.0
         seen_version, text_steps, chart_steps = -1, -1, -1
         while run.active:
@@ -245,6 +263,8 @@ class SpecvizApp:
                         parts.add("charts")
                         chart_steps = n
                     last_charts = now
+                if follow_cursor and "text" in parts:
+                    parts.add("detail")  # step mode: the inspector follows the step just taken
                 cursor = n - 1 if follow_cursor and n else None
                 yield self.frame(run, cursor=cursor, parts=frozenset(parts))
             time.sleep(0.03)
@@ -400,9 +420,10 @@ class SpecvizApp:
         return {
             self.tokens: render.token_view_html(_tokens_of(steps, run.tokenizer), run.request.prompt, run_header(run), current_step=k,
                                                 sampling=not run.request.settings.greedy),
-            self.inspector: charts.inspector_figure(steps[k], _token_text(run.tokenizer), not run.request.settings.greedy),
-            self.step_plot: charts.step_figure(steps, k),
-            self.race_plot: self._race(run, k),
+            self.inspector: plot(charts.inspector_figure(steps[k], _token_text(run.tokenizer),
+                                                         not run.request.settings.greedy)),
+            self.step_plot: plot(charts.step_figure(steps, k)),
+            self.race_plot: plot(self._race(run, k)),
         }
 
     def on_pair(self, pair):
@@ -424,7 +445,7 @@ class SpecvizApp:
 
         def out(message, level="info"):
             return {self.compare_status: render.status_html(message, level), self.compare_table: table(),
-                    self.compare_plot: charts.compare_figure(rows)}
+                    self.compare_plot: plot(charts.compare_figure(rows))}
 
         try:
             settings = settings_from_form(max_new_tokens, gamma, temperature, top_p, seed)
@@ -500,15 +521,16 @@ class SpecvizApp:
             points.append(point)
             label = "new positions" if point.axis == "positions" else "batch size"
             yield {self.cost_status: render.status_html(f"Measured {label} {point.x}: {point.ms:.1f} ms", "info"),
-                   self.cost_plot: charts.cost_figure(points, device)}
+                   self.cost_plot: plot(charts.cost_figure(points, device))}
         measurements.close()
         done = "Stopped." if state.cancel.is_set() else "Done: median of 3 forwards per point."
         yield {self.cost_status: render.status_html(done, "warn" if state.cancel.is_set() else "ok"),
-               self.cost_plot: charts.cost_figure(points, device)}
+               self.cost_plot: plot(charts.cost_figure(points, device))}
 
     # ---- layout -----------------------------------------------------------------------------------------
     def build(self) -> gr.Blocks:
-        with gr.Blocks(title="specviz: speculative decoding, step by step") as demo:
+        with gr.Blocks(title="specviz: speculative decoding, step by step",
+                       delete_cache=(TRACE_MAX_AGE, TRACE_MAX_AGE)) as demo:
             gr.Markdown("# specviz: speculative decoding, step by step\n"
                         "A drafter proposes the next few tokens; the target model checks them all in one forward "
                         "pass, keeps the ones it agrees with and draws the next one itself. Every number here is "

@@ -176,6 +176,7 @@ class LiveRun:
         self.error: str | None = None
         self.paused_ever = False
         self.version = 0  # bumped at every step: the UI redraws only when it changed
+        self.trace_path: str | None = None  # the exported trace, once written
         self._stop = threading.Event()
         self._pause = threading.Event()
         self._mutex = threading.Lock()  # one driver at a time (the worker or a single step)

@@ -1,12 +1,20 @@
-"""What the UI costs the engine: tokens/s of the same runs headless and with the app streaming them.
+"""What the UI costs the engine: tokens/s of the same runs with and without the app streaming them.
 
     python -m specviz.ui.overhead --rounds 2 --max-new-tokens 96 [--method ngram] [--out runs/ui_overhead.json]
 
 One process serves the app (the model loaded once) and runs the headless runs; a second process is the user,
-a gradio_client that submits each prompt to /run and reads every streamed update (as a browser would). The
-two kinds of run alternate, prompt by prompt, in both orders, so that drift on a shared machine falls on
-both. Speeds are the engine's own (wall time from its first to its last step): in the app that wall time
-includes everything the UI did meanwhile.
+a gradio_client that submits each prompt to /run and reads every streamed update (as a browser would). Per
+prompt, three ways, in an order that rotates from prompt to prompt so that drift on a shared machine falls
+on all three:
+
+- library: `specviz.api.run_once` (plain, then speculative), in a fresh thread;
+- driver: the app's own run driver (live.LiveRun: worker thread, engine lock), with no UI polling it;
+- app: the same through the web app, streamed to the client.
+
+app / driver is what the UI costs; driver / library what the driver costs. Speeds are the engine's own
+(wall time from its first to its last step): in the app that wall time includes everything the UI did. The
+CPU time of this process (all its threads: engine, UI, server; not the client's) is measured around each
+way too: on a shared machine it is steadier than speed.
 """
 from __future__ import annotations
 
@@ -16,6 +24,8 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
+import time
 
 CLIENT = r"""
 import json, sys
@@ -28,6 +38,7 @@ for line in sys.stdin:
     final = job.outputs()[-1]
     print(json.dumps({"trace": final[8], "updates": updates}), flush=True)
 """
+WAYS = ("library", "driver", "app")
 
 
 def main(argv=None) -> int:
@@ -45,6 +56,7 @@ def main(argv=None) -> int:
     from ..models import load_model
     from ..proposers import PlainProposer
     from ..settings import DecodeSettings
+    from . import live
     from .app import build_demo, example_prompts, launch
 
     target = load_model("default")
@@ -54,53 +66,84 @@ def main(argv=None) -> int:
     client = subprocess.Popen([sys.executable, "-c", CLIENT, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
 
-    def ui_run(prompt: str) -> dict:
+    def app(prompt: str) -> dict:
         client.stdin.write(json.dumps(dict(
             prompt=prompt, method=args.method, target="default", draft="none", gamma=args.gamma, temperature=0,
             top_p=1, max_new_tokens=args.max_new_tokens, seed=0, compare_plain=True, step_mode=False)) + "\n")
         client.stdin.flush()
         reply = json.loads(client.stdout.readline())
         trace = json.loads(open(reply["trace"]).read())
-        return {"spec_tps": trace["metrics"]["tokens_per_second"], "plain_tps": trace["plain"]["tokens_per_second"],
+        return {"spec": trace["metrics"]["tokens_per_second"], "plain": trace["plain"]["tokens_per_second"],
                 "tokens": trace["metrics"]["new_tokens"], "updates": reply["updates"], "token_ids": trace["token_ids"]}
 
-    def headless_run(prompt: str) -> dict:
-        ids = encode(target, prompt)
-        plain = run_once(target, PlainProposer(), ids, settings, prompt)
-        spec = run_once(target, make_proposer(args.method, target), ids, settings, prompt)
-        return {"spec_tps": spec.metrics.tokens_per_second, "plain_tps": plain.metrics.tokens_per_second,
+    def driver(prompt: str) -> dict:
+        run = live.LiveRun(live.RunRequest(prompt, args.method, "default", None, settings), target, None)
+        run.start()
+        run.join()
+        spec, plain = run.speculative.result, run.plain.result
+        return {"spec": spec.metrics.tokens_per_second, "plain": plain.metrics.tokens_per_second,
                 "tokens": spec.metrics.new_tokens, "token_ids": spec.token_ids}
 
+    def library(prompt: str) -> dict:
+        out = {}
+
+        def work():  # a fresh thread, as the driver uses one
+            ids = encode(target, prompt)
+            plain = run_once(target, PlainProposer(), ids, settings, prompt)
+            spec = run_once(target, make_proposer(args.method, target), ids, settings, prompt)
+            out.update(spec=spec.metrics.tokens_per_second, plain=plain.metrics.tokens_per_second,
+                       tokens=spec.metrics.new_tokens, token_ids=spec.token_ids)
+
+        worker = threading.Thread(target=work)
+        worker.start()
+        worker.join()
+        return out
+
+    runners = {"library": library, "driver": driver, "app": app}
     prompts = example_prompts()
-    ui_run(prompts[0])  # warm both paths: first-call costs land in no measured run
-    headless_run(prompts[0])
+    for way in WAYS:  # warm every path: first-call costs land in no measured run
+        runners[way](prompts[0])
     rows = []
     for round_index in range(args.rounds):
         for i, prompt in enumerate(prompts):
-            ui_first = (i + round_index) % 2 == 0
-            first, second = (ui_run, headless_run) if ui_first else (headless_run, ui_run)
-            a, b = first(prompt), second(prompt)
-            ui, headless = (a, b) if ui_first else (b, a)
-            assert ui["token_ids"] == headless["token_ids"], "the app and the library disagree on the output"
-            row = {"round": round_index, "prompt": prompt[:60], "tokens": ui["tokens"], "updates": ui["updates"],
-                   "ui_spec_tps": ui["spec_tps"], "headless_spec_tps": headless["spec_tps"],
-                   "ui_plain_tps": ui["plain_tps"], "headless_plain_tps": headless["plain_tps"]}
+            shift = (i + round_index) % len(WAYS)
+            order = WAYS[shift:] + WAYS[:shift]
+            measured = {}
+            for way in order:
+                cpu = time.process_time()  # every thread of this process: engine, UI, server (not the client)
+                measured[way] = runners[way](prompt)
+                measured[way]["cpu"] = time.process_time() - cpu
+            assert len({tuple(m["token_ids"]) for m in measured.values()}) == 1, "the three ways disagree on the output"
+            row = {"round": round_index, "prompt": prompt[:60], "order": order, "tokens": measured["app"]["tokens"],
+                   "updates": measured["app"]["updates"]}
+            for way in WAYS:
+                row[f"{way}_spec_tps"] = measured[way]["spec"]
+                row[f"{way}_plain_tps"] = measured[way]["plain"]
+                row[f"{way}_cpu_s"] = measured[way]["cpu"]
             rows.append(row)
-            print(f"{row['prompt'][:40]:40s} {row['tokens']:4d} tok  {row['updates']:3d} updates  spec "
-                  f"{row['headless_spec_tps']:6.1f} headless {row['ui_spec_tps']:6.1f} app   plain "
-                  f"{row['headless_plain_tps']:6.1f} headless {row['ui_plain_tps']:6.1f} app", flush=True)
+            print(f"{row['prompt'][:36]:36s} {row['tokens']:3d} tok {row['updates']:3d} upd | spec tok/s "
+                  + " ".join(f"{way} {row[f'{way}_spec_tps']:5.1f}" for way in WAYS) + " | plain tok/s "
+                  + " ".join(f"{way} {row[f'{way}_plain_tps']:5.1f}" for way in WAYS) + " | cpu s "
+                  + " ".join(f"{way} {row[f'{way}_cpu_s']:5.1f}" for way in WAYS), flush=True)
     client.stdin.close()
     client.wait(30)
     demo.close()
 
-    def ratio(kind):
-        return statistics.median(r[f"ui_{kind}_tps"] / r[f"headless_{kind}_tps"] for r in rows)
+    def median_ratio(kind, a, b):
+        return statistics.median(r[f"{a}_{kind}_tps"] / r[f"{b}_{kind}_tps"] for r in rows)
 
-    summary = {"device": str(target.device), "threads": torch.get_num_threads(), "load_average": os.getloadavg(),
-               "method": args.method, "max_new_tokens": args.max_new_tokens, "runs": len(rows),
-               "median_ratio_app_over_headless": {"speculative": ratio("spec"), "plain": ratio("plain")},
-               "mean_tps": {k: statistics.fmean(r[k] for r in rows) for k in
-                            ("headless_spec_tps", "ui_spec_tps", "headless_plain_tps", "ui_plain_tps")}}
+    summary = {
+        "device": str(target.device), "threads": torch.get_num_threads(), "load_average": os.getloadavg(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "method": args.method,
+        "max_new_tokens": args.max_new_tokens, "runs_per_way": len(rows),
+        "median_ratio": {f"{a}/{b} {kind}": median_ratio(kind, a, b)
+                         for a, b in (("app", "driver"), ("driver", "library"), ("app", "library"))
+                         for kind in ("spec", "plain")},
+        "median_cpu_ratio": {f"{a}/{b}": statistics.median(r[f"{a}_cpu_s"] / r[f"{b}_cpu_s"] for r in rows)
+                             for a, b in (("app", "driver"), ("driver", "library"))},
+        "mean_tokens_per_second": {f"{way} {kind}": statistics.fmean(r[f"{way}_{kind}_tps"] for r in rows)
+                                   for way in WAYS for kind in ("spec", "plain")},
+    }
     print(json.dumps(summary, indent=1))
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)

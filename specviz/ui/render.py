@@ -44,8 +44,10 @@ def token_tip(token: TokenRecord, sampling: bool = True, reached: bool = True) -
                          f"(accepted iff u < min(1, p/q))")
         else:
             lines.append("greedy: accepted iff it is the target's most probable token (no draw u)")
-    elif token.kind == TokenKind.RESAMPLED:
+    elif token.kind == TokenKind.RESAMPLED and sampling:
         lines.append(f"p = {_number(token.p)}   drawn from the residual max(0, p - q), renormalised")
+    elif token.kind == TokenKind.RESAMPLED:
+        lines.append(f"p = {_number(token.p)}   the target's most probable token, in place of the rejected draft")
     elif token.kind == TokenKind.BONUS:
         lines.append(f"p = {_number(token.p)}   drawn from p after all drafts were accepted")
     else:
