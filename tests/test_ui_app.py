@@ -100,6 +100,24 @@ def test_stop_mid_way_then_run_again(url):
     assert "Done" in again[-1][STATUS] and kinds_in(again[-1][TOKENS])
 
 
+def test_pause_then_step_then_stop(url):
+    client = Client(url, verbose=False)
+    job = client.submit(**run_args(max_new_tokens=400, prompt="Write a long story about a dragon and a knight."),
+                        api_name="/run")
+    deadline = time.monotonic() + 180
+    while not any(kinds_in(o[TOKENS]) for o in job.outputs()):
+        assert time.monotonic() < deadline, "no tokens arrived"
+        time.sleep(0.05)
+    client.predict(api_name="/pause")
+    paused = wait_done(job, timeout=30)[-1]
+    assert "Paused after step" in paused[STATUS]
+    steps_before = max(steps_in(paused[TOKENS]))
+    stepped = wait_done(client.submit(api_name="/next_step"))[-1]
+    assert max(steps_in(stepped[TOKENS])) == steps_before + 1
+    stopped = client.predict(api_name="/stop")
+    assert "Stopped after" in stopped[STATUS]
+
+
 def test_speculate_endpoint_returns_the_generate_json(url, default_target):
     client = Client(url, verbose=False)
     report = client.predict(prompt=PROMPT, method="ngram", max_new_tokens=16, gamma=3, temperature=0.0, seed=0,

@@ -262,6 +262,15 @@ def test_inspector_shows_reached_positions_and_the_draw(steps):
     assert any("bonus" in a["text"] for a in bonus["layout"]["annotations"])
 
 
+def test_chart_labels_show_the_characters_plotly_would_otherwise_read_as_markup():
+    import html
+    for text in ['"', "'", "<b>x</b>", "$x$", "a & b", "<img src=x onerror=alert(1)>"]:
+        label = charts.escape_label(text)
+        assert not any(c in label for c in '<>"$\'') and "&quot;" not in label and "&#x27;" not in label
+        assert html.unescape(label) == text
+    assert charts.token_label(' "') == "␣&#34;"
+
+
 def test_compare_and_cost_figures():
     rows = [{"method": "plain", "tokens_per_second": 10.0, "tau": 1.0},
             {"method": "ngram", "tokens_per_second": 15.0, "tau": 2.2}]

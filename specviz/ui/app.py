@@ -356,7 +356,7 @@ class SpecvizApp:
         state.replaying = False
         if state.run is not None and state.run.active:
             state.run.pause()
-            return {}
+            return {self.status: render.status_html("Pausing after the current step…", "info")}
         return {self.status: render.status_html("Nothing to pause: press Run (or Replay).", "info")}
 
     def on_resume(self, request: gr.Request):
@@ -413,7 +413,7 @@ class SpecvizApp:
         state = session(_key(request))
         run = state.run
         if run is None or not run.speculative.steps:
-            return {}
+            return {self.tokens: gr.skip()}  # (an empty dict would read as one value)
         k = min(max(int(index or 0), 0), len(run.speculative.steps) - 1)
         state.cursor = k
         steps = run.speculative.steps
@@ -428,7 +428,7 @@ class SpecvizApp:
 
     def on_pair(self, pair):
         if pair not in PAIRS:
-            return {}
+            return {self.method: gr.skip()}
         target, draft = PAIRS[pair]
         return {self.target: target, self.draft: draft, self.method: "draft"}
 

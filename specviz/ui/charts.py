@@ -3,8 +3,8 @@ format, {"data": [traces], "layout": {...}}, as plain dicts.
 
 Plain dicts, not plotly.graph_objects: building validated figure objects costs 30-100 ms each, which a
 2-core CPU takes from the engine while it streams (the tests validate every figure with plotly instead).
-Token texts in labels go through render.escape_text: plotly reads a few HTML tags and `$...$` (LaTeX) in
-strings, and a token must show as the characters it is."""
+Token texts in labels go through escape_label: plotly reads a few HTML tags and `$...$` (LaTeX) in strings,
+and a token must show as the characters it is."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from ..cost_curve import CostPoint
 from ..metrics import per_position_acceptance
 from ..records import StepRecord, TopTokens
-from .render import escape_text
 from .view import Theory, accepted_length_counts, speedup_curve
 
 COLOURS = {"accepted": "#004488", "rejected": "#BB5566", "resampled": "#DDAA33", "bonus": "#228833",
@@ -20,6 +19,15 @@ COLOURS = {"accepted": "#004488", "rejected": "#BB5566", "resampled": "#DDAA33",
            "residual": "#DDAA33", "current": "rgba(221, 170, 51, 0.25)"}
 INSPECTOR_TOP = 8  # tokens per distribution shown in the inspector
 _AXIS = {"gridcolor": "#e8e8e8", "zerolinecolor": "#cccccc", "linecolor": "#999999", "automargin": True}
+
+
+# plotly decodes &amp; &lt; &gt; and numeric references in text, but not &quot; or &#x27;
+_LABEL_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;", "$": "&#36;"})
+
+
+def escape_label(text) -> str:
+    """Text for a plotly label or title: markup and LaTeX delimiters shown as characters."""
+    return str(text).translate(_LABEL_ESCAPES)
 
 
 def _axis_id(k: int) -> str:
@@ -69,7 +77,7 @@ def _bar(x, y, name: str, colour: str, **extra) -> dict:
 
 def empty_figure(message: str, height: int = 260) -> dict:
     fig = _figure([], "", height)
-    fig["layout"]["annotations"].append({"text": escape_text(message), "showarrow": False, "x": 0.5, "y": 0.5,
+    fig["layout"]["annotations"].append({"text": escape_label(message), "showarrow": False, "x": 0.5, "y": 0.5,
                                          "xref": "paper", "yref": "paper", "font": {"size": 14, "color": "#666"}})
     _axes(fig, 1, {"visible": False}, {"visible": False})
     return fig
@@ -120,7 +128,7 @@ def race_figure(speculative: tuple[Sequence[float], Sequence[int]], plain: tuple
     """Tokens against engine time for the speculative run and plain decoding of the same prompt."""
     seconds, tokens = speculative
     data = [{"type": "scatter", "x": list(seconds), "y": list(tokens), "mode": "lines+markers",
-             "name": escape_text(method), "line": {"color": COLOURS["accepted"], "width": 3}, "marker": {"size": 4}}]
+             "name": escape_label(method), "line": {"color": COLOURS["accepted"], "width": 3}, "marker": {"size": 4}}]
     if plain is not None and len(plain[0]) > 1:
         data.append({"type": "scatter", "x": list(plain[0]), "y": list(plain[1]), "mode": "lines",
                      "name": "plain decoding", "line": {"color": COLOURS["plain"], "width": 2, "dash": "dash"}})
@@ -160,7 +168,7 @@ def theory_figure(theory: Theory | None) -> dict:
 
 def token_label(text: str) -> str:
     """A token as a chart label: spaces and newlines made visible, markup escaped."""
-    return escape_text(text.replace(" ", "␣").replace("\n", "⏎") or "∅")
+    return escape_label(text.replace(" ", "␣").replace("\n", "⏎") or "∅")
 
 
 def _union_top(tops: list[TopTokens | None], n: int) -> list[int]:
@@ -248,7 +256,7 @@ def compare_figure(rows: list[dict]) -> dict:
     """Per method: tokens/s (plain included) and tokens per step."""
     if not rows:
         return empty_figure("Results appear here method by method.", 340)
-    names = [escape_text(r["method"]) for r in rows]
+    names = [escape_label(r["method"]) for r in rows]
     colours = [COLOURS["plain"] if r["method"] == "plain" else COLOURS["accepted"] for r in rows]
     data = [
         _on({"type": "bar", "x": names, "y": [r["tokens_per_second"] for r in rows], "marker": {"color": colours},
@@ -264,7 +272,7 @@ def cost_figure(points: list[CostPoint], device: str) -> dict:
     """Forward time against new positions K (batch 1) and against batch size B (one position each)."""
     if not points:
         return empty_figure("Press Measure to time the target on this machine.", 340)
-    fig = _figure([], f"Target forward time on {escape_text(device)}", 380, 1, 2,
+    fig = _figure([], f"Target forward time on {escape_label(device)}", 380, 1, 2,
                   ("one forward, K new positions (batch 1)", "one forward, batch B (1 new position each)"))
     for k, axis, label in ((1, "positions", "K"), (2, "batch", "B")):
         chosen = [p for p in points if p.axis == axis]
@@ -274,6 +282,6 @@ def cost_figure(points: list[CostPoint], device: str) -> dict:
         fig["data"].append(_on({"type": "scatter", "x": xs, "y": [p.ms / p.x for p in chosen], "mode": "lines+markers",
                                 "name": f"ms per position ({label})",
                                 "line": {"color": COLOURS["resampled"], "dash": "dash"}}, k))
-        _axes(fig, k, {"title": {"text": label}, **({"type": "log"} if axis == "batch" else {"dtick": 1})},
+        _axes(fig, k, {"title": {"text": label}, **({"type": "log", "tickvals": xs} if axis == "batch" else {"dtick": 1})},
               {"title": {"text": "ms"}, "rangemode": "tozero"})
     return fig
