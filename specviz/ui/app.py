@@ -27,7 +27,7 @@ from ..proposers import METHODS, PlainProposer
 from ..records import StepRecord, TokenRecord
 from . import charts, render, view
 from .gpu import gpu
-from .live import (BASELINE, DONE, ENGINE_LOCK, FAILED, PAUSED, READY, RUNNING, STOPPED, USES_DRAFT_MODEL, LiveRun,
+from .live import (BASELINE, ENGINE_LOCK, FAILED, PAUSED, READY, RUNNING, STOPPED, USES_DRAFT_MODEL, LiveRun,
                    RunRequest, SteppedRun, end_session, load_models, model_name, session, settings_from_form)
 
 log = logging.getLogger(__name__)

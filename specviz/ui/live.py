@@ -332,7 +332,6 @@ class Session:
     cursor: int | None = None  # the step shown highlighted (step mode, replay); None: follow the run
     replaying: bool = False
     cancel: threading.Event = field(default_factory=threading.Event)  # Stop, for comparisons and cost curves
-    touched: float = field(default_factory=time.monotonic)
 
 
 MAX_SESSIONS = 256
@@ -348,7 +347,6 @@ def session(key: str) -> Session:
         if state is None:
             state = _sessions[key] = Session()
         _sessions.move_to_end(key)
-        state.touched = time.monotonic()
         evicted = []
         while len(_sessions) > MAX_SESSIONS:
             evicted.append(_sessions.popitem(last=False)[1])
@@ -374,8 +372,3 @@ def models_in_use() -> set[str]:
         if run.request.draft:
             names.add(run.request.draft)
     return names
-
-
-def active_runs() -> list[LiveRun]:
-    with _sessions_lock:
-        return [s.run for s in _sessions.values() if s.run is not None and s.run.active]
