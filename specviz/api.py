@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from .engine import SpeculativeRun
+from .fast import make_runner, runners_of
 from .errors import InvalidSettingError
 from .models import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
 from .proposers import (METHODS, AdaptiveProposer, EarlyExitDrafter, ModelDrafter, NgramProposer, PlainProposer,
@@ -58,20 +59,27 @@ def encode(target: LoadedModel, prompt: str, chat: bool = True) -> list[int]:
 _warmed: set[int] = set()
 
 
-def warm_up(target: LoadedModel) -> None:
-    """One short untimed run per model, so that first-call costs (allocator, kernels, lazy imports) land in
-    no measured run."""
-    if id(target.model) in _warmed:
-        return
-    ids = list(range(1, 9))
-    for _ in SpeculativeRun(target, PlainProposer(), ids, DecodeSettings(max_new_tokens=4, stop_at_eos=False)):
-        pass
-    _warmed.add(id(target.model))
+def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024, proposers=()) -> None:
+    """Untimed work before anything is measured: one short run per model (allocator, kernels, lazy
+    imports), and on the fast path the CUDA graphs (and compiled kernels) for forwards of up to
+    `max_positions` positions in sequences of up to `max_length` tokens, for the target and for the
+    runners of the given proposers. Graphs already captured are kept, so calling it again is cheap."""
+    if id(target.model) not in _warmed:
+        ids = list(range(1, 9))
+        for _ in SpeculativeRun(target, PlainProposer(), ids, DecodeSettings(max_new_tokens=4, stop_at_eos=False)):
+            pass
+        _warmed.add(id(target.model))
+    runner = make_runner(target.model)
+    for each in [runner, *(r for p in proposers for r in runners_of(p))]:
+        if hasattr(each, "warm_up"):
+            each.warm_up(max_positions, max_length)
+    if hasattr(runner, "release"):
+        runner.release()
 
 
 def run_once(target: LoadedModel, proposer: Proposer, prompt_ids: list[int], settings: DecodeSettings,
-             prompt_text: str = "") -> RunResult:
-    run = SpeculativeRun(target, proposer, prompt_ids, settings, prompt_text=prompt_text)
+             prompt_text: str = "", detail: bool = True) -> RunResult:
+    run = SpeculativeRun(target, proposer, prompt_ids, settings, prompt_text=prompt_text, detail=detail)
     for _ in run:
         pass
     return run.result

@@ -1,20 +1,25 @@
 """`specviz bench`: every prompt through plain decoding and each method, in one process on one device, so
-that every speedup is a ratio measured side by side."""
+that every speedup is a ratio measured side by side. Optionally transformers' own `generate()` (plain, with
+prompt lookup, with an assistant model) on the same prompts, same model, same card, for comparison."""
 from __future__ import annotations
 
 import json
 import platform
+import statistics
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 
-from .api import encode, make_proposer, run_once, warm_up, first_difference
+from .api import encode, first_difference, make_proposer, run_once, warm_up
 from .errors import InvalidSettingError
 from .models import load_model
 from .proposers import METHODS, PlainProposer
 from .settings import DecodeSettings
+
+HF_BASELINES = ("hf-generate", "hf-prompt-lookup", "hf-assisted")
 
 
 def load_prompts(path: str, limit: int | None = None, per_category: int | None = None) -> list[dict]:
@@ -46,6 +51,19 @@ def load_prompts(path: str, limit: int | None = None, per_category: int | None =
     return prompts
 
 
+def pick_subset(prompts: list[dict], per_category: int | None, limit: int | None = None) -> set:
+    """prompt_ids of the first `per_category` prompts of each category (all when None); with `limit`, that
+    many of them, spread evenly over the list (so over the categories)."""
+    seen, chosen = defaultdict(int), []
+    for prompt in prompts:
+        if per_category is None or seen[prompt["category"]] < per_category:
+            seen[prompt["category"]] += 1
+            chosen.append(prompt["prompt_id"])
+    if limit is not None and limit < len(chosen):
+        chosen = [chosen[round(i * len(chosen) / limit)] for i in range(limit)]
+    return set(chosen)
+
+
 def device_info(device: torch.device) -> dict:
     import transformers
 
@@ -61,6 +79,7 @@ def device_info(device: torch.device) -> dict:
 def _row(prompt: dict, method: str, result, plain) -> dict:
     metrics = result.metrics
     greedy = result.settings.get("temperature", 0) == 0
+    difference = first_difference(result.token_ids, plain.token_ids) if greedy else None
     return {
         "prompt_id": prompt["prompt_id"], "category": prompt["category"], "method": method,
         "new_tokens": metrics.new_tokens, "wall_seconds": metrics.wall_seconds,
@@ -69,24 +88,87 @@ def _row(prompt: dict, method: str, result, plain) -> dict:
         "target_forwards": metrics.target_forwards, "draft_seconds": metrics.draft_seconds,
         "verify_seconds": metrics.verify_seconds,
         "speedup": plain.metrics.wall_seconds / metrics.wall_seconds if metrics.wall_seconds > 0 else None,
-        "identical_to_plain": (first_difference(result.token_ids, plain.token_ids) is None) if greedy else None,
+        "identical_to_plain": (difference is None) if greedy else None,
+        "first_difference": difference,
     }
 
 
+# transformers' generate(), same model, same card ---------------------------------------------------------
+
+def hf_generate(target, prompt_ids: list[int], settings: DecodeSettings, mode: str, draft=None) -> tuple[list[int], float]:
+    """One transformers generate() call: "hf-generate" (plain), "hf-prompt-lookup"
+    (prompt_lookup_num_tokens = gamma) or "hf-assisted" (assistant_model = the draft model, gamma
+    candidate tokens). Returns (new token ids, wall seconds)."""
+    model, device = target.model, target.device
+    input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+    options = dict(max_new_tokens=settings.max_new_tokens, attention_mask=torch.ones_like(input_ids),
+                   pad_token_id=model.generation_config.pad_token_id or model.config.eos_token_id)
+    if settings.greedy:
+        options.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+    else:
+        options.update(do_sample=True, temperature=settings.temperature, top_k=settings.top_k or None,
+                       top_p=settings.top_p)
+    if not settings.stop_at_eos:
+        options.update(eos_token_id=None)
+    if mode == "hf-prompt-lookup":
+        options.update(prompt_lookup_num_tokens=settings.gamma)
+    elif mode == "hf-assisted":
+        if draft is None:
+            raise InvalidSettingError("hf-assisted needs a draft model: pass --draft")
+        options.update(assistant_model=draft.model, num_assistant_tokens=settings.gamma)
+    elif mode != "hf-generate":
+        raise InvalidSettingError(f"unknown transformers baseline {mode!r}; choose from {', '.join(HF_BASELINES)}")
+    if settings.seed is not None:
+        torch.manual_seed(settings.seed)
+    _sync(device)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(input_ids, **options)
+    _sync(device)
+    return out[0, len(prompt_ids):].tolist(), time.perf_counter() - start
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _hf_row(prompt: dict, mode: str, ids: list[int], seconds: float, plain) -> dict:
+    difference = first_difference(ids, plain.token_ids)
+    greedy = plain.settings.get("temperature", 0) == 0
+    return {
+        "prompt_id": prompt["prompt_id"], "category": prompt["category"], "method": mode,
+        "new_tokens": len(ids), "wall_seconds": seconds, "tokens_per_second": len(ids) / seconds if seconds else 0.0,
+        "mean_accepted_length": None, "acceptance_rate": None, "drafted": 0, "accepted": 0, "target_forwards": None,
+        "draft_seconds": None, "verify_seconds": None,
+        "speedup": plain.metrics.wall_seconds / seconds if seconds > 0 else None,
+        "identical_to_plain": (difference is None) if greedy else None,
+        "first_difference": difference if greedy else None,
+    }
+
+
+# summaries -----------------------------------------------------------------------------------------------
+
 def aggregate(rows: list[dict], plain_rows: list[dict]) -> dict:
     """Pooled figures: tok/s = all tokens / all seconds; speedup = that over plain's on the same prompts."""
+    ids = {r["prompt_id"] for r in rows}
+    plain_rows = [r for r in plain_rows if r["prompt_id"] in ids]  # the same prompts (transformers: a subset)
     tokens = sum(r["new_tokens"] for r in rows)
     wall = sum(r["wall_seconds"] for r in rows)
     drafted = sum(r["drafted"] for r in rows)
+    forwards = [r["target_forwards"] for r in rows if r["target_forwards"] is not None]
     plain_tps = sum(r["new_tokens"] for r in plain_rows) / max(1e-9, sum(r["wall_seconds"] for r in plain_rows))
     tps = tokens / wall if wall else 0.0
     identical = [r["identical_to_plain"] for r in rows if r["identical_to_plain"] is not None]
+    divergences = [r["first_difference"] for r in rows if r.get("first_difference") is not None]
     return {
         "prompts": len(rows), "new_tokens": tokens, "wall_seconds": wall, "tokens_per_second": tps,
-        "mean_accepted_length": tokens / max(1, sum(r["target_forwards"] for r in rows)),
+        "mean_accepted_length": tokens / max(1, sum(forwards)) if len(forwards) == len(rows) else None,
         "acceptance_rate": sum(r["accepted"] for r in rows) / drafted if drafted else None,
         "speedup": tps / plain_tps if plain_tps else None,
         "identical_share": sum(identical) / len(identical) if identical else None,
+        "first_difference_min": min(divergences) if divergences else None,
+        "first_difference_median": statistics.median(divergences) if divergences else None,
     }
 
 
@@ -106,14 +188,43 @@ def summarize_results(results: list[dict]) -> dict:
     return summary
 
 
-def format_table(summary: dict) -> str:
-    lines = [f"{'method':<22}{'category':<16}{'tau':>6}{'alpha':>7}{'tok/s':>9}{'speedup':>9}{'identical':>10}"]
+def compare_with_transformers(results: list[dict]) -> dict:
+    """On the prompts transformers ran: every method's tok/s over each transformers baseline's."""
+    by_method = defaultdict(dict)
+    for row in results:
+        by_method[row["method"]][row["prompt_id"]] = row
+    out = {}
+    for baseline in (m for m in HF_BASELINES if m in by_method):
+        ids = set(by_method[baseline])
+        base_tps = _pooled_tps(by_method[baseline].values())
+        out[baseline] = {"prompts": len(ids), "tokens_per_second": base_tps, "ratio": {}}
+        for method, rows in by_method.items():
+            if method == baseline or not ids <= set(rows):
+                continue
+            tps = _pooled_tps(rows[i] for i in ids)
+            out[baseline]["ratio"][method] = tps / base_tps if base_tps else None
+    return out
+
+
+def _pooled_tps(rows) -> float:
+    rows = list(rows)
+    wall = sum(r["wall_seconds"] for r in rows)
+    return sum(r["new_tokens"] for r in rows) / wall if wall else 0.0
+
+
+def format_table(summary: dict, comparisons: dict | None = None) -> str:
+    def show(value, spec):
+        return "-" if value is None else format(value, spec)
+
+    lines = [f"{'method':<22}{'category':<16}{'n':>4}{'tau':>6}{'alpha':>7}{'tok/s':>9}{'speedup':>9}{'identical':>10}"]
     for method, block in summary.items():
         for category, figures in [("overall", block["overall"]), *block["per_category"].items()]:
-            alpha = "-" if figures["acceptance_rate"] is None else f"{figures['acceptance_rate']:.2f}"
-            identical = "-" if figures["identical_share"] is None else f"{figures['identical_share']:.0%}"
-            lines.append(f"{method:<22}{category:<16}{figures['mean_accepted_length']:>6.2f}{alpha:>7}"
-                         f"{figures['tokens_per_second']:>9.1f}{figures['speedup']:>8.2f}x{identical:>10}")
+            lines.append(f"{method:<22}{category:<16}{figures['prompts']:>4}{show(figures['mean_accepted_length'], '.2f'):>6}"
+                         f"{show(figures['acceptance_rate'], '.2f'):>7}{figures['tokens_per_second']:>9.1f}"
+                         f"{show(figures['speedup'], '.2f') + 'x':>9}{show(figures['identical_share'], '.0%'):>10}")
+    for baseline, block in (comparisons or {}).items():
+        ratios = ", ".join(f"{m} {r:.1f}x" for m, r in block["ratio"].items() if r is not None)
+        lines.append(f"vs {baseline} ({block['prompts']} prompts, {block['tokens_per_second']:.1f} tok/s): {ratios}")
     return "\n".join(lines)
 
 
@@ -121,42 +232,81 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
               draft: str | None = None, device: str | None = None, dtype: str | None = None, chat: bool = True,
               exit_layer: int | None = None, limit: int | None = None, per_category: int | None = None,
               device_map: str | dict | None = None, max_memory: str | dict | None = None,
-              draft_device: str | None = None) -> dict:
+              draft_device: str | None = None, transformers: list[str] = (),
+              transformers_per_category: int | None = 1, transformers_limit: int | None = None) -> dict:
+    """transformers: baselines from HF_BASELINES, run on the first `transformers_per_category` prompts of
+    each category (None = every prompt), at most `transformers_limit` of them spread over the categories:
+    transformers' generate() is slow, and the comparison is on the prompts it ran."""
     from tqdm.auto import tqdm
 
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in METHODS] + [m for m in transformers if m not in HF_BASELINES]
     if unknown or not methods:
-        raise InvalidSettingError(f"unknown method(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(METHODS)}")
+        raise InvalidSettingError(f"unknown method(s) {', '.join(unknown) or '(none)'}; choose from "
+                                  f"{', '.join(METHODS)} (and for --transformers {', '.join(HF_BASELINES)})")
+    if "hf-assisted" in transformers and not draft:
+        raise InvalidSettingError("hf-assisted needs a draft model: pass --draft")
     prompts = load_prompts(prompts_file, limit, per_category)
+    hf_subset = pick_subset(prompts, transformers_per_category, transformers_limit) if transformers else set()
     target_model = load_model(target, device, dtype, device_map, max_memory)
     draft_model = load_model(draft, draft_device or str(target_model.device), dtype) if draft else None
-    for method in methods:  # fail on a bad method/drafter before the long run, not after it
-        make_proposer(method, target_model, draft_model, exit_layer)
-    warm_up(target_model)
-    results = []
     methods = [m for m in methods if m != "plain"]
-    with tqdm(total=len(prompts) * (len(methods) + 1), desc="bench", unit="run", file=sys.stderr) as bar:
+    encoded = {p["prompt_id"]: encode(target_model, p["prompt"], chat) for p in prompts}
+    longest = max(len(ids) for ids in encoded.values()) + settings.max_new_tokens + settings.gamma + 1
+    # fail on a bad method/drafter before the long run, and capture every graph before anything is timed
+    warm = [make_proposer(m, target_model, draft_model, exit_layer) for m in methods]
+    warm_up(target_model, settings.gamma + 1, min(longest, target_model.context_length), warm)
+    del warm
+    first = prompts[0]
+    for method in ["plain", *methods]:  # one untimed run each: first-call costs of the proposers
+        run_once(target_model, make_proposer(method, target_model, draft_model, exit_layer),
+                 encoded[first["prompt_id"]], settings, detail=False)
+    for mode in transformers:
+        hf_generate(target_model, encoded[first["prompt_id"]][:64], DecodeSettings(max_new_tokens=8, gamma=settings.gamma),
+                    mode, draft_model)
+
+    results = []
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    rows_file = open(f"{out}.rows.jsonl", "w")  # row by row, so that an interrupted run keeps its rows
+
+    def record(row: dict) -> None:
+        results.append(row)
+        rows_file.write(json.dumps(row) + "\n")
+        rows_file.flush()
+
+    total = len(prompts) * (len(methods) + 1) + len(hf_subset) * len(transformers)
+    with tqdm(total=total, desc="bench", unit="run", file=sys.stderr) as bar:
         for prompt in prompts:
-            ids = encode(target_model, prompt["prompt"], chat)
-            plain = run_once(target_model, PlainProposer(), ids, settings, prompt["prompt"])
-            results.append(_row(prompt, "plain", plain, plain))
+            ids = encoded[prompt["prompt_id"]]
+            plain = run_once(target_model, PlainProposer(), ids, settings, prompt["prompt"], detail=False)
+            record({**_row(prompt, "plain", plain, plain), "token_ids": plain.token_ids})
             bar.update()
             for method in methods:
                 result = run_once(target_model, make_proposer(method, target_model, draft_model, exit_layer), ids,
-                                  settings, prompt["prompt"])
-                results.append(_row(prompt, method, result, plain))
+                                  settings, prompt["prompt"], detail=False)
+                record(_row(prompt, method, result, plain))
                 bar.set_postfix_str(f"{method} {results[-1]['speedup']:.2f}x")
                 bar.update()
+            if prompt["prompt_id"] in hf_subset:
+                for mode in transformers:
+                    new_ids, seconds = hf_generate(target_model, ids, settings, mode, draft_model)
+                    record(_hf_row(prompt, mode, new_ids, seconds, plain))
+                    bar.update()
+    rows_file.close()
+    summary = summarize_results(results)
+    comparisons = compare_with_transformers(results)
     report = {
         "device": device_info(target_model.device),
         "config": {"target": target, "draft": draft, "device_map": device_map, "max_memory": max_memory,
                    "target_devices": target_model.devices, "methods": ["plain", *methods], "prompts_file": prompts_file,
-                   "prompts": len(prompts), "chat": chat, "exit_layer": exit_layer, **settings.__dict__},
+                   "prompts": len(prompts), "chat": chat, "exit_layer": exit_layer, "transformers": list(transformers),
+                   "transformers_prompts": sorted(hf_subset), "dtype": str(target_model.dtype).replace("torch.", ""),
+                   "runner": plain.settings.get("runner"), **settings.__dict__},
         "results": results,
-        "summary": summarize_results(results),
+        "summary": summary,
+        "vs_transformers": comparisons,
     }
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(report, indent=1))
-    print(format_table(report["summary"]))
+    Path(f"{out}.rows.jsonl").unlink()  # the report holds every row now
+    print(format_table(summary, comparisons))
     print(f"written to {out}", file=sys.stderr)
     return report

@@ -77,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--per-category", type=int, default=None, help="use the first N prompts of each category")
     bench.add_argument("--methods", default="ngram", help="comma-separated, e.g. ngram,early-exit,adaptive")
     add_model_options(bench)
+    bench.add_argument("--transformers", default="", help="also transformers' generate() on the same prompts, "
+                       "model and device: comma-separated hf-generate,hf-prompt-lookup,hf-assisted (needs --draft)")
+    bench.add_argument("--transformers-per-category", type=int, default=1,
+                       help="transformers runs on the first N prompts of each category (0 = all); it is slow")
+    bench.add_argument("--transformers-limit", type=int, default=None,
+                       help="at most N prompts for transformers, spread over the categories")
     bench.add_argument("--out", required=True, help="where to write the results JSON")
     return parser
 
@@ -137,6 +143,9 @@ def cmd_bench(args) -> int:
         target=args.target, draft=args.draft, device=args.device, dtype=args.dtype, chat=not args.raw_prompt,
         exit_layer=args.exit_layer, limit=args.limit, per_category=args.per_category,
         device_map=args.device_map, max_memory=args.max_memory, draft_device=args.draft_device,
+        transformers=[m.strip() for m in args.transformers.split(",") if m.strip()],
+        transformers_per_category=args.transformers_per_category or None,
+        transformers_limit=args.transformers_limit,
     )
     return 0
 

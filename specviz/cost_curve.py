@@ -6,7 +6,9 @@
 - against batch size B (one new position per sequence): when batching already fills the device, the extra
   positions speculation adds are no longer free, and speculation stops paying.
 
-Every cache call goes through specviz.runner. No UI imports (this runs on the GPU machine too).
+The K curve is specviz.fast.cost_curve, one K at a time (so that the app can show progress and let other
+users' steps in between); the batch curve runs transformers' forward (the engine has no batched runner),
+with every cache call through specviz.runner. No UI imports (this runs on the GPU machine too).
 """
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ from dataclasses import dataclass
 
 import torch
 
+from .fast import cost_curve as fast_cost_curve
+from .fast import make_runner
 from .models import LoadedModel
-from .runner import CausalRunner, _cache_keyword, drop_last, input_device, new_cache
+from .runner import _cache_keyword, drop_last, input_device, new_cache
 
 POSITIONS = tuple(range(1, 17))
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
@@ -46,21 +50,16 @@ def _random_ids(target: LoadedModel, shape: tuple[int, ...], seed: int = 0) -> t
 
 def measure_positions(target: LoadedModel, positions: Sequence[int] = POSITIONS, context: int = 128,
                       repeats: int = 3) -> Iterator[CostPoint]:
-    """Time one forward of K new positions after a cache of `context` tokens, then roll the cache back."""
-    runner = CausalRunner(target.model)
-    device = runner.device
-    runner.forward(_random_ids(target, (context,)), logits_for="last")  # the context, in the cache
-    new_ids = _random_ids(target, (max(positions),), seed=1)
-    runner.forward(new_ids[:1])  # untimed: first-call costs
-    runner.rollback(context)
-    for k in positions:
-        times = []
-        for _ in range(repeats):
-            start = _clock(device)
-            runner.forward(new_ids[:k])  # logits for all K positions, as verification computes them
-            times.append((_clock(device) - start) * 1e3)
-            runner.rollback(context)
-        yield CostPoint("positions", k, statistics.median(times), context)
+    """One forward of K new positions after a cache of `context` tokens, one K at a time, through the runner
+    the engine uses (specviz.fast.cost_curve: graphs and compile where the engine has them)."""
+    runner = make_runner(target.model)
+    try:
+        for k in positions:
+            ms = fast_cost_curve(target.model, [k], context=context, repeats=repeats, runner=runner)[k]
+            yield CostPoint("positions", k, ms, context)
+    finally:
+        if hasattr(runner, "release"):  # the static runner's cache goes back to the model's pool
+            runner.release()
 
 
 @torch.inference_mode()

@@ -17,7 +17,7 @@ from .metrics import summarize
 from .models import LoadedModel
 from .proposers import Draft, Feedback, Proposer
 from .records import DraftPosition, RunResult, StepRecord, TokenKind, TokenRecord, TopTokens
-from .runner import CausalRunner
+from .fast import make_runner
 from .sampling import display_probs, make_generator, warp_probs
 from .settings import DecodeSettings
 from .text import IncrementalDetokenizer
@@ -54,7 +54,11 @@ def check_prompt(target: LoadedModel, prompt_ids: list[int], settings: DecodeSet
 
 
 class SpeculativeRun:
-    """Iterate to run it step by step (a StepRecord per step); `result` is set once the run has ended."""
+    """Iterate to run it step by step (a StepRecord per step); `result` is set once the run has ended.
+
+    detail=True (the app) fills every record: token texts, p and q of each draft, top-20 lists. detail=False
+    (the bench) keeps ids, kinds, decisions and timings and skips the per-step display work: probabilities
+    are NaN, top lists and token texts empty; result.text is still the decoded output."""
 
     def __init__(
         self,
@@ -63,8 +67,9 @@ class SpeculativeRun:
         prompt_ids: list[int],
         settings: DecodeSettings,
         prompt_text: str = "",
-        runner: CausalRunner | None = None,
+        runner=None,  # a CausalRunner or fast.StaticRunner; default: the fastest for the target
         verifier: Callable | None = None,  # replaces verify_sampled (tests use it to plant a wrong verifier)
+        detail: bool = True,
     ):
         self.settings = settings.validate()
         check_prompt(target, prompt_ids, self.settings)
@@ -72,16 +77,26 @@ class SpeculativeRun:
         self.proposer = proposer
         self.prompt_ids = list(prompt_ids)
         self.prompt_text = prompt_text
-        self.runner = runner or CausalRunner(target.model)
+        self._owns_runner = runner is None
+        self.runner = runner or make_runner(target.model)
         self.verify_sampled = verifier or verification.verify_sampled
+        self.detail = detail
         self.result: RunResult | None = None
         self.steps: list[StepRecord] = []
         self.tokens: torch.Tensor | None = None  # the accepted sequence (prompt + output) while it runs
 
     def __iter__(self) -> Iterator[StepRecord]:
+        try:
+            yield from self._run()
+        finally:  # also when the caller stops early: the runner's cache and graphs go back to the pool
+            if self._owns_runner and hasattr(self.runner, "release"):
+                self.runner.release()
+
+    def _run(self) -> Iterator[StepRecord]:
         settings, target, runner, proposer = self.settings, self.target, self.runner, self.proposer
         device = runner.device
         eos_ids = target.eos_token_ids if settings.stop_at_eos else set()
+        context = target.context_length  # read once: a property that walks the config
         detokenizer = IncrementalDetokenizer(target.tokenizer)
         generator = make_generator(settings.seed, device)
         output: list[int] = []
@@ -89,10 +104,15 @@ class SpeculativeRun:
         stop_reason = "max_new_tokens"
 
         start = _clock(device)
-        tokens = torch.tensor(self.prompt_ids, dtype=torch.long, device=device)  # the accepted sequence
+        # The accepted sequence, twice: on the host (what the loop decides with) and on the device (what
+        # proposers read), the latter a view of one buffer that grows by writing, never by concatenating.
+        sequence = list(self.prompt_ids)
+        buffer = torch.empty(len(sequence) + settings.max_new_tokens + 1, dtype=torch.long, device=device)
+        buffer[: len(sequence)].copy_(torch.tensor(sequence, dtype=torch.long))
+        tokens = buffer[: len(sequence)]
         runner.reset()
         prompt_hidden = None
-        if tokens.shape[0] > 1:  # the cache holds every token but the last; each step feeds the last one
+        if len(sequence) > 1:  # the cache holds every token but the last; each step feeds the last one
             _, prompt_hidden = runner.forward(tokens[:-1], logits_for="last")
         proposer.reset(tokens, settings, generator, prompt_hidden if proposer.needs_target_hidden else None)
         self.tokens = tokens
@@ -100,25 +120,27 @@ class SpeculativeRun:
 
         while len(output) < settings.max_new_tokens:
             step_start = _clock(device)
-            room = min(settings.max_new_tokens - len(output) - 1, target.context_length - tokens.shape[0] - 1)
+            room = min(settings.max_new_tokens - len(output) - 1, context - len(sequence) - 1)
             gamma = min(settings.gamma, room)
             draft = proposer.propose(tokens, gamma) if gamma > 0 else proposer.empty_draft(device)
             assert draft.size <= gamma, f"{proposer.name} proposed {draft.size} tokens, more than gamma={gamma}"
+            draft_ids = draft.token_ids.tolist()
             draft_end = _clock(device)
 
             cached = runner.length
-            logits, hidden = runner.forward(torch.cat([tokens[-1:], draft.token_ids]))  # [g + 1, V]
+            # the last accepted token and the drafts, built on the host: one copy to the device
+            logits, hidden = runner.forward(torch.tensor([sequence[-1], *draft_ids], dtype=torch.long))  # [g + 1, V]
             if settings.greedy:
-                verdict = verification.verify_greedy(draft.token_ids, logits)
+                verdict = verification.verify_greedy(torch.tensor(draft_ids, dtype=torch.long), logits)
             else:
-                verdict = self.verify_sampled(draft.token_ids, draft.probs, warp_probs(logits, settings), generator)
+                verdict = self.verify_sampled(draft.token_ids.to(device), draft.probs, warp_probs(logits, settings),
+                                              generator)
             n = verdict.n_accepted
             runner.rollback(cached + 1 + n)  # keep the fed token and the accepted drafts
             verify_end = _clock(device)
 
-            new_ids = draft.token_ids[:n].tolist() + [verdict.next_token]
             kept = []
-            for token_id in new_ids:
+            for token_id in draft_ids[:n] + [verdict.next_token]:
                 if len(output) >= settings.max_new_tokens:
                     break
                 kept.append(token_id)
@@ -126,27 +148,32 @@ class SpeculativeRun:
                 if token_id in eos_ids:
                     stop_reason = "eos"
                     break
-            tokens = torch.cat([tokens, torch.tensor(kept, dtype=torch.long, device=device)])
+            buffer[len(sequence): len(sequence) + len(kept)].copy_(torch.tensor(kept, dtype=torch.long))
+            sequence.extend(kept)
+            tokens = buffer[: len(sequence)]
             self.tokens = tokens
             proposer.observe(Feedback(
                 tokens=tokens, drafted=draft.size, n_accepted=n,
                 draft_seconds=draft_end - step_start, verify_seconds=verify_end - draft_end,
                 target_hidden=hidden[: n + 1] if proposer.needs_target_hidden else None,
+                new_ids=kept,
             ))
 
-            record = self._record(len(self.steps), draft, logits, verdict, kept, detokenizer,
-                                  (draft_end - step_start) * 1e3, (verify_end - draft_end) * 1e3,
-                                  _clock(device) - start, len(output))
+            make_record = self._record if self.detail else self._lean_record
+            record = make_record(len(self.steps), draft, draft_ids, logits, verdict, kept, detokenizer,
+                                 (draft_end - step_start) * 1e3, (verify_end - draft_end) * 1e3,
+                                 _clock(device) - start, len(output))
             self.steps.append(record)
             tokens_shown.extend(record.tokens)
             yield record
             if stop_reason == "eos":
                 break
 
-        held_back = detokenizer.flush()  # the run ended inside a multi-byte character
-        emitted_tokens = [t for t in tokens_shown if t.kind != TokenKind.REJECTED]
-        if held_back and emitted_tokens:
-            emitted_tokens[-1].text += held_back
+        if self.detail:
+            held_back = detokenizer.flush()  # the run ended inside a multi-byte character
+            emitted_tokens = [t for t in tokens_shown if t.kind != TokenKind.REJECTED]
+            if held_back and emitted_tokens:
+                emitted_tokens[-1].text += held_back
         wall = _clock(device) - start
         self.result = RunResult(
             method=proposer.name,
@@ -157,11 +184,38 @@ class SpeculativeRun:
             tokens=tokens_shown,
             steps=self.steps,
             metrics=summarize(self.steps, len(output), wall, prefill_seconds),
-            settings={**settings.__dict__, "target": target.name, "device": str(device), "dtype": str(target.dtype).replace("torch.", "")},
+            settings={**settings.__dict__, "target": target.name, "device": str(device),
+                      "dtype": str(target.dtype).replace("torch.", ""), "runner": type(runner).__name__},
             stop_reason=stop_reason,
         )
 
-    def _record(self, index, draft: Draft, logits, verdict, kept: list[int], detokenizer,
+    def _lean_record(self, index, draft: Draft, draft_ids: list[int], logits, verdict, kept: list[int], detokenizer,
+                     draft_ms, verify_ms, elapsed_s, total_emitted) -> StepRecord:
+        """Ids, kinds, decisions and timings; no probabilities, texts or top lists (detail=False)."""
+        gamma, n = len(draft_ids), verdict.n_accepted
+        nan, no_top = float("nan"), TopTokens(ids=[], probs=[])
+        positions, tokens = [], []
+        for i, token_id in enumerate(draft_ids):
+            accepted = i < n
+            u = verdict.uniforms[i] if verdict.uniforms is not None and i <= n else None
+            positions.append(DraftPosition(token_id=token_id, text="", q=None, p=nan,
+                                           accept_prob=verdict.accept_probs[i], u=u, accepted=accepted,
+                                           reached=i <= n, p_top=no_top, q_top=None))
+            if (accepted and i >= len(kept)) or (not accepted and len(kept) <= n):
+                continue  # cut at EOS or max-new-tokens, as in _record
+            tokens.append(TokenRecord(id=token_id, text="", step=index,
+                                      kind=TokenKind.ACCEPTED if accepted else TokenKind.REJECTED))
+        kind = TokenKind.TARGET if gamma == 0 else TokenKind.BONUS if n == gamma else TokenKind.RESAMPLED
+        next_token = TokenRecord(id=verdict.next_token, text="", kind=kind, step=index)
+        if len(kept) == n + 1:
+            tokens.append(next_token)
+        return StepRecord(
+            index=index, gamma=gamma, positions=positions, n_accepted=n, next_token=next_token, next_top=no_top,
+            tokens=tokens, draft_ms=draft_ms, verify_ms=verify_ms, elapsed_s=elapsed_s,
+            emitted=len(kept), total_emitted=total_emitted,
+        )
+
+    def _record(self, index, draft: Draft, draft_ids: list[int], logits, verdict, kept: list[int], detokenizer,
                 draft_ms, verify_ms, elapsed_s, total_emitted) -> StepRecord:
         settings = self.settings
         gamma, n = draft.size, verdict.n_accepted
@@ -169,9 +223,12 @@ class SpeculativeRun:
         q_shown = None
         if draft.probs is not None:
             q_shown = display_probs(draft.logits, settings) if settings.greedy and draft.logits is not None else draft.probs
-        draft_ids = draft.token_ids.tolist()
-        p_of = p_shown[torch.arange(gamma), draft.token_ids].tolist() if gamma else []
-        q_of = q_shown[torch.arange(gamma), draft.token_ids].tolist() if gamma and q_shown is not None else [None] * gamma
+        def of_draft(probs: torch.Tensor) -> list[float]:  # probs[i, x_i] for each draft token
+            rows = torch.arange(gamma, device=probs.device)
+            return probs[rows, torch.tensor(draft_ids, dtype=torch.long, device=probs.device)].tolist()
+
+        p_of = of_draft(p_shown) if gamma else []
+        q_of = of_draft(q_shown) if gamma and q_shown is not None else [None] * gamma
         p_tops = _top(p_shown)
         q_tops = _top(q_shown) if q_shown is not None else [None] * gamma
 

@@ -99,6 +99,9 @@ class CausalRunner:
         # a sharded model ends on another device than it starts: hand results back where the tokens live
         return logits.float().to(self.device), hidden.to(self.device)
 
+    def layer_keys_values(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return layer_keys_values(self.cache)
+
     def rollback(self, length: int) -> None:
         """Keep only the first `length` tokens in the cache."""
         if length > self.length:

@@ -20,7 +20,8 @@ class Verdict:
     next_token: int  # resampled at the first rejection, or the bonus token when all were accepted
     accept_probs: list[float]  # min(1, p/q) for each draft position (1/0 for greedy)
     uniforms: list[float] | None  # the draws compared with accept_probs; None for greedy
-    next_distribution: torch.Tensor  # [V]: what next_token was drawn from (the residual after a rejection)
+    next_distribution: torch.Tensor | None  # [V]: what next_token was drawn from (the residual after a
+    # rejection); None for greedy, where it is the one-hot at next_token
 
 
 def leading_true(mask: torch.Tensor) -> int:
@@ -30,18 +31,19 @@ def leading_true(mask: torch.Tensor) -> int:
 
 def verify_greedy(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> Verdict:
     """Accept x_i iff it is the target's argmax; the next token is the target's argmax after the accepted ones.
-    draft_ids [gamma], target_logits [gamma + 1, V]."""
-    gamma = draft_ids.shape[0]
-    choices = target_logits.argmax(-1)  # [gamma + 1]
-    matches = draft_ids == choices[:gamma]
-    n_accepted = leading_true(matches)
-    next_distribution = torch.nn.functional.one_hot(choices[n_accepted], target_logits.shape[-1]).float()
+    draft_ids [gamma], target_logits [gamma + 1, V]. One device-to-host transfer (the argmaxes); the rest
+    is host arithmetic on gamma + 1 numbers."""
+    choices = target_logits.argmax(-1).tolist()  # [gamma + 1]
+    drafted = draft_ids.tolist()
+    n_accepted = 0
+    while n_accepted < len(drafted) and drafted[n_accepted] == choices[n_accepted]:
+        n_accepted += 1
     return Verdict(
         n_accepted=n_accepted,
-        next_token=int(choices[n_accepted]),
-        accept_probs=matches.float().tolist(),
+        next_token=choices[n_accepted],
+        accept_probs=[float(d == c) for d, c in zip(drafted, choices)],
         uniforms=None,
-        next_distribution=next_distribution,
+        next_distribution=None,
     )
 
 

@@ -9,19 +9,17 @@ def test_points_for_every_k_and_batch(tiny_target):
     assert all(p.ms > 0 for p in points)
 
 
-def test_positions_roll_the_cache_back(tiny_target, monkeypatch):
-    from specviz import runner
+def test_positions_use_the_engines_runner_and_give_it_back(tiny_target, monkeypatch):
+    from specviz import cost_curve
 
-    lengths = []
-    original = runner.CausalRunner.rollback
-
-    def spy(self, length):
-        original(self, length)
-        lengths.append(self.length)
-
-    monkeypatch.setattr(runner.CausalRunner, "rollback", spy)
+    made = []
+    real = cost_curve.make_runner
+    monkeypatch.setattr(cost_curve, "make_runner", lambda model: made.append(real(model)) or made[-1])
     points = list(measure_positions(tiny_target, positions=(2, 5), context=16, repeats=2))
-    assert [p.context for p in points] == [16, 16] and set(lengths) == {16}
+    assert [(p.x, p.context) for p in points] == [(2, 16), (5, 16)] and all(p.ms > 0 for p in points)
+    assert len(made) == 1  # one runner for the whole curve
+    if hasattr(made[0], "workspace"):
+        assert made[0].workspace is None  # released: its cache is back in the model's pool
 
 
 def test_batch_points_time_one_new_position(tiny_target):

@@ -48,7 +48,9 @@ def test_target_as_its_own_drafter_accepts_everything(tiny_target):
     assert all(s.next_token.kind in (TokenKind.BONUS, TokenKind.ACCEPTED) for s in result.steps if s.gamma)
 
 
-def test_caches_equal_fresh_prefill_after_rejections(tiny_target, tiny_drafter):
+@pytest.mark.parametrize("fast", ["1", "0"], ids=["static-cache", "transformers-cache"])
+def test_caches_equal_fresh_prefill_after_rejections(tiny_target, tiny_drafter, fast, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_FAST", fast)
     proposer = ModelDrafter(tiny_drafter.model, tiny_target.vocab_size)
     run = SpeculativeRun(tiny_target, proposer, PROMPT, DecodeSettings(max_new_tokens=40, gamma=4))
     rejections = 0
@@ -59,7 +61,8 @@ def test_caches_equal_fresh_prefill_after_rejections(tiny_target, tiny_drafter):
         assert run.runner.length == sequence.shape[0] - 1
         fresh = CausalRunner(tiny_target.model)
         fresh.forward(sequence[:-1])
-        for (k, v), (k0, v0) in zip(layer_keys_values(run.runner.cache), layer_keys_values(fresh.cache)):
+        assert type(run.runner).__name__ == ("StaticRunner" if fast == "1" else "CausalRunner")
+        for (k, v), (k0, v0) in zip(run.runner.layer_keys_values(), layer_keys_values(fresh.cache)):
             torch.testing.assert_close(k, k0, rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(v, v0, rtol=1e-5, atol=1e-5)
         # drafter: a prefix of the accepted sequence, nothing rejected left in it
@@ -67,7 +70,7 @@ def test_caches_equal_fresh_prefill_after_rejections(tiny_target, tiny_drafter):
         assert cached == sequence[: len(cached)].tolist()
         fresh = CausalRunner(tiny_drafter.model)
         fresh.forward(torch.tensor(cached))
-        for (k, v), (k0, v0) in zip(layer_keys_values(proposer.runner.cache), layer_keys_values(fresh.cache)):
+        for (k, v), (k0, v0) in zip(proposer.runner.layer_keys_values(), layer_keys_values(fresh.cache)):
             torch.testing.assert_close(k, k0, rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(v, v0, rtol=1e-5, atol=1e-5)
     assert rejections >= 3

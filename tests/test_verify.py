@@ -138,3 +138,14 @@ def test_best_draft_length_follows_cost_and_acceptance():
     for k, t in [(1, 1.0), (5, 3.0), (1, 1.0), (5, 3.0)]:
         line.add(k, t)
     assert line.predict(3) == pytest.approx(2.0, rel=0.05)
+
+
+def test_verify_cost_fit_stays_positive_and_non_decreasing_under_noise():
+    from specviz.proposers.adaptive import DecayedLine
+
+    line = DecayedLine(prior_slope=0.05)
+    for k, t in [(9, 0.001), (1, 0.050), (9, 0.002), (1, 0.060)]:  # timings that fall as K grows: noise
+        line.add(k, t)
+    predictions = [line.predict(k) for k in range(1, 17)]
+    assert all(p > 0 for p in predictions)
+    assert all(a <= b for a, b in zip(predictions, predictions[1:]))

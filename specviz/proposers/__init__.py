@@ -16,7 +16,7 @@ class PlainProposer(Proposer):
     name = "plain"
 
     def propose(self, tokens, gamma):
-        return self.empty_draft(tokens.device)
+        return self.empty_draft("cpu")  # on the host: nothing to allocate or copy on a GPU
 
 
 __all__ = ["METHODS", "AdaptiveProposer", "Draft", "EarlyExitDrafter", "Feedback", "ModelDrafter",

@@ -5,11 +5,18 @@ With per-token acceptance alpha, a draft of g tokens yields (1 - alpha^(g+1)) / 
 to verify K positions. Both are measured as the run goes; each step takes the g in 0..gamma that maximises
 tokens per second, where g = 0 is a plain decoding step. So speculation is used only where it pays, and a
 few cheap probes keep the estimates fresh when it does not.
+
+Two refinements that matter in practice:
+- t(K) is kept per K (a GPU's cost is a step: K = 1 runs other kernels than K > 1), with a line fitted
+  over all K for the sizes not seen yet;
+- a drafter that costs nothing (n-gram lookup, `free_drafts = True`) is asked for its whole draft first,
+  and alpha is kept per kind of draft the drafter reports (`draft_key`: for n-gram lookup, the size of the matched n-gram), so a
+  confident 3-gram match and a weak 1-gram match are judged apart.
 """
 from __future__ import annotations
 
 from ..theory import expected_tokens_per_step
-from .base import Feedback, Proposer
+from .base import Draft, Feedback, Proposer
 
 DECAY = 0.9  # weight of the past per step: recent text matters more (acceptance changes with content)
 
@@ -36,15 +43,48 @@ class DecayedLine:
         # intercept at x = 1 under the prior slope, then a ridge estimate of the slope towards the prior
         prior_b = self.prior_slope * mean_y / (1 + self.prior_slope * (mean_x - 1))
         slope = (covariance * self.w + self.prior_weight * prior_b) / (variance * self.w + self.prior_weight)
-        return max(0.0, mean_y + slope * (x - mean_x))
+        slope = max(0.0, slope)  # more positions never cost less; noisy timings must not say otherwise
+        # a floor keeps a noisy fit from predicting a free (or negative-time) forward pass
+        return max(mean_y + slope * (x - mean_x), 0.05 * mean_y, 1e-9)
 
 
-def best_draft_length(alpha: float, draft_cost: float, verify_cost, gamma_max: int) -> int:
+class VerifyCosts:
+    """Seconds of a target forward over K positions: a decayed mean per K once K has been seen (robust to
+    a single slow outlier), the line through all of them before; never less than for fewer positions
+    (a forward over more positions does not run faster: a time that says so is noise)."""
+
+    def __init__(self):
+        self.line = DecayedLine(prior_slope=0.05)
+        self.by_size: dict[int, float] = {}
+
+    def add(self, size: int, seconds: float) -> None:
+        old = self.by_size.get(size)
+        if old is not None:
+            seconds = min(seconds, 2 * old)  # a scheduler hiccup moves the estimate, but not by much
+        self.line.add(size, seconds)
+        self.by_size[size] = seconds if old is None else DECAY * old + (1 - DECAY) * seconds
+
+    def predict(self, size: int) -> float:
+        known = [t for k, t in self.by_size.items() if k <= size]
+        if size not in self.by_size:
+            known.append(self.line.predict(size) or 0.0)
+        return max(known)
+
+
+def best_draft_length(alpha: float, draft_cost: float, verify_cost, gamma_max: int, margin: float = 0.05) -> int:
     """The g in 0..gamma_max with the most expected tokens per second; verify_cost(K) is the time of a
-    target forward over K positions."""
+    target forward over K positions. Drafting must promise `margin` more than a plain step: measured
+    costs are noisy, and a marginal gain is not worth the risk of a loss."""
     def rate(g: int) -> float:
-        return expected_tokens_per_step(alpha, g) / (g * draft_cost + verify_cost(g + 1))
-    return max(range(gamma_max + 1), key=rate)
+        seconds = g * draft_cost + verify_cost(g + 1)
+        return expected_tokens_per_step(alpha, g) / max(seconds, 1e-12)  # a fit can extrapolate to 0 s
+    best = max(range(1, gamma_max + 1), key=rate, default=0)
+    return best if best and rate(best) > (1 + margin) * rate(0) else 0
+
+
+def truncate(draft: Draft, length: int) -> Draft:
+    return Draft(draft.token_ids[:length], None if draft.probs is None else draft.probs[:length],
+                 None if draft.logits is None else draft.logits[:length])
 
 
 class AdaptiveProposer(Proposer):
@@ -57,29 +97,45 @@ class AdaptiveProposer(Proposer):
     def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:
         super().reset(prompt_ids, settings, generator)
         self.base.reset(prompt_ids, settings, generator, target_hidden)
-        self.accepted = 1.0  # decayed counts of accepted and rejected draft tokens, prior alpha = 0.5
-        self.rejected = 1.0
+        self.counts: dict = {}  # draft key -> [accepted, rejected]: decayed counts, prior alpha = 0.5
         self.draft_cost = None  # seconds per draft token (decayed mean)
-        self.verify_line = DecayedLine(prior_slope=0.05)
+        self.verify_costs = VerifyCosts()
         self.steps = 0
         self.plain_streak = 0
         self.probe_interval = 4
         self.last_choice = 0
+        self.last_key = None
+
+    def alpha(self, key=None) -> float:
+        accepted, rejected = self.counts.get(key, (1.0, 1.0))
+        return accepted / (accepted + rejected)
 
     @property
-    def alpha(self) -> float:
-        return self.accepted / (self.accepted + self.rejected)
+    def drafter_is_free(self) -> bool:
+        """A drafter that says its drafts cost next to nothing, whatever their length (n-gram lookup)."""
+        return getattr(self.base, "free_drafts", False)
 
-    def choose_length(self, gamma_max: int) -> int:
-        if self.steps < self.warmup_steps or self.draft_cost is None:
-            return max(1, gamma_max // 2)
-        alpha = min(self.alpha, 0.999)
-        choice = best_draft_length(alpha, self.draft_cost, self.verify_line.predict, gamma_max)
+    def choose_length(self, gamma_max: int, key=None) -> int:
+        if gamma_max <= 0:
+            return 0
+        if self.drafter_is_free and self.steps >= self.warmup_steps:
+            pass  # its cost is nothing: decide from alpha and the verify costs alone
+        elif self.steps < self.warmup_steps or self.draft_cost is None:
+            return gamma_max if self.drafter_is_free else max(1, gamma_max // 2)
+        alpha = min(self.alpha(key), 0.999)
+        draft_cost = 0.0 if self.drafter_is_free else self.draft_cost
+        choice = best_draft_length(alpha, draft_cost, self.verify_costs.predict, gamma_max)
         if choice == 0 and self.plain_streak >= self.probe_interval:
             return 1  # a cheap probe: is drafting paying again?
         return choice
 
     def propose(self, tokens, gamma: int):
+        if self.drafter_is_free:  # see the draft first: its length and kind are free information
+            draft = self.base.propose(tokens, gamma)
+            self.last_key = getattr(self.base, "draft_key", None)
+            self.last_choice = self.choose_length(draft.size, self.last_key)
+            return truncate(draft, self.last_choice)
+        self.last_key = None  # the length is chosen before the draft exists: one alpha for all drafts
         self.last_choice = self.choose_length(gamma)
         if self.last_choice == 0:
             return self.empty_draft(tokens.device)
@@ -88,7 +144,7 @@ class AdaptiveProposer(Proposer):
     def observe(self, feedback: Feedback) -> None:
         self.base.observe(feedback)
         self.steps += 1
-        self.verify_line.add(feedback.drafted + 1, feedback.verify_seconds)
+        self.verify_costs.add(feedback.drafted + 1, feedback.verify_seconds)
         if feedback.drafted == 0:
             self.plain_streak += 1
             return
@@ -96,7 +152,8 @@ class AdaptiveProposer(Proposer):
         self.plain_streak = 0
         per_token = feedback.draft_seconds / feedback.drafted
         self.draft_cost = per_token if self.draft_cost is None else DECAY * self.draft_cost + (1 - DECAY) * per_token
-        self.accepted = DECAY * self.accepted + feedback.n_accepted
-        self.rejected = DECAY * self.rejected + (feedback.n_accepted < feedback.drafted)
+        accepted, rejected = self.counts.get(self.last_key, (1.0, 1.0))
+        self.counts[self.last_key] = (DECAY * accepted + feedback.n_accepted,
+                                      DECAY * rejected + (feedback.n_accepted < feedback.drafted))
         if was_probe:  # back off while probes keep failing, so they stay cheap
             self.probe_interval = 4 if feedback.n_accepted else min(64, self.probe_interval * 2)

@@ -30,6 +30,8 @@ class Feedback:
     verify_seconds: float
     target_hidden: torch.Tensor | None  # [n_accepted + 1, H]: target hidden states at the positions fed in this
     # verify pass that were kept (the previous last token and the accepted drafts), for needs_target_hidden
+    new_ids: list[int] | None = None  # the tokens this step appended to `tokens` (accepted drafts, then the
+    # resampled or bonus token), on the host: proposers that mirror the sequence need no device transfer
 
 
 class Proposer:
@@ -38,6 +40,8 @@ class Proposer:
 
     name = "proposer"
     needs_target_hidden = False  # True for drafters that read the target's hidden states (Medusa, EAGLE)
+    free_drafts = False  # True when a draft costs next to nothing whatever its length (n-gram lookup): the
+    # adaptive method then looks at the whole draft before choosing how much of it to verify
 
     def reset(self, prompt_ids: torch.Tensor, settings: DecodeSettings, generator: torch.Generator,
               target_hidden: torch.Tensor | None = None) -> None:

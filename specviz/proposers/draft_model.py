@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from ..runner import CausalRunner
+from ..fast import make_runner
 from ..sampling import draw, warp_probs
 from .base import Draft, Feedback, Proposer
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
+    if a[:n] == b[:n]:  # the usual case, compared in C
+        return n
     for i in range(n):
         if a[i] != b[i]:
             return i
@@ -36,14 +38,16 @@ class ModelDrafter(Proposer):
     name = "draft"
 
     def __init__(self, model: torch.nn.Module, vocab_size: int):
-        self.runner = CausalRunner(model)
+        self.runner = make_runner(model)  # the fast path (static cache, CUDA graphs) where supported
         self.vocab_size = vocab_size  # the target's: q must cover the same ids as p
         self.cached_ids: list[int] = []  # the tokens whose keys and values are in the runner's cache
+        self.sequence: list[int] = []  # host mirror of the accepted sequence
 
     def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:
         super().reset(prompt_ids, settings, generator)
         self.runner.reset()
         self.cached_ids = []
+        self.sequence = prompt_ids.tolist()  # host mirror of the accepted sequence
 
     def _rollback_to_common_prefix(self, ids: list[int], keep_last: bool) -> int:
         keep = common_prefix_length(self.cached_ids, ids)
@@ -54,12 +58,17 @@ class ModelDrafter(Proposer):
         return keep
 
     def _feed(self, ids: list[int]) -> torch.Tensor:
-        logits, _ = self.runner.forward(torch.tensor(ids, dtype=torch.long))
+        logits, _ = self.runner.forward(torch.tensor(ids, dtype=torch.long), logits_for="last")
         self.cached_ids.extend(ids)
         return fit_vocabulary(logits[-1], self.vocab_size)
 
+    def _accepted(self, tokens: torch.Tensor) -> list[int]:
+        if len(self.sequence) != tokens.shape[0]:  # a caller that skipped observe()
+            self.sequence = tokens.tolist()
+        return self.sequence
+
     def propose(self, tokens: torch.Tensor, gamma: int) -> Draft:
-        ids = tokens.tolist()
+        ids = self._accepted(tokens)
         keep = self._rollback_to_common_prefix(ids, keep_last=True)
         logits = self._feed(ids[keep:])
         drafted, all_probs, all_logits = [], [], []
@@ -73,11 +82,15 @@ class ModelDrafter(Proposer):
                 logits = self._feed([token])
         device = tokens.device
         return Draft(
-            token_ids=torch.tensor(drafted, dtype=torch.long, device=device),
+            token_ids=torch.tensor(drafted, dtype=torch.long),  # on the host, where the engine reads them
             probs=torch.stack(all_probs).to(device),
             logits=torch.stack(all_logits).to(device),
         )
 
     def observe(self, feedback: Feedback) -> None:
         # Drop the rejected drafts now, so that the cache always holds a prefix of the accepted sequence.
-        self._rollback_to_common_prefix(feedback.tokens.tolist(), keep_last=False)
+        if feedback.new_ids is not None and len(self.sequence) + len(feedback.new_ids) == feedback.tokens.shape[0]:
+            self.sequence.extend(feedback.new_ids)
+        else:
+            self.sequence = feedback.tokens.tolist()
+        self._rollback_to_common_prefix(self.sequence, keep_last=False)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from .base import Draft, Proposer
+from .base import Draft, Feedback, Proposer
 
 
 def lookup_continuation(tokens: torch.Tensor, gamma: int, max_ngram: int, min_ngram: int) -> torch.Tensor:
     """tokens [T] -> up to gamma tokens that followed the latest earlier match of the longest suffix n-gram
-    (n from max_ngram down to min_ngram); empty when nothing matches."""
+    (n from max_ngram down to min_ngram); empty when nothing matches. The reference for NgramIndex."""
     length = tokens.shape[0]
     for n in range(max_ngram, min_ngram - 1, -1):
         if length <= n:
@@ -23,12 +23,71 @@ def lookup_continuation(tokens: torch.Tensor, gamma: int, max_ngram: int, min_ng
     return tokens[:0]
 
 
+class NgramIndex:
+    """lookup_continuation in O(1) a step: for each n, a dict from every n-gram that has a token after it to
+    the position after its latest occurrence, updated as the sequence grows (host lists, no tensor ops)."""
+
+    def __init__(self, max_ngram: int, min_ngram: int):
+        self.sizes = range(max_ngram, min_ngram - 1, -1)
+        self.tokens: list[int] = []
+        self.ends: dict[int, dict[tuple, int]] = {n: {} for n in self.sizes}
+
+    def extend(self, ids: list[int]) -> None:
+        tokens = self.tokens
+        first_new_end = max(0, len(tokens) - 1)  # n-grams ending at len - 1 now get a following token
+        tokens.extend(ids)
+        for end in range(first_new_end, len(tokens) - 1):  # end: index of the n-gram's last token
+            for n in self.sizes:
+                if end + 1 >= n:
+                    self.ends[n][tuple(tokens[end + 1 - n:end + 1])] = end + 1
+
+    def continuation(self, gamma: int) -> tuple[list[int], int]:
+        """(the tokens, the size n of the matched n-gram); ([], 0) when nothing matches."""
+        tokens, length = self.tokens, len(self.tokens)
+        for n in self.sizes:
+            if length <= n:
+                continue
+            start = self.ends[n].get(tuple(tokens[length - n:]))
+            if start is not None:
+                return tokens[start:start + gamma], n
+        return [], 0
+
+
 class NgramProposer(Proposer):
     name = "ngram"
+    free_drafts = True
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
+    def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:
+        super().reset(prompt_ids, settings, generator)
+        self.index = None  # built from the prompt by the first propose()
+
+    def _synced_index(self, tokens: torch.Tensor) -> NgramIndex:
+        """The host mirror, brought up to `tokens` when a caller skipped reset() or observe()."""
+        index = getattr(self, "index", None)
+        have = len(index.tokens) if index is not None else 0
+        if index is None or have > tokens.shape[0] or (have and int(tokens[have - 1]) != index.tokens[-1]):
+            index, have = NgramIndex(self.max_ngram, self.min_ngram), 0
+        if have < tokens.shape[0]:
+            index.extend(tokens[have:].tolist())
+        self.index = index
+        return index
+
     def propose(self, tokens: torch.Tensor, gamma: int) -> Draft:
-        return Draft(lookup_continuation(tokens, gamma, self.max_ngram, self.min_ngram), probs=None)
+        index = getattr(self, "index", None)
+        if index is None or len(index.tokens) != tokens.shape[0]:
+            index = self._synced_index(tokens)
+        continuation, self.draft_key = index.continuation(gamma)  # draft_key: what adaptive judges apart
+        return Draft(torch.tensor(continuation, dtype=torch.long), probs=None)
+
+    def observe(self, feedback: Feedback) -> None:
+        index = getattr(self, "index", None)
+        if index is None:
+            return  # propose() builds it
+        if feedback.new_ids is not None and len(index.tokens) + len(feedback.new_ids) == feedback.tokens.shape[0]:
+            index.extend(feedback.new_ids)
+        else:
+            self._synced_index(feedback.tokens)

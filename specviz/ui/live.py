@@ -168,6 +168,9 @@ class LiveRun:
         self.device_label = f"{target.device.type}, {str(target.dtype).replace('torch.', '')}"
         proposer = make_proposer(request.method, target, draft)
         prompt_ids = encode(target, request.prompt)
+        with ENGINE_LOCK:  # GPU fast path: capture the graphs this run will replay before it is timed
+            warm_up(target, request.settings.gamma + 1,
+                    min(len(prompt_ids) + request.settings.max_new_tokens + 1, target.context_length), [proposer])
         self.speculative = SteppedRun(SpeculativeRun(target, proposer, prompt_ids, request.settings, request.prompt))
         self.plain = (SteppedRun(SpeculativeRun(target, PlainProposer(), prompt_ids, request.settings, request.prompt))
                       if request.compare_plain else None)

@@ -1,0 +1,577 @@
+"""The fast path: a Llama-family forward over a static KV cache written by position (gpt-fast's design).
+
+Why: with transformers' eager forward a 135M model costs ~18 ms a step on an H200 whatever the number of
+positions (DESIGN.md section 6): Python and kernel launches, not arithmetic. Here
+
+- the KV cache is one preallocated tensor per layer; a forward writes its tokens' keys and values at their
+  positions and attends over the positions up to its own, so rolling back is setting `length` (free);
+- the decoder runs as a plain function of tensors: fused q/k/v and gate/up projections, no cache objects,
+  no mask factories, so that a forward is few kernels;
+- on a CUDA GPU each (positions fed, attention span) shape is captured once as a CUDA graph and replayed,
+  optionally over torch.compile'd layers (fewer, fused kernels);
+- where graphs or compile are unavailable (CPU, ZeroGPU) the same function runs eagerly: same results.
+
+StaticRunner has CausalRunner's interface (forward, rollback, reset, length), so the engine and every
+drafter use it unchanged; make_runner() picks it for every model it supports and CausalRunner otherwise.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+import warnings
+import weakref
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .settings import MAX_GAMMA
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # cos/sin depend on the position only
+MIN_SPAN = 128  # smallest attention span captured in a graph (positions are padded up to a power of two)
+MAX_GRAPH_POSITIONS = MAX_GAMMA + 1  # forwards over more positions (prefills) run eagerly
+
+
+def _text_config(model):
+    config = model.config
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def _rope_type(config) -> str:
+    for key in ("rope_parameters", "rope_scaling"):
+        value = getattr(config, key, None)
+        if isinstance(value, dict):
+            return value.get("rope_type", value.get("type", "default")) or "default"
+    return "default"
+
+
+def unsupported_reason(model) -> str | None:
+    """Why the fast path cannot run this model (None when it can). Checked, not guessed: anything outside
+    the plain Llama recipe (norms on q/k, soft-capping, dynamic RoPE, other activations) goes to CausalRunner."""
+    config = _text_config(model)
+    model_type = getattr(config, "model_type", None)
+    devices = {p.device for p in model.parameters()}
+    if len(devices) > 1 or any(d.type == "meta" for d in devices):
+        return "the model is spread over several devices (a device map): its forward moves activations between them"
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        return f"model type {model_type!r} is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"activation {config.hidden_act!r} is not silu"
+    if _rope_type(config) not in STATIC_ROPE_TYPES:
+        return f"RoPE type {_rope_type(config)!r} depends on the sequence length"
+    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+        return "logit soft-capping or scaling"
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    layers = getattr(decoder, "layers", None)
+    if decoder is None or decoder is model or not isinstance(layers, torch.nn.ModuleList) or not len(layers):
+        return "no decoder with a list of layers"
+    if model.get_output_embeddings() is None or getattr(decoder, "rotary_emb", None) is None:
+        return "no output layer or no rotary embedding module"
+    attention = getattr(layers[0], "self_attn", None)
+    mlp = getattr(layers[0], "mlp", None)
+    needed = [(attention, ("q_proj", "k_proj", "v_proj", "o_proj")), (mlp, ("gate_proj", "up_proj", "down_proj")),
+              (layers[0], ("input_layernorm", "post_attention_layernorm"))]
+    for module, names in needed:
+        if module is None or not all(hasattr(module, n) for n in names):
+            return "layers are not Llama-shaped (q/k/v/o, gate/up/down projections, two RMSNorms)"
+    if hasattr(attention, "q_norm") or hasattr(attention, "k_norm"):
+        return "q/k norms"
+    return None
+
+
+# Weights ----------------------------------------------------------------------------------------------
+
+@dataclass
+class LayerWeights:
+    qkv: torch.Tensor  # [(heads + 2 * kv_heads) * head_dim, H]: q, k and v projections in one matrix
+    qkv_bias: torch.Tensor | None
+    o: torch.Tensor
+    o_bias: torch.Tensor | None
+    gate_up: torch.Tensor  # [2 * I, H]: gate and up projections in one matrix
+    gate_up_bias: torch.Tensor | None
+    down: torch.Tensor
+    down_bias: torch.Tensor | None
+    input_norm: torch.Tensor
+    post_attention_norm: torch.Tensor
+    eps: float
+
+    def tensors(self) -> tuple:
+        return (self.qkv, self.qkv_bias, self.o, self.o_bias, self.gate_up, self.gate_up_bias, self.down,
+                self.down_bias, self.input_norm, self.post_attention_norm)
+
+
+def _fuse_rows(linears: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight matrix for several linear layers that read the same input. The layers' own parameters
+    become views into it, so the model keeps working and every weight exists once."""
+    with torch.no_grad():
+        weight = torch.cat([m.weight.detach() for m in linears])
+        has_bias = [m.bias is not None for m in linears]
+        bias = torch.cat([m.bias.detach() for m in linears]) if all(has_bias) else None
+        if any(has_bias) and bias is None:
+            bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.weight.shape[0])
+                              for m in linears])
+        start = 0
+        for m in linears:
+            rows = m.weight.shape[0]
+            m.weight.data = weight[start:start + rows]
+            if m.bias is not None:
+                m.bias.data = bias[start:start + rows]
+            start += rows
+    return weight, bias
+
+
+_layer_weights: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # decoder layer -> LayerWeights
+
+
+def layer_weights(layer: torch.nn.Module) -> LayerWeights:
+    """Fused weights of one decoder layer, made once per layer (an early-exit cut shares the target's)."""
+    weights = _layer_weights.get(layer)
+    # made again when the model's parameters stopped being views into the fused matrices (moved, cast)
+    if weights is None or layer.self_attn.q_proj.weight.data_ptr() != weights.qkv.data_ptr():
+        attention, mlp = layer.self_attn, layer.mlp
+        qkv, qkv_bias = _fuse_rows([attention.q_proj, attention.k_proj, attention.v_proj])
+        gate_up, gate_up_bias = _fuse_rows([mlp.gate_proj, mlp.up_proj])
+
+        def plain(module, name):
+            value = getattr(module, name, None)
+            return None if value is None else value.detach()
+
+        norm = layer.input_layernorm
+        eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
+        weights = LayerWeights(
+            qkv=qkv, qkv_bias=qkv_bias, o=attention.o_proj.weight.detach(), o_bias=plain(attention.o_proj, "bias"),
+            gate_up=gate_up, gate_up_bias=gate_up_bias, down=mlp.down_proj.weight.detach(),
+            down_bias=plain(mlp.down_proj, "bias"), input_norm=layer.input_layernorm.weight.detach(),
+            post_attention_norm=layer.post_attention_layernorm.weight.detach(), eps=float(eps),
+        )
+        _layer_weights[layer] = weights
+    return weights
+
+
+# The decoder as functions of tensors -------------------------------------------------------------------
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """As transformers' LlamaRMSNorm: normalise in float32, cast back, then scale."""
+    normed = F.rms_norm(x.float(), (x.shape[-1],), eps=eps)
+    return weight * normed.to(x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def decoder_layer(x, weights: tuple, eps: float, keys, values, cos, sin, positions, mask,
+                  heads: int, kv_heads: int, head_dim: int):
+    """One Llama decoder layer over K new tokens. x [K, H]; keys/values [kv_heads, capacity, head_dim] (this
+    layer's cache, written in place at `positions` [K]); cos/sin [K, head_dim]; mask [K, span] (True = may
+    attend). Returns x [K, H]."""
+    qkv_w, qkv_b, o_w, o_b, gate_up_w, gate_up_b, down_w, down_b, norm1, norm2 = weights
+    count = x.shape[0]
+    group = heads // kv_heads
+    h = rms_norm(x, norm1, eps)
+    qkv = F.linear(h, qkv_w, qkv_b).view(count, heads + 2 * kv_heads, head_dim)
+    qk = qkv[:, : heads + kv_heads]
+    qk = qk * cos[:, None] + rotate_half(qk) * sin[:, None]  # RoPE on q and k heads at once
+    q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads:]
+    keys.index_copy_(1, positions, k.transpose(0, 1))
+    values.index_copy_(1, positions, v.transpose(0, 1))
+    span = mask.shape[-1]
+    # Grouped-query attention as one call: the `group` query heads that share a kv head become extra rows.
+    # q [K, kv_heads * group, D] -> [kv_heads, group * K, D]; row g * K + i is query head (kv, g) at token i.
+    q = q.reshape(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(1, kv_heads, group * count, head_dim)
+    rows_mask = mask.repeat(group, 1)[None, None]  # [1, 1, group * K, span]
+    attended = F.scaled_dot_product_attention(q, keys[None, :, :span], values[None, :, :span], attn_mask=rows_mask)
+    attended = attended.reshape(kv_heads, group, count, head_dim).permute(2, 0, 1, 3).reshape(count, heads * head_dim)
+    x = x + F.linear(attended, o_w, o_b)
+    gate, up = F.linear(rms_norm(x, norm2, eps), gate_up_w, gate_up_b).chunk(2, dim=-1)
+    return x + F.linear(F.silu(gate) * up, down_w, down_b)
+
+
+def attention_mask(positions: torch.Tensor, span: int, window: int | None) -> torch.Tensor:
+    """[K, span]: token i may attend to cache positions j <= positions[i] (and within the sliding window)."""
+    keys = torch.arange(span, device=positions.device)
+    mask = keys[None, :] <= positions[:, None]
+    if window:
+        mask = mask & (keys[None, :] > positions[:, None] - window)
+    return mask
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def compile_allowed() -> bool:
+    """torch.compile is used on CUDA unless SPECVIZ_COMPILE=0 or on ZeroGPU, which does not support it."""
+    if os.environ.get("SPECVIZ_COMPILE", "1") == "0" or os.environ.get("SPACES_ZERO_GPU"):
+        return False
+    return True
+
+
+def graphs_allowed() -> bool:
+    """CUDA graphs are used on CUDA unless SPECVIZ_GRAPHS=0 or on ZeroGPU, which lends the GPU per call: a
+    graph holds raw device addresses, which need not survive from one call to the next."""
+    return os.environ.get("SPECVIZ_GRAPHS", "1") != "0" and not os.environ.get("SPACES_ZERO_GPU")
+
+
+class _Graph:
+    """One captured forward: static inputs (token ids, first position), static outputs."""
+
+    def __init__(self, count: int, device: torch.device):
+        self.ids = torch.zeros(count, dtype=torch.long, device=device)
+        self.start = torch.zeros(1, dtype=torch.long, device=device)
+        self.graph = torch.cuda.CUDAGraph()
+        self.logits: torch.Tensor | None = None
+        self.hidden: torch.Tensor | None = None
+
+
+class Workspace:
+    """What a runner needs beyond the weights and keeps between runs: the KV cache, the RoPE tables and the
+    captured graphs (which point at both). Runners borrow one from a pool per model (take_workspace), so
+    that graphs are captured once per model and shape, not once per run."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype):
+        self.device, self.dtype = device, dtype
+        self.capacity = 0
+        self.keys = self.values = self.cos = self.sin = None
+        self.graphs: dict[tuple[int, int], _Graph] = {}
+        self.pool = None  # the CUDA graphs' shared memory pool
+
+
+_workspaces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # first decoder layer -> {key: [free]}
+_workspaces_lock = threading.Lock()
+
+
+def take_workspace(first_layer: torch.nn.Module, key: tuple, device, dtype) -> Workspace:
+    with _workspaces_lock:
+        free = _workspaces.setdefault(first_layer, {}).setdefault(key, [])
+        return free.pop() if free else Workspace(device, dtype)
+
+
+def return_workspace(first_layer_ref, key: tuple, workspace: Workspace) -> None:
+    first_layer = first_layer_ref()
+    if first_layer is None:
+        return
+    with _workspaces_lock:
+        _workspaces.setdefault(first_layer, {}).setdefault(key, []).append(workspace)
+
+
+class StaticRunner:
+    """Runs new tokens of one sequence (batch 1) through a Llama-family model over a static KV cache.
+
+    Same contract as runner.CausalRunner: forward(ids [K]) appends K tokens and returns (logits [K or 1, V]
+    float32, hidden [K, H]); rollback(length) keeps the first `length` tokens; the cache holds exactly the
+    first `length` tokens of the sequence (positions past it hold stale values that no forward attends to).
+    A runner serves one sequence at a time; its workspace goes back to the model's pool when the runner
+    is garbage-collected or release() is called."""
+
+    def __init__(self, model: torch.nn.Module, graphs: bool | None = None, compile: bool | None = None):
+        reason = unsupported_reason(model)
+        if reason:
+            raise ValueError(f"the fast path does not support this model: {reason}")
+        config = _text_config(model)
+        decoder = model.get_decoder()
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.heads = config.num_attention_heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        window = getattr(config, "sliding_window", None)
+        use_window = getattr(config, "use_sliding_window", True)  # qwen2 keeps the field but switches it off
+        self.window = int(window) if window and use_window else None
+        self.context_length = int(getattr(config, "max_position_embeddings", 0) or 2048)
+        self.layers = [layer_weights(layer) for layer in decoder.layers]
+        self.embed = decoder.embed_tokens.weight.detach()
+        norm = decoder.norm
+        self.final_norm = norm.weight.detach()
+        self.final_eps = float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6)))
+        head = model.get_output_embeddings()
+        self.head = head.weight.detach()
+        self.head_bias = None if getattr(head, "bias", None) is None else head.bias.detach()
+        self.rotary = decoder.rotary_emb
+        cuda = self.device.type == "cuda"
+        self.use_graphs = (cuda and graphs_allowed()) if graphs is None else (graphs and cuda)
+        self.use_compile = (cuda and compile_allowed() and not _compile_failed) if compile is None else compile
+        self._layer_fn = _compiled_layer() if self.use_compile else decoder_layer
+        # one pool per (layers, head, dtype, options): an early-exit cut and the full model differ
+        key = (len(self.layers), self.head.data_ptr(), self.dtype, self.use_graphs, self.use_compile)
+        first = decoder.layers[0]
+        self.workspace = take_workspace(first, key, self.device, self.dtype)
+        self._finalizer = weakref.finalize(self, return_workspace, weakref.ref(first), key, self.workspace)
+        self.length = 0
+
+    def release(self) -> None:
+        """Give the workspace back to the pool now (the engine calls this when a run ends); the runner
+        cannot be used afterwards."""
+        self._finalizer()
+        self.workspace = None
+
+    # cache -------------------------------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self.workspace.capacity
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def rollback(self, length: int) -> None:
+        """Keep only the first `length` tokens: nothing to copy, later forwards overwrite the rest."""
+        if length > self.length:
+            raise ValueError(f"cannot roll forward: cache holds {self.length} tokens, asked for {length}")
+        self.length = length
+
+    def ensure_capacity(self, needed: int) -> None:
+        """Grow the cache (and the RoPE tables) to hold `needed` positions. On a GPU it starts at 1024 and
+        doubles, so that graphs, which point at the cache, are rarely captured again."""
+        space = self.workspace
+        if needed <= space.capacity:
+            return
+        if needed > self.context_length:
+            raise ValueError(f"{needed} positions exceed the model's context of {self.context_length}")
+        floor = 1024 if self.use_graphs else 64
+        capacity = min(self.context_length, max(floor, _next_power_of_two(needed)))
+        shape = (len(self.layers), self.kv_heads, capacity, self.head_dim)
+        keys = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        values = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        if space.keys is not None:
+            keys[:, :, : space.capacity].copy_(space.keys)
+            values[:, :, : space.capacity].copy_(space.values)
+        space.keys, space.values, space.capacity = keys, values, capacity
+        positions = torch.arange(capacity, device=self.device)[None]
+        probe = torch.zeros(1, dtype=self.dtype, device=self.device)
+        with torch.no_grad():
+            cos, sin = self.rotary(probe, positions)
+        space.cos, space.sin = cos[0].to(self.dtype).contiguous(), sin[0].to(self.dtype).contiguous()
+        # the graphs point at the old tensors; dropping them all also frees their memory pool, so the next
+        # capture must start a new one (capturing into a freed pool fails inside PyTorch's allocator)
+        space.graphs.clear()
+        space.pool = None
+
+    def layer_keys_values(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(keys, values) of every layer over the cached tokens, [1, kv_heads, length, head_dim] as
+        transformers lays them out (for tests that compare with a fresh prefill)."""
+        space = self.workspace
+        return [(space.keys[i, :, : self.length][None], space.values[i, :, : self.length][None])
+                for i in range(len(self.layers))]
+
+    # forward -----------------------------------------------------------------------------------------
+    def _decode(self, ids: torch.Tensor, start: torch.Tensor, span: int, last_only: bool):
+        """The whole forward as tensor operations (what a graph captures). start [1]: first position."""
+        space = self.workspace
+        count = ids.shape[0]
+        positions = start + torch.arange(count, device=ids.device)
+        x = F.embedding(ids, self.embed)
+        cos, sin = space.cos[positions], space.sin[positions]
+        mask = attention_mask(positions, span, self.window)
+        for i, layer in enumerate(self.layers):
+            x = self._layer_fn(x, layer.tensors(), layer.eps, space.keys[i], space.values[i], cos, sin, positions,
+                               mask, self.heads, self.kv_heads, self.head_dim)
+        hidden = rms_norm(x, self.final_norm, self.final_eps)
+        logits = F.linear(hidden[-1:] if last_only else hidden, self.head, self.head_bias).float()
+        return logits, hidden
+
+    @torch.inference_mode()
+    def forward(self, token_ids, logits_for: str = "all") -> tuple[torch.Tensor, torch.Tensor]:
+        """Append token_ids [K] (a tensor on any device, or a list) to the sequence. logits_for="last":
+        only the last position's logits are needed (prefill, a drafter catching up), so the eager path
+        computes the output layer there only."""
+        if not torch.is_tensor(token_ids):
+            token_ids = torch.tensor(token_ids, dtype=torch.long)
+        count = int(token_ids.shape[0])
+        end = self.length + count
+        last_only = logits_for == "last"
+        if self.use_graphs and count <= MAX_GRAPH_POSITIONS:
+            span = graph_span(end, self.context_length)
+            self.ensure_capacity(span)
+            logits, hidden = self._replay(token_ids, span)
+            if last_only:
+                logits = logits[-1:]
+        else:
+            self.ensure_capacity(end)
+            start = torch.full((1,), self.length, dtype=torch.long, device=self.device)
+            ids = token_ids.to(self.device)
+            try:
+                logits, hidden = self._decode(ids, start, end, last_only)
+            except Exception as error:  # compile is an optimisation: never fail a run over it
+                if not self.use_compile:
+                    raise
+                self._fall_back_to_eager(error)
+                logits, hidden = self._decode(ids, start, end, last_only)
+        self.length = end
+        return logits, hidden
+
+    def _fall_back_to_eager(self, error: Exception) -> None:
+        global _compile_failed
+        _compile_failed = True
+        warnings.warn(f"specviz: torch.compile failed ({type(error).__name__}: {str(error)[:200]}); "
+                      "the fast path goes on without it (CUDA graphs of the eager forward)")
+        self.use_compile = False
+        self._layer_fn = decoder_layer
+
+    def _replay(self, token_ids: torch.Tensor, span: int):
+        space = self.workspace
+        key = (int(token_ids.shape[0]), span)
+        graph = space.graphs.get(key)
+        new = graph is None
+        if new:
+            graph = _Graph(key[0], self.device)
+        graph.ids.copy_(token_ids, non_blocking=True)
+        graph.start.fill_(self.length)
+        if new:
+            try:
+                self._capture(graph, span)
+            except Exception as error:  # compile is an optimisation: never fail a run over it
+                if not self.use_compile:
+                    raise
+                self._fall_back_to_eager(error)
+                graph = _Graph(key[0], self.device)
+                graph.ids.copy_(token_ids, non_blocking=True)
+                graph.start.fill_(self.length)
+                self._capture(graph, span)
+            space.graphs[key] = graph
+        graph.graph.replay()
+        return graph.logits.clone(), graph.hidden.clone()
+
+    def _capture(self, graph: _Graph, span: int) -> None:
+        """Warm up on the real inputs (writing the cache at the real positions is idempotent: the replay
+        writes the same values), then capture."""
+        space = self.workspace
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self._decode(graph.ids, graph.start, span, False)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        if space.pool is None:
+            space.pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph.graph, pool=space.pool):
+            graph.logits, graph.hidden = self._decode(graph.ids, graph.start, span, False)
+
+    @torch.inference_mode()
+    def warm_up(self, max_positions: int, max_length: int) -> int:
+        """Capture, before anything is timed, the graphs that runs of up to `max_length` tokens feeding up
+        to `max_positions` positions a forward will replay (and compile, where compile is on). Returns the
+        number of graphs now held. The cache is left empty (length 0)."""
+        if not self.use_graphs:
+            return 0
+        vocab = self.head.shape[0]
+        last_span = graph_span(max_length, self.context_length)
+        self.ensure_capacity(last_span)  # first: growing the cache later would drop the graphs
+        span = min(MIN_SPAN, last_span)
+        while span <= last_span:
+            for count in range(1, min(max_positions, MAX_GRAPH_POSITIONS) + 1):
+                if (count, span) not in self.workspace.graphs:
+                    self.length = span - count  # so that the forward ends at `span`: this span's graph
+                    self.forward(torch.randint(0, vocab, (count,)))
+            span = last_span if span < last_span < 2 * span else 2 * span
+        self.length = 0
+        return len(self.workspace.graphs)
+
+
+def graph_span(end: int, context_length: int) -> int:
+    """The attention span a graph covers for a sequence of `end` tokens: a power of two >= MIN_SPAN (or
+    the whole context), so that few graphs serve every length."""
+    return min(context_length, max(MIN_SPAN, _next_power_of_two(end)))
+
+
+_compiled = None
+_compile_failed = False
+
+
+def _compiled_layer():
+    """decoder_layer through torch.compile, compiled once per process: every layer of every model calls the
+    same function with its own tensors, so it compiles twice per dtype: for K = 1 and for K > 1 (sizes
+    dynamic). Duck sizing is off while it compiles: otherwise a K that happens to equal a head count or
+    the head size (3, 9, 64 for the default model) gets a specialised graph of its own, tens of seconds each."""
+    global _compiled
+    if _compiled is None:
+        compiled = torch.compile(decoder_layer, dynamic=True, fullgraph=True)
+
+        def call(*args):
+            with _no_duck_shapes():
+                return compiled(*args)
+
+        _compiled = call
+    return _compiled
+
+
+def _no_duck_shapes():
+    import contextlib
+
+    try:
+        from torch.fx.experimental import _config
+    except ImportError:
+        return contextlib.nullcontext()
+    if not hasattr(_config, "use_duck_shape"):  # another torch release: correct, only more compiles
+        return contextlib.nullcontext()
+    return _config.patch(use_duck_shape=False)
+
+
+def make_runner(model: torch.nn.Module, fast: bool | None = None, **options):
+    """The fastest runner for `model`: StaticRunner where the model is supported, else CausalRunner.
+    fast=None reads the environment: SPECVIZ_FAST=0 forces transformers' forward (CausalRunner)."""
+    from .runner import CausalRunner
+
+    if fast is None:
+        fast = os.environ.get("SPECVIZ_FAST", "1") != "0"
+    if fast and unsupported_reason(model) is None:
+        try:
+            return StaticRunner(model, **options)
+        except Exception as error:  # never fail a run over the fast path: say so and take the slow one
+            warnings.warn(f"specviz: fast path unavailable ({error}); using the transformers forward")
+    return CausalRunner(model)
+
+
+def runners_of(proposer) -> list:
+    """The runners a proposer drafts with (ModelDrafter.runner, an adaptive proposer's base's...), found
+    among its attributes, so that they can be warmed up before timing whatever the drafting method."""
+    found, stack, seen = [], [proposer], set()
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        for value in vars(item).values() if hasattr(item, "__dict__") else ():
+            if isinstance(value, StaticRunner):
+                found.append(value)
+            elif type(value).__module__.startswith("specviz.proposers") or hasattr(value, "propose"):
+                stack.append(value)
+    return found
+
+
+# The cost curve: forward time against the number of positions fed --------------------------------------
+
+def cost_curve(model: torch.nn.Module, positions: list[int], context: int = 256, repeats: int = 10,
+               runner=None) -> dict[int, float]:
+    """Median milliseconds of one forward over K new positions after `context` cached tokens, for each K in
+    `positions`, through the runner the engine would use (graphs and compile included on a GPU)."""
+    runner = runner or make_runner(model)
+    device = runner.device
+    vocab = model.get_output_embeddings().weight.shape[0]
+    generator = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, vocab, (context,), generator=generator)
+    runner.reset()
+    runner.forward(prefix, logits_for="last")
+    curve = {}
+    for count in positions:
+        ids = torch.randint(0, vocab, (count,), generator=generator)
+        times = []
+        for attempt in range(repeats + 2):  # the first two warm up (and capture a graph)
+            _sync(device)
+            begin = time.perf_counter()
+            runner.forward(ids)
+            _sync(device)
+            if attempt >= 2:
+                times.append((time.perf_counter() - begin) * 1e3)
+            runner.rollback(context)
+        curve[count] = statistics.median(times)
+    return curve
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,255 @@
+"""The fast path (specviz/fast.py): the static-cache forward computes what transformers computes, rolling
+back is free and exact, the engine gives the same output with it, and the benchmark's transformers
+baselines agree with specviz. Correctness only: no timing is asserted (timings are reported by the bench).
+The CUDA tests (graphs, compile) run where a GPU is present and are skipped elsewhere."""
+import random
+
+import pytest
+import torch
+
+from specviz import DecodeSettings, SpeculativeRun
+from specviz.api import make_proposer, run_once
+from specviz.bench import aggregate, compare_with_transformers, hf_generate
+from specviz.fast import StaticRunner, cost_curve, make_runner, unsupported_reason
+from specviz.models import LoadedModel
+from specviz.proposers import PlainProposer
+from specviz.proposers.ngram import NgramIndex, lookup_continuation
+from specviz.runner import CausalRunner
+from specviz.testing import perturbed_copy, tiny_causal_lm
+
+PROMPT = [3, 7, 1, 3, 7, 2, 9, 3, 7]
+
+
+def tiny_model(kind: str, seed: int = 0):
+    """Tiny random models of the architectures the fast path supports, with their quirks switched on."""
+    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    common = dict(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False,
+                  bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(seed)
+    if kind == "llama-bias":  # attention and mlp biases, tied embeddings
+        model = LlamaForCausalLM(LlamaConfig(**{**common, "tie_word_embeddings": True}, attention_bias=True, mlp_bias=True))
+    elif kind == "qwen2":  # q/k/v biases
+        model = Qwen2ForCausalLM(Qwen2Config(**common))
+    elif kind == "mistral-window":  # a sliding window shorter than the sequences below
+        model = MistralForCausalLM(MistralConfig(**common, sliding_window=6))
+    else:
+        raise ValueError(kind)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 1 and parameter.std() == 0:  # biases start at zero, norms at one: vary them
+                parameter.add_(torch.randn_like(parameter) * 0.1)
+    return model.float().eval()
+
+
+def assert_runners_agree(model, steps, atol=1e-5):
+    """Feed the same forwards and rollbacks to both runners; logits, hidden states and caches must agree."""
+    fast, reference = StaticRunner(model), CausalRunner(model)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    generator = torch.Generator().manual_seed(0)
+    for action, amount in steps:
+        if action == "feed":
+            ids = torch.randint(0, vocab, (amount,), generator=generator)
+            logits, hidden = fast.forward(ids)
+            logits0, hidden0 = reference.forward(ids)
+            torch.testing.assert_close(logits, logits0, atol=atol, rtol=1e-4)
+            torch.testing.assert_close(hidden, hidden0, atol=atol, rtol=1e-4)
+        else:
+            fast.rollback(fast.length - amount)
+            reference.rollback(reference.length - amount)
+        assert fast.length == reference.length
+    for (k, v), (k0, v0) in zip(fast.layer_keys_values(), reference.layer_keys_values()):
+        torch.testing.assert_close(k, k0, atol=atol, rtol=1e-4)
+        torch.testing.assert_close(v, v0, atol=atol, rtol=1e-4)
+
+
+STEPS = [("feed", 11), ("feed", 1), ("feed", 5), ("drop", 3), ("feed", 4), ("drop", 4), ("feed", 1), ("feed", 9),
+         ("drop", 1), ("feed", 70)]  # the last one grows the cache past its first capacity
+
+
+def test_static_runner_matches_transformers_on_llama(tiny_target):
+    assert_runners_agree(tiny_target.model, STEPS)
+
+
+@pytest.mark.parametrize("kind", ["llama-bias", "qwen2", "mistral-window"])
+def test_static_runner_matches_transformers_on_other_architectures(kind):
+    assert unsupported_reason(tiny_model(kind)) is None
+    assert_runners_agree(tiny_model(kind), STEPS)
+
+
+def test_static_runner_matches_transformers_on_the_default_model(default_target):
+    assert_runners_agree(default_target.model, [("feed", 40), ("feed", 5), ("drop", 3), ("feed", 2)], atol=2e-4)
+
+
+def test_fused_weights_leave_the_model_unchanged(tiny_target):
+    """The fast path fuses q/k/v and gate/up and makes the model's own parameters views into them: the
+    model's transformers forward must give what it gave before."""
+    model = perturbed_copy(tiny_target, noise=0.3, seed=7).model
+    ids = torch.tensor([PROMPT])
+    with torch.no_grad():
+        before = model(ids).logits
+        StaticRunner(model)
+        after = model(ids).logits
+    torch.testing.assert_close(before, after, atol=0, rtol=0)
+    attention = model.model.layers[0].self_attn
+    assert attention.q_proj.weight.untyped_storage().data_ptr() == attention.v_proj.weight.untyped_storage().data_ptr()
+
+
+def test_unsupported_models_fall_back_to_transformers():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=40, n_embd=32, n_layer=2, n_head=4, n_positions=64)).eval()
+    assert "gpt2" in unsupported_reason(model)
+    assert isinstance(make_runner(model), CausalRunner)
+
+
+def test_models_spread_over_devices_take_the_transformers_forward():
+    model = tiny_causal_lm(vocab_size=32, seed=4, layers=2).model
+    model.model.layers[1].to("meta")  # as accelerate leaves a layer offloaded to disk
+    assert "several devices" in unsupported_reason(model)
+    assert isinstance(make_runner(model), CausalRunner)
+
+
+def test_environment_switch_forces_transformers(tiny_target, monkeypatch):
+    assert isinstance(make_runner(tiny_target.model), StaticRunner)
+    monkeypatch.setenv("SPECVIZ_FAST", "0")
+    assert isinstance(make_runner(tiny_target.model), CausalRunner)
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft", "early-exit", "adaptive"])
+def test_fast_and_transformers_runners_give_the_same_greedy_output(tiny_target, tiny_drafter, method, monkeypatch):
+    settings = DecodeSettings(max_new_tokens=40, gamma=4)
+    fast = run_once(tiny_target, make_proposer(method, tiny_target, tiny_drafter), PROMPT, settings)
+    monkeypatch.setenv("SPECVIZ_FAST", "0")
+    slow = run_once(tiny_target, make_proposer(method, tiny_target, tiny_drafter), PROMPT, settings)
+    assert fast.settings["runner"] == "StaticRunner" and slow.settings["runner"] == "CausalRunner"
+    assert fast.token_ids == slow.token_ids
+    if method != "adaptive":  # adaptive picks draft lengths from measured times, which differ
+        assert [(s.gamma, s.n_accepted) for s in fast.steps] == [(s.gamma, s.n_accepted) for s in slow.steps]
+
+
+def test_runs_reuse_a_released_workspace_but_never_a_live_one(tiny_target):
+    first = make_runner(tiny_target.model)
+    first.forward(torch.tensor(PROMPT))
+    second = make_runner(tiny_target.model)
+    assert second.workspace is not first.workspace  # first still holds its cache
+    space = first.workspace
+    first.release()
+    assert make_runner(tiny_target.model).workspace is space
+
+
+def test_lean_records_give_the_same_run(tiny_target, tiny_drafter):
+    settings = DecodeSettings(max_new_tokens=30, gamma=3)
+    runs = {}
+    for detail in (True, False):
+        run = SpeculativeRun(tiny_target, make_proposer("draft", tiny_target, tiny_drafter), PROMPT, settings,
+                             detail=detail)
+        list(run)
+        runs[detail] = run.result
+    full, lean = runs[True], runs[False]
+    assert lean.token_ids == full.token_ids and lean.text == full.text
+    assert [(s.gamma, s.n_accepted, s.emitted) for s in lean.steps] == [(s.gamma, s.n_accepted, s.emitted) for s in full.steps]
+    assert [t.kind for t in lean.tokens] == [t.kind for t in full.tokens]
+    assert lean.metrics.mean_accepted_length == full.metrics.mean_accepted_length
+
+
+def test_ngram_index_finds_what_the_reference_lookup_finds():
+    rng = random.Random(0)
+    for trial in range(300):
+        vocab = rng.choice([2, 3, 5, 20])
+        tokens = [rng.randrange(vocab) for _ in range(rng.randrange(1, 60))]
+        max_n = rng.choice([1, 2, 3, 4])
+        min_n = rng.randint(1, max_n)
+        index = NgramIndex(max_n, min_n)
+        cut = rng.randrange(len(tokens) + 1)  # built in two pieces, as a run extends it
+        index.extend(tokens[:cut])
+        index.extend(tokens[cut:])
+        for gamma in (1, 4, 9):
+            expected = lookup_continuation(torch.tensor(tokens), gamma, max_n, min_n).tolist()
+            assert index.continuation(gamma)[0] == expected, (tokens, max_n, min_n, gamma)
+
+
+def test_cost_curve_times_every_requested_size(tiny_target):
+    curve = cost_curve(tiny_target.model, [1, 2, 5], context=20, repeats=2)
+    assert sorted(curve) == [1, 2, 5] and all(ms > 0 for ms in curve.values())
+
+
+# the benchmark's transformers baselines --------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["hf-generate", "hf-prompt-lookup", "hf-assisted"])
+def test_transformers_baselines_give_specviz_plain_output(tiny_target, tiny_drafter, mode):
+    target = LoadedModel(name="t", model=tiny_target.model, tokenizer=None, device=torch.device("cpu"),
+                         dtype=torch.float32)
+    settings = DecodeSettings(max_new_tokens=24, gamma=3, stop_at_eos=False)
+    plain = run_once(target, PlainProposer(), PROMPT, settings)
+    ids, seconds = hf_generate(target, PROMPT, settings, mode, draft=tiny_drafter)
+    assert ids == plain.token_ids and seconds > 0
+
+
+def test_aggregate_pools_and_compares_on_the_same_prompts():
+    def row(method, prompt_id, tokens, seconds, identical=True, difference=None):
+        return {"prompt_id": prompt_id, "category": "c", "method": method, "new_tokens": tokens,
+                "wall_seconds": seconds, "drafted": 0, "accepted": 0, "target_forwards": tokens,
+                "identical_to_plain": identical, "first_difference": difference}
+
+    plain = [row("plain", 1, 100, 1.0), row("plain", 2, 100, 3.0)]
+    hf = [row("hf-generate", 1, 100, 10.0, False, 7)]
+    figures = aggregate(hf, plain)
+    assert figures["speedup"] == pytest.approx(0.1)  # against plain on prompt 1 only: 100 tok/s
+    assert figures["identical_share"] == 0 and figures["first_difference_min"] == 7
+    comparison = compare_with_transformers(plain + hf)
+    assert comparison["hf-generate"]["ratio"]["plain"] == pytest.approx(10.0)
+
+
+# CUDA only ------------------------------------------------------------------------------------------------
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@cuda
+def test_graph_replay_equals_eager_forward(tiny_target):
+    model = perturbed_copy(tiny_target, noise=0.1, seed=3).model.cuda()
+    graphed, eager = StaticRunner(model, graphs=True, compile=False), StaticRunner(model, graphs=False, compile=False)
+    ids = torch.randint(0, 32, (60,))
+    for runner in (graphed, eager):
+        runner.forward(ids[:20], logits_for="last")
+    for start, count in [(20, 1), (21, 4), (25, 1), (26, 5)]:
+        a, _ = graphed.forward(ids[start:start + count])
+        b, _ = eager.forward(ids[start:start + count])
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    graphed.rollback(22)
+    eager.rollback(22)
+    a, _ = graphed.forward(ids[22:26])
+    b, _ = eager.forward(ids[22:26])
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@cuda
+def test_compiled_graphs_give_plain_greedy_output_in_float32(tiny_target, tiny_drafter):
+    target = LoadedModel(name="tiny-cuda", model=perturbed_copy(tiny_target, 0.0).model.cuda(), tokenizer=None,
+                         device=torch.device("cuda"), dtype=torch.float32)
+    settings = DecodeSettings(max_new_tokens=40, gamma=4)
+    plain = run_once(target, PlainProposer(), PROMPT, settings)
+    assert plain.settings["runner"] == "StaticRunner"
+    for method in ("ngram", "early-exit", "adaptive"):
+        assert run_once(target, make_proposer(method, target), PROMPT, settings).token_ids == plain.token_ids
+    reference = CausalRunner(target.model)
+    logits, _ = reference.forward(torch.tensor(PROMPT + plain.token_ids[:-1]))
+    assert logits[len(PROMPT) - 1:].argmax(-1).tolist() == plain.token_ids
+
+
+@cuda
+def test_graphs_survive_the_cache_growing(tiny_target):
+    """A sequence longer than the first capacity (1024 on a GPU) reallocates the cache: the graphs that
+    pointed at the old one are dropped with their memory pool, and new ones are captured."""
+    target = tiny_causal_lm(vocab_size=32, seed=6, layers=2, context=4096).model.cuda()
+    graphed, eager = StaticRunner(target, graphs=True, compile=False), StaticRunner(target, graphs=False, compile=False)
+    ids = torch.randint(0, 32, (1400,))
+    for runner in (graphed, eager):
+        runner.forward(ids[:1000], logits_for="last")
+    for start in range(1000, 1400, 4):  # through the growth at 1024 positions
+        a, _ = graphed.forward(ids[start:start + 4])
+        b, _ = eager.forward(ids[start:start + 4])
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert graphed.capacity >= 1400
