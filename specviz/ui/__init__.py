@@ -1,1 +1,4 @@
-"""The only place that imports gradio and plotly: turns the engine's step records into widget values."""
+"""The web app: the only part of specviz that imports gradio and plotly."""
+from .app import build_demo, launch
+
+__all__ = ["build_demo", "launch"]

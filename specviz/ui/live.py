@@ -1,0 +1,377 @@
+"""Driving engine runs for the app, with no gradio in it (so that it is tested on its own).
+
+Every engine step runs under one process-wide FIFO lock: several users' runs interleave step by step instead
+of fighting over the cores, and each run counts the time it spent suspended between steps (waiting for the
+lock, or paused in step mode). Speeds are then given on engine time, which equals the engine's own wall time
+when nobody else is running and nothing was paused.
+
+A LiveRun is the speculative run and its plain baseline; a worker thread advances it while the UI polls what
+it has produced, so rendering never sits inside a measured step.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+
+from ..api import encode, make_proposer, warm_up
+from ..engine import SpeculativeRun
+from ..errors import InvalidSettingError, SpecvizError
+from ..models import DEFAULT_MODEL, LoadedModel, load_model, unload_all
+from ..proposers import PlainProposer
+from ..records import RunResult, StepRecord
+from ..settings import DecodeSettings
+
+log = logging.getLogger(__name__)
+
+
+class FairLock:
+    """A lock that is handed out in arrival order (threading.Lock is not fair: a thread that releases and
+    re-acquires at once would keep it, and one user's run would starve the others)."""
+
+    def __init__(self):
+        self._condition = threading.Condition()
+        self._next_ticket = 0
+        self._serving = 0
+
+    def __enter__(self):
+        with self._condition:
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            self._condition.wait_for(lambda: self._serving == ticket)
+        return self
+
+    def __exit__(self, *exc):
+        with self._condition:
+            self._serving += 1
+            self._condition.notify_all()
+
+    @property
+    def waiting(self) -> int:
+        """Holders and waiters (0 when free)."""
+        with self._condition:
+            return self._next_ticket - self._serving
+
+
+ENGINE_LOCK = FairLock()
+
+
+def _is_last(step: StepRecord, run: SpeculativeRun) -> bool:
+    """Whether the engine's loop ends after this step (its two exits: max-new-tokens and EOS)."""
+    if step.total_emitted >= run.settings.max_new_tokens:
+        return True
+    emitted = step.emitted_tokens
+    return bool(run.settings.stop_at_eos and emitted and emitted[-1].id in run.target.eos_token_ids)
+
+
+class SteppedRun:
+    """A SpeculativeRun advanced one step at a time under ENGINE_LOCK."""
+
+    def __init__(self, run: SpeculativeRun):
+        self.run: SpeculativeRun | None = run
+        self._iterator = iter(run)
+        self.settings = run.settings
+        self.method = run.proposer.name
+        self.steps: list[StepRecord] = []
+        self.idle_before: list[float] = []  # idle seconds accumulated up to each step
+        self.idle_seconds = 0.0  # time the engine spent suspended between steps
+        self.result: RunResult | None = None
+        self._suspended_at: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None
+
+    @property
+    def closed(self) -> bool:
+        return self.run is None
+
+    def advance(self) -> StepRecord | None:
+        """Run one step (the first one includes the prefill). None once the run has ended."""
+        if self.run is None:
+            return None
+        with ENGINE_LOCK:
+            now = time.perf_counter()
+            if self._suspended_at is not None:
+                self.idle_seconds += now - self._suspended_at
+            try:
+                step = next(self._iterator)
+                if _is_last(step, self.run):  # let the engine finish now, so that `result` is set with the step
+                    next(self._iterator, None)
+            except StopIteration:
+                step = None
+            self._suspended_at = time.perf_counter()
+        if step is not None:
+            self.steps.append(step)
+            self.idle_before.append(self.idle_seconds)
+        if self.run.result is not None:
+            self.result = self.run.result
+            self.close()
+        return step
+
+    def close(self) -> None:
+        """Drop the engine objects (KV caches, proposer state); the steps and the result stay."""
+        if self.run is not None:
+            self._iterator.close()
+            self.run = None
+            self._iterator = None
+
+    def engine_elapsed(self, index: int) -> float:
+        """Seconds of engine time from the start of the run to the end of step `index`."""
+        return self.steps[index].elapsed_s - self.idle_before[index]
+
+    @property
+    def engine_wall(self) -> float | None:
+        if self.result is None:
+            return None
+        return max(self.result.metrics.wall_seconds - self.idle_seconds, 1e-9)
+
+    @property
+    def engine_tokens_per_second(self) -> float | None:
+        wall = self.engine_wall
+        return None if wall is None else self.result.metrics.new_tokens / wall
+
+
+# phases of a LiveRun
+READY, RUNNING, PAUSED, BASELINE, DONE, STOPPED, FAILED = "ready", "running", "paused", "baseline", "done", "stopped", "failed"
+
+
+USES_DRAFT_MODEL = ("draft", "adaptive")  # methods that take the drafter field (adaptive drafts with it if given)
+
+
+@dataclass
+class RunRequest:
+    prompt: str
+    method: str
+    target: str = DEFAULT_MODEL
+    draft: str | None = None
+    settings: DecodeSettings = field(default_factory=DecodeSettings)
+    compare_plain: bool = True
+
+
+class LiveRun:
+    """The speculative run and its plain baseline, advanced by a worker thread or one step at a time."""
+
+    def __init__(self, request: RunRequest, target: LoadedModel, draft: LoadedModel | None):
+        self.id = uuid.uuid4().hex[:12]
+        self.request = request
+        self.target: LoadedModel | None = target  # dropped when the run ends, so that a model switch frees memory
+        self.draft: LoadedModel | None = draft
+        self.tokenizer = target.tokenizer  # kept: the inspector decodes token ids after the run
+        self.target_label = target.describe()
+        self.device_label = f"{target.device.type}, {str(target.dtype).replace('torch.', '')}"
+        proposer = make_proposer(request.method, target, draft)
+        prompt_ids = encode(target, request.prompt)
+        with ENGINE_LOCK:  # GPU fast path: capture the graphs this run will replay before it is timed
+            warm_up(target, request.settings.gamma + 1,
+                    min(len(prompt_ids) + request.settings.max_new_tokens + 1, target.context_length), [proposer])
+        self.speculative = SteppedRun(SpeculativeRun(target, proposer, prompt_ids, request.settings, request.prompt))
+        self.plain = (SteppedRun(SpeculativeRun(target, PlainProposer(), prompt_ids, request.settings, request.prompt))
+                      if request.compare_plain else None)
+        self.prompt_tokens = len(prompt_ids)
+        self.phase = READY
+        self.error: str | None = None
+        self.paused_ever = False
+        self.version = 0  # bumped at every step: the UI redraws only when it changed
+        self.trace_path: str | None = None  # the exported trace, once written
+        self._stop = threading.Event()
+        self._pause = threading.Event()
+        self._mutex = threading.Lock()  # one driver at a time (the worker or a single step)
+        self._thread: threading.Thread | None = None
+
+    # -- control ------------------------------------------------------------------------------------------
+    @property
+    def active(self) -> bool:
+        """A worker is advancing the run."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in (DONE, STOPPED, FAILED)
+
+    def start(self, max_steps: int | None = None) -> bool:
+        """Advance in a worker thread: all the way (then the baseline), or `max_steps` speculative steps and
+        pause. False when it cannot (already advancing, or over)."""
+        if self.active or self.finished:
+            return False
+        self._pause.clear()
+        self._thread = threading.Thread(target=self._work, args=(max_steps,), name=f"specviz-run-{self.id}",
+                                        daemon=True)
+        self.phase = RUNNING if not self.speculative.done else BASELINE
+        self._thread.start()
+        return True
+
+    def pause(self) -> None:
+        self._pause.set()
+
+    def stop(self) -> None:
+        """End the run after its current step; frees its caches. Safe to call from any thread, any number of times."""
+        self._stop.set()
+        if not self.active and not self.finished:
+            with self._mutex:
+                self._finish(STOPPED)
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -- the worker ---------------------------------------------------------------------------------------
+    def _work(self, max_steps: int | None) -> None:
+        with self._mutex:
+            try:
+                taken = 0
+                while not self.speculative.done and not self._stop.is_set():
+                    if self._pause.is_set() or (max_steps is not None and taken >= max_steps):
+                        self.phase = PAUSED
+                        self.paused_ever = True
+                        return
+                    self.speculative.advance()
+                    taken += 1
+                    self.version += 1
+                if self.plain is not None and not self._stop.is_set():
+                    self.phase = BASELINE
+                    while not self.plain.done and not self._stop.is_set():
+                        self.plain.advance()
+                        self.version += 1
+                self._finish(STOPPED if self._stop.is_set() else DONE)
+            except SpecvizError as error:
+                self.error = str(error)
+                self._finish(FAILED)
+            except Exception as error:  # a model that fails mid-run (e.g. out of memory): show it, keep serving
+                log.exception("run %s failed", self.id)
+                self.error = f"{type(error).__name__}: {error}"
+                self._finish(FAILED)
+
+    def _finish(self, phase: str) -> None:
+        self.speculative.close()
+        if self.plain is not None:
+            self.plain.close()
+        self.target = self.draft = None
+        self.phase = phase
+        self.version += 1
+        if phase != DONE and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    # -- what it measured ---------------------------------------------------------------------------------
+    @property
+    def speedup(self) -> float | None:
+        """Plain engine time over speculative engine time (equal to wall times when nothing waited)."""
+        if self.plain is None or not (self.speculative.done and self.plain.done):
+            return None
+        return self.plain.engine_wall / self.speculative.engine_wall
+
+    def report(self):
+        """specviz.api.Report of the finished run (None until the speculative run has a result)."""
+        from ..api import Report
+
+        if not self.speculative.done:
+            return None
+        return Report(self.speculative.result, self.plain.result if self.plain is not None and self.plain.done else None)
+
+
+# -- form values to settings -------------------------------------------------------------------------------
+
+def _whole(name: str, value, default=None):
+    if value is None or value == "":
+        return default
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidSettingError(f"{name} must be a whole number, got {value!r}") from None
+    if not math.isfinite(number) or not number.is_integer():
+        raise InvalidSettingError(f"{name} must be a whole number, got {value!r}")
+    return int(number)
+
+
+def _real(name: str, value, default: float) -> float:
+    if value is None or value == "":
+        return default
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise InvalidSettingError(f"{name} must be a number, got {value!r}") from None
+
+
+def settings_from_form(max_new_tokens, gamma, temperature, top_p=1.0, seed=None) -> DecodeSettings:
+    """Widget values (sliders give floats, an empty number box None) to validated DecodeSettings."""
+    return DecodeSettings(
+        max_new_tokens=_whole("max new tokens", max_new_tokens, 128), gamma=_whole("gamma", gamma, 4),
+        temperature=_real("temperature", temperature, 0.0), top_p=_real("top-p", top_p, 1.0),
+        seed=_whole("seed", seed),
+    ).validate()
+
+
+def model_name(value) -> str | None:
+    """A model field's value: None when empty (or 'none')."""
+    text = str(value or "").strip()
+    return None if text.lower() in ("", "none") else text
+
+
+# -- models shared by all sessions ------------------------------------------------------------------------
+
+def load_models(request: RunRequest) -> tuple[LoadedModel, LoadedModel | None]:
+    """The target and drafter from the process-wide registry (loaded on first use), warmed up. Models that no
+    other session uses are freed first, so that switching models does not pile them up in memory."""
+    wanted = {DEFAULT_MODEL, request.target} | ({request.draft} if request.draft else set())
+    unload_all(keep=wanted | models_in_use())
+    target = load_model(request.target)
+    draft = load_model(request.draft) if request.draft else None
+    with ENGINE_LOCK:
+        warm_up(target)
+    return target, draft
+
+
+# -- sessions ----------------------------------------------------------------------------------------------
+
+@dataclass
+class Session:
+    run: LiveRun | None = None
+    cursor: int | None = None  # the step shown highlighted (step mode, replay); None: follow the run
+    replaying: bool = False
+    cancel: threading.Event = field(default_factory=threading.Event)  # Stop, for comparisons and cost curves
+
+
+MAX_SESSIONS = 256
+_sessions: OrderedDict[str, Session] = OrderedDict()
+_sessions_lock = threading.Lock()
+
+
+def session(key: str) -> Session:
+    """The state of one browser tab or API client (gradio's session hash); the oldest are dropped past
+    MAX_SESSIONS, stopping their runs."""
+    with _sessions_lock:
+        state = _sessions.get(key)
+        if state is None:
+            state = _sessions[key] = Session()
+        _sessions.move_to_end(key)
+        evicted = []
+        while len(_sessions) > MAX_SESSIONS:
+            evicted.append(_sessions.popitem(last=False)[1])
+    for old in evicted:
+        if old.run is not None:
+            old.run.stop()
+    return state
+
+
+def end_session(key: str) -> None:
+    with _sessions_lock:
+        state = _sessions.pop(key, None)
+    if state is not None and state.run is not None:
+        state.run.stop()
+
+
+def models_in_use() -> set[str]:
+    with _sessions_lock:
+        runs = [s.run for s in _sessions.values() if s.run is not None and not s.run.finished]
+    names = set()
+    for run in runs:
+        names.add(run.request.target)
+        if run.request.draft:
+            names.add(run.request.draft)
+    return names

@@ -1,0 +1,102 @@
+"""Numbers the app shows, shaped from step records: pure functions, no gradio, no plotly."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from ..metrics import summarize
+from ..records import RunMetrics, StepRecord
+from ..theory import best_gamma, expected_speedup, expected_tokens_per_step
+
+GAMMA_CURVE_MAX = 16
+
+
+def running_metrics(steps: list[StepRecord], engine_seconds: float, prefill_seconds: float = 0.0) -> RunMetrics:
+    """RunMetrics of the steps so far, with speeds on `engine_seconds` (see live.py: engine time)."""
+    emitted = steps[-1].total_emitted if steps else 0
+    return summarize(steps, emitted, engine_seconds, prefill_seconds)
+
+
+def used_gamma(steps: list[StepRecord], setting: int) -> tuple[float, bool]:
+    """The draft length the run used, and whether it was fixed. Only the last step may draft less (no room
+    left before max-new-tokens); a method that varies it (adaptive) gets the mean over drafting steps."""
+    drafting = [s.gamma for s in steps if s.gamma > 0]
+    if not drafting or all(g == setting for g in drafting[:-1]):
+        return float(setting), True
+    return sum(drafting) / len(drafting), False
+
+
+@dataclass
+class Theory:
+    alpha: float
+    cost_ratio: float
+    gamma: float
+    gamma_fixed: bool
+    expected_tokens_per_step: float
+    expected_speedup: float
+    measured_tokens_per_step: float
+    measured_speedup: float | None
+    best_gamma: int
+
+
+def theory(metrics: RunMetrics, steps: list[StepRecord], gamma_setting: int, measured_speedup: float | None) -> Theory | None:
+    """Leviathan et al.'s expectations from the run's measured alpha and c; None when nothing was drafted."""
+    if metrics.acceptance_rate is None:
+        return None
+    alpha = metrics.acceptance_rate
+    c = metrics.cost_ratio or 0.0
+    gamma, fixed = used_gamma(steps, gamma_setting)
+    return Theory(
+        alpha=alpha, cost_ratio=c, gamma=gamma, gamma_fixed=fixed,
+        expected_tokens_per_step=expected_tokens_per_step(alpha, gamma),
+        expected_speedup=expected_speedup(alpha, gamma, c),
+        measured_tokens_per_step=metrics.mean_accepted_length,
+        measured_speedup=measured_speedup,
+        best_gamma=best_gamma(alpha, c, GAMMA_CURVE_MAX),
+    )
+
+
+def speedup_curve(alpha: float, cost_ratio: float, gamma_max: int = GAMMA_CURVE_MAX) -> tuple[list[int], list[float]]:
+    gammas = list(range(1, gamma_max + 1))
+    return gammas, [expected_speedup(alpha, g, cost_ratio) for g in gammas]
+
+
+def accepted_length_counts(steps: list[StepRecord]) -> tuple[list[int], list[int]]:
+    """Histogram of accepted drafts per drafting step: (lengths 0..max gamma, step counts)."""
+    drafting = [s for s in steps if s.gamma > 0]
+    longest = max((s.gamma for s in drafting), default=0)
+    counts = Counter(s.n_accepted for s in drafting)
+    lengths = list(range(longest + 1))
+    return lengths, [counts.get(n, 0) for n in lengths]
+
+
+def race_points(steps: list[StepRecord], engine_elapsed: list[float]) -> tuple[list[float], list[int]]:
+    """Tokens against engine time: (seconds, tokens emitted), starting at (0, 0)."""
+    seconds, tokens = [0.0], [0]
+    for step, elapsed in zip(steps, engine_elapsed):
+        seconds.append(elapsed)
+        tokens.append(step.total_emitted)
+    return seconds, tokens
+
+
+@dataclass
+class FirstDifference:
+    index: int  # output token index
+    speculative: str | None  # that token's text in each output (None past the end)
+    plain: str | None
+
+
+def first_difference_texts(index: int | None, speculative_texts: list[str], plain_texts: list[str]) -> FirstDifference | None:
+    if index is None:
+        return None
+    def at(texts):
+        return texts[index] if index < len(texts) else None
+    return FirstDifference(index, at(speculative_texts), at(plain_texts))
+
+
+def step_of_token(steps: list[StepRecord], token_index: int) -> int | None:
+    """The step that emitted output token `token_index`."""
+    for step in steps:
+        if step.total_emitted > token_index:
+            return step.index
+    return None

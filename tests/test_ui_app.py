@@ -1,0 +1,240 @@
+"""End to end on loopback: the app served in this process, driven with gradio_client like a remote user, on
+the real default model."""
+import functools
+import html
+import json
+import re
+import threading
+import time
+
+import pytest
+from gradio_client import Client
+
+from specviz import DecodeSettings
+from specviz.api import encode, generate, make_proposer, run_once
+from specviz.cost_curve import measure_cost_curve
+from ui_server import serve_app, wait_done
+
+PROMPT = "List the days of the week, one per line."
+STATUS, TOKENS, SUMMARY, STEP_PLOT, RACE_PLOT, THEORY_PLOT, INSPECTOR, SLIDER, TRACE = range(9)
+
+
+def run_args(**overrides):
+    args = dict(prompt=PROMPT, method="ngram", target="default", draft="none", gamma=4, temperature=0, top_p=1,
+                max_new_tokens=24, seed=0, compare_plain=True, step_mode=False)
+    args.update(overrides)
+    return args
+
+
+def text(value):
+    """An HTML output's value; "" where an update left the component as it was."""
+    return value if isinstance(value, str) else ""
+
+
+def plot(value):
+    """A plot output's figure JSON; None where an update left it as it was."""
+    return json.loads(value["plot"]) if isinstance(value, dict) and "plot" in value else None
+
+
+def kinds_in(html_text):
+    return re.findall(r'class="tok tok-(\w+)', text(html_text))
+
+
+def steps_in(html_text):
+    return [int(s) for s in re.findall(r'data-step="(\d+)"', text(html_text))]
+
+
+@pytest.fixture(scope="module")
+def url(default_target):  # the model loaded once for the whole session, shared through the registry
+    import specviz.ui.app as app_module
+
+    old = app_module.CHART_INTERVAL
+    app_module.CHART_INTERVAL = 0.3  # so that charts arrive mid-run even when the machine is fast
+    with serve_app() as address:
+        yield address
+    app_module.CHART_INTERVAL = old
+
+
+@pytest.fixture(scope="module")
+def reference(default_target):
+    """The same prompt and settings, headless."""
+    settings = DecodeSettings(max_new_tokens=24, gamma=4)
+    return run_once(default_target, make_proposer("ngram", default_target), encode(default_target, PROMPT), settings)
+
+
+def test_run_streams_coloured_tokens_and_charts(url, reference):
+    client = Client(url, verbose=False)
+    outputs = wait_done(client.submit(**run_args(), api_name="/run"))
+    final = outputs[-1]
+    assert "Done" in final[STATUS]
+    token_counts = [len(kinds_in(o[TOKENS])) for o in outputs if text(o[TOKENS])]
+    assert len(set(token_counts)) >= 3, token_counts  # tokens arrived in several updates, not at the end only
+    charted = [o for o in outputs[:-1] if plot(o[STEP_PLOT]) and plot(o[STEP_PLOT])["data"]]
+    assert charted, "no chart arrived while the run streamed"
+    shown = kinds_in(final[TOKENS])
+    assert shown == [t.kind.value for t in reference.tokens]
+    assert "speedup" in final[SUMMARY] and "yes, token for token" in final[SUMMARY]
+    race = plot(final[RACE_PLOT])
+    assert [trace["name"] for trace in race["data"]] == ["ngram", "plain decoding"]
+    assert race["data"][0]["y"][-1] == len(reference.token_ids)
+    trace = json.loads(open(final[TRACE]).read())
+    assert trace["token_ids"] == reference.token_ids and trace["identical_to_plain"] is True
+    assert len(trace["steps"]) == len(reference.steps) and trace["speedup"] > 0
+
+
+def test_stop_mid_way_then_run_again(url):
+    client = Client(url, verbose=False)
+    job = client.submit(**run_args(max_new_tokens=400, prompt="Write a long story about a dragon and a knight."),
+                        api_name="/run")
+    deadline = time.monotonic() + 180
+    while not any(kinds_in(o[TOKENS]) for o in job.outputs()):
+        assert time.monotonic() < deadline, "no tokens arrived"
+        time.sleep(0.05)
+    pressed = time.monotonic()
+    stopped = client.predict(api_name="/stop")
+    outputs = wait_done(job, timeout=30)
+    assert time.monotonic() - pressed < 15  # promptly: within a step or two on a busy 2-core machine
+    assert "Stopped after" in stopped[STATUS]
+    assert len(steps_in(stopped[TOKENS])) < 400 and "Done" not in outputs[-1][STATUS]
+    again = wait_done(client.submit(**run_args(max_new_tokens=12), api_name="/run"))
+    assert "Done" in again[-1][STATUS] and kinds_in(again[-1][TOKENS])
+
+
+def test_pause_then_step_then_stop(url):
+    client = Client(url, verbose=False)
+    job = client.submit(**run_args(max_new_tokens=400, prompt="Write a long story about a dragon and a knight."),
+                        api_name="/run")
+    deadline = time.monotonic() + 180
+    while not any(kinds_in(o[TOKENS]) for o in job.outputs()):
+        assert time.monotonic() < deadline, "no tokens arrived"
+        time.sleep(0.05)
+    client.predict(api_name="/pause")
+    paused = wait_done(job, timeout=30)[-1]
+    assert "Paused after step" in paused[STATUS]
+    steps_before = max(steps_in(paused[TOKENS]))
+    stepped = wait_done(client.submit(api_name="/next_step"))[-1]
+    assert max(steps_in(stepped[TOKENS])) == steps_before + 1
+    stopped = client.predict(api_name="/stop")
+    assert "Stopped after" in stopped[STATUS]
+
+
+def test_speculate_endpoint_returns_the_generate_json(url, default_target):
+    client = Client(url, verbose=False)
+    report = client.predict(prompt=PROMPT, method="ngram", max_new_tokens=16, gamma=3, temperature=0.0, seed=0,
+                            api_name="/speculate")
+    local = generate(PROMPT, "ngram", default_target, None, DecodeSettings(max_new_tokens=16, gamma=3, seed=0),
+                     compare_plain=True).to_dict()
+    local = json.loads(json.dumps(local))  # what `specviz generate --json --compare-plain` prints
+    assert set(report) == set(local)
+    for key in ("text", "token_ids", "tokens", "prompt", "prompt_tokens", "stop_reason", "identical_to_plain",
+                "first_difference"):
+        assert report[key] == local[key], key
+    assert set(report["metrics"]) == set(local["metrics"]) and report["plain"]["text"] == local["plain"]["text"]
+    assert [s["tokens"] for s in report["steps"]] == [s["tokens"] for s in local["steps"]]
+    with pytest.raises(Exception, match="gamma"):
+        client.predict(prompt=PROMPT, method="ngram", max_new_tokens=16, gamma=0, api_name="/speculate")
+    with pytest.raises(Exception, match="limited to 512"):
+        client.predict(prompt=PROMPT, max_new_tokens=600, api_name="/speculate")
+
+
+@pytest.fixture(scope="module")
+def bad_models(tmp_path_factory):
+    """A causal LM with another vocabulary and a model that is not a causal LM, as save_pretrained folders."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import DistilBertConfig, DistilBertModel, PreTrainedTokenizerFast
+
+    from specviz.testing import tiny_causal_lm
+
+    words = {w: i for i, w in enumerate(["[UNK]", "the", "cat", "sat", "on", "mat"])}
+    backend = Tokenizer(models.WordLevel(words, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]")
+    other = tmp_path_factory.mktemp("ui-other-vocab")
+    tiny_causal_lm(vocab_size=len(words)).model.save_pretrained(other)
+    tokenizer.save_pretrained(other)
+    encoder = tmp_path_factory.mktemp("ui-encoder")
+    DistilBertModel(DistilBertConfig(vocab_size=len(words), dim=32, hidden_dim=64, n_layers=1, n_heads=2)).save_pretrained(encoder)
+    tokenizer.save_pretrained(encoder)
+    return {"other_vocab": str(other), "encoder": str(encoder)}
+
+
+def test_bad_input_gives_a_visible_message_and_the_app_stays_up(url, bad_models, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # an unreachable Hub, at once
+    client = Client(url, verbose=False)
+    cases = [
+        (run_args(prompt="   "), "prompt is empty"),
+        (run_args(method="draft"), "needs a drafter"),
+        (run_args(target="nobody-here/no-such-model-xyz"), "cannot be reached"),
+        (run_args(target="/no/such/folder"), "neither a model folder"),
+        (run_args(target=bad_models["encoder"]), "not a causal language model"),
+        (run_args(method="draft", draft=bad_models["other_vocab"]), "vocabulary"),
+        (run_args(prompt="word " * 9000), "longer than the model's context"),
+        (run_args(target="<img src=x onerror=alert(1)>"), "cannot load '<img src=x onerror=alert(1)>'"),
+    ]
+    for args, fragment in cases:
+        status = wait_done(client.submit(**args, api_name="/run"), timeout=120)[-1][STATUS]
+        assert 'role="alert"' in status and fragment in html.unescape(status), (args, status)
+        assert "<img" not in status
+    final = wait_done(client.submit(**run_args(max_new_tokens=8), api_name="/run"))[-1]
+    assert "Done" in final[STATUS]
+
+
+def test_four_clients_at_once_all_complete(url, reference):
+    results = {}
+
+    def user(i):
+        client = Client(url, verbose=False)
+        results[i] = wait_done(client.submit(**run_args(), api_name="/run"), timeout=600)[-1]
+
+    threads = [threading.Thread(target=user, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(700)
+    assert sorted(results) == [0, 1, 2, 3]
+    expected = [t.kind.value for t in reference.tokens]
+    for final in results.values():
+        assert "Done" in final[STATUS] and kinds_in(final[TOKENS]) == expected
+    interleaved = sum("waits excluded" in final[SUMMARY] for final in results.values())
+    assert interleaved >= 2  # they ran at the same time, their steps interleaved on the engine lock
+
+
+def test_step_mode_next_resume_replay_and_inspect(url, reference):
+    client = Client(url, verbose=False)
+    ready = wait_done(client.submit(**run_args(step_mode=True), api_name="/run"))[-1]
+    assert "Step mode" in ready[STATUS] and not kinds_in(ready[TOKENS])
+    for expected_step in (0, 1):
+        out = wait_done(client.submit(api_name="/next_step"))[-1]
+        assert f"Paused after step {expected_step}" in out[STATUS]
+        assert max(steps_in(out[TOKENS])) == expected_step
+        assert 'sv-current" data-step="%d"' % expected_step in out[TOKENS]  # the current step highlighted
+    done = wait_done(client.submit(api_name="/resume"))[-1]
+    assert "Done" in done[STATUS] and kinds_in(done[TOKENS]) == [t.kind.value for t in reference.tokens]
+    replay = wait_done(client.submit(0.1, api_name="/replay"))
+    last_step = len(reference.steps) - 1
+    assert len(replay) >= last_step + 1 and max(steps_in(replay[-1][TOKENS])) == last_step
+    assert max(steps_in(replay[1][TOKENS])) < last_step  # early frames show only the first steps
+    inspected = client.predict(1, api_name="/inspect")
+    assert 'sv-current" data-step="1"' in inspected[0]
+    assert "Step 1" in plot(inspected[1])["layout"]["title"]["text"]
+
+
+def test_compare_methods(url):
+    client = Client(url, verbose=False)
+    status, table, chart = client.predict(PROMPT, ["ngram"], "default", "none", 4, 0, 1, 16, 0, api_name="/compare")
+    assert "Done" in status
+    rows = {row[0]: row for row in table["data"]}
+    assert set(rows) == {"plain", "ngram"} and rows["ngram"][-1] == "yes"
+    assert len(plot(chart)["data"]) == 2
+
+
+def test_cost_curve(url, monkeypatch):
+    import specviz.ui.app as app_module
+
+    monkeypatch.setattr(app_module, "measure_cost_curve",
+                        functools.partial(measure_cost_curve, positions=(1, 4), batch_sizes=(1, 2), repeats=1))
+    client = Client(url, verbose=False)
+    status, chart = client.predict("default", api_name="/cost_curve")
+    assert "Done" in status
+    per_forward = [t for t in plot(chart)["data"] if t["name"].startswith("ms per forward")]
+    assert [t["x"] for t in per_forward] == [[1, 4], [1, 2]] and all(y > 0 for t in per_forward for y in t["y"])

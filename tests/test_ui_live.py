@@ -1,0 +1,159 @@
+"""The app's run driver (specviz/ui/live.py) on the real default model, without a server: worker threads,
+step mode, stop, engine-time accounting, the fair engine lock, form validation, sessions."""
+import threading
+import time
+
+import pytest
+
+from specviz import DecodeSettings, InvalidSettingError
+from specviz.api import encode, make_proposer, run_once
+from specviz.proposers import PlainProposer
+from specviz.ui import live
+
+PROMPT = "List the days of the week, one per line."
+
+
+@pytest.fixture(scope="module")
+def target(default_target):
+    return default_target
+
+
+def new_run(target, max_new=24, method="ngram", compare_plain=True, **settings):
+    request = live.RunRequest(PROMPT, method, "default", None,
+                              DecodeSettings(max_new_tokens=max_new, gamma=4, **settings), compare_plain)
+    return live.LiveRun(request, target, None)
+
+
+def emitted_ids(steps):
+    return [t.id for s in steps for t in s.emitted_tokens]
+
+
+def test_worker_runs_speculative_then_plain(target):
+    run = new_run(target)
+    assert run.start()
+    run.join(120)
+    assert run.phase == live.DONE and not run.active
+    spec, plain = run.speculative, run.plain
+    assert spec.done and plain.done
+    reference = run_once(target, PlainProposer(), encode(target, PROMPT), DecodeSettings(max_new_tokens=24))
+    assert spec.result.token_ids == reference.token_ids == plain.result.token_ids  # greedy: exact
+    assert emitted_ids(spec.steps) == spec.result.token_ids
+    assert run.speedup == pytest.approx(plain.engine_wall / spec.engine_wall)
+    assert spec.idle_seconds < 0.05  # nothing paused it: engine time is the engine's wall time
+    assert spec.engine_wall == pytest.approx(spec.result.metrics.wall_seconds, abs=0.05)
+    assert run.target is None and spec.closed  # models and caches released when the run ends
+    assert run.report().to_dict()["identical_to_plain"] is True
+
+
+def test_step_mode_advances_one_step_at_a_time(target):
+    run = new_run(target, compare_plain=False)
+    assert run.phase == live.READY
+    for expected in (1, 2, 3):
+        assert run.start(max_steps=1)
+        run.join(60)
+        assert len(run.speculative.steps) == expected and run.phase == live.PAUSED
+    time.sleep(0.3)  # a pause between steps is not engine time
+    run.start()
+    run.join(120)
+    assert run.phase == live.DONE and run.paused_ever
+    spec = run.speculative
+    assert spec.idle_seconds >= 0.3
+    assert spec.engine_wall == pytest.approx(spec.result.metrics.wall_seconds - spec.idle_seconds)
+    elapsed = [spec.engine_elapsed(i) for i in range(len(spec.steps))]
+    assert elapsed == sorted(elapsed) and elapsed[-1] < spec.result.metrics.wall_seconds - 0.3
+    continuous = run_once(target, make_proposer("ngram", target), encode(target, PROMPT),
+                          DecodeSettings(max_new_tokens=24, gamma=4))
+    assert spec.result.token_ids == continuous.token_ids
+
+
+def test_pause_then_stop_releases_everything(target):
+    run = new_run(target, max_new=200)
+    run.start()
+    while len(run.speculative.steps) < 2:
+        time.sleep(0.01)
+    run.pause()
+    run.join(30)
+    assert run.phase == live.PAUSED and not run.active
+    paused_at = len(run.speculative.steps)
+    run.stop()
+    assert run.phase == live.STOPPED and run.speculative.closed and run.plain.closed
+    assert len(run.speculative.steps) == paused_at
+    assert not run.start()  # a stopped run stays stopped
+    assert live.ENGINE_LOCK.waiting == 0
+
+
+def test_stop_while_running_ends_within_a_step(target):
+    run = new_run(target, max_new=300)
+    run.start()
+    while not run.speculative.steps:
+        time.sleep(0.01)
+    started = time.monotonic()
+    run.stop()
+    run.join(30)
+    assert not run.active and run.phase == live.STOPPED
+    assert time.monotonic() - started < 10  # one step at most (a step is ~0.1-1 s on a busy 2-core CPU)
+    assert len(run.speculative.steps) < 300 and run.speculative.result is None
+    assert live.ENGINE_LOCK.waiting == 0
+
+
+def test_errors_inside_a_run_are_reported_not_raised(target, monkeypatch):
+    run = new_run(target, compare_plain=False)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(run.speculative, "advance", broken)
+    run.start()
+    run.join(10)
+    assert run.phase == live.FAILED and "out of memory" in run.error
+
+
+def test_fair_lock_serves_in_arrival_order():
+    lock = live.FairLock()
+    order = []
+    lock.__enter__()
+    threads = []
+    for i in range(4):
+        thread = threading.Thread(target=lambda i=i: (lock.__enter__(), order.append(i), lock.__exit__(None, None, None)))
+        thread.start()
+        threads.append(thread)
+        while lock.waiting < i + 2:  # the holder plus the threads queued so far
+            time.sleep(0.001)
+    lock.__exit__(None, None, None)
+    for thread in threads:
+        thread.join(5)
+    assert order == [0, 1, 2, 3] and lock.waiting == 0
+
+
+@pytest.mark.parametrize("form, fragment", [
+    (dict(max_new_tokens=0, gamma=4, temperature=0), "max-new-tokens"),
+    (dict(max_new_tokens=16, gamma=0, temperature=0), "gamma"),
+    (dict(max_new_tokens=16, gamma=2.5, temperature=0), "gamma"),
+    (dict(max_new_tokens=16, gamma=4, temperature=-1), "temperature"),
+    (dict(max_new_tokens=16, gamma=4, temperature="hot"), "temperature"),
+    (dict(max_new_tokens=16, gamma=4, temperature=0.5, top_p=0), "top-p"),
+    (dict(max_new_tokens=16, gamma=4, temperature=0, seed=-3), "seed"),
+    (dict(max_new_tokens=16, gamma=4, temperature=0, seed=float("nan")), "seed"),
+])
+def test_form_values_are_validated(form, fragment):
+    with pytest.raises(InvalidSettingError, match=fragment):
+        live.settings_from_form(**form)
+
+
+def test_form_values_from_widgets():
+    settings = live.settings_from_form(96.0, 4.0, 0.7, 0.9, None)  # sliders give floats, an empty box None
+    assert (settings.max_new_tokens, settings.gamma, settings.temperature, settings.top_p, settings.seed) == (96, 4, 0.7, 0.9, None)
+    assert live.model_name("  none ") is None and live.model_name(" Qwen/Qwen2.5-0.5B ") == "Qwen/Qwen2.5-0.5B"
+
+
+def test_sessions_track_models_in_use_and_evict_the_oldest(target, monkeypatch):
+    monkeypatch.setattr(live, "MAX_SESSIONS", 3)
+    run = new_run(target, compare_plain=False)
+    live.session("test-a").run = run
+    assert "default" in live.models_in_use()
+    for key in ("test-b", "test-c", "test-d"):
+        live.session(key)
+    assert run.phase == live.STOPPED  # evicted with its session, its run stopped
+    assert "default" not in live.models_in_use()
+    for key in ("test-b", "test-c", "test-d"):
+        live.end_session(key)

@@ -1,0 +1,285 @@
+"""The app's renderer and chart functions on hand-built step records: no model, no server."""
+from html.parser import HTMLParser
+
+import pytest
+
+from specviz.cost_curve import CostPoint
+from specviz.metrics import summarize
+from specviz.records import DraftPosition, StepRecord, TokenKind, TokenRecord, TopTokens
+from specviz.theory import expected_speedup, expected_tokens_per_step
+from specviz.ui import charts, render, view
+
+INJECTIONS = ["${alert(1)}", "<img src=x onerror=alert(1)>", "`${document.cookie}`", "<script>alert(1)</script>"]
+
+
+def position(token_id, text, p, q, accepted, reached=True, u=None):
+    return DraftPosition(token_id=token_id, text=text, q=q, p=p, accept_prob=min(1.0, p / q) if q else p, u=u,
+                         accepted=accepted, reached=reached, p_top=TopTokens([token_id, 99], [p, 1 - p]),
+                         q_top=TopTokens([token_id, 98], [q, 1 - q]) if q else None)
+
+
+def make_step(index, drafts, next_text, next_kind, total_before, draft_ms=2.0, verify_ms=10.0, elapsed=None):
+    """drafts: (text, accepted) in order; the first rejected one is the last the verifier reached."""
+    positions, tokens = [], []
+    rejected_seen = False
+    for i, (text, accepted) in enumerate(drafts):
+        reached = not rejected_seen
+        positions.append(position(10 + i, text, p=0.8 if accepted else 0.1, q=0.5, accepted=accepted, reached=reached,
+                                  u=0.3 if accepted else (0.9 if reached else None)))
+        rejected_seen = rejected_seen or not accepted
+        kind = TokenKind.ACCEPTED if accepted else TokenKind.REJECTED
+        pos = positions[-1]
+        tokens.append(TokenRecord(id=pos.token_id, text=text, kind=kind, step=index, p=pos.p, q=pos.q,
+                                  accept_prob=pos.accept_prob, u=pos.u))
+    n = sum(accepted for _, accepted in drafts)
+    next_token = TokenRecord(id=50 + index, text=next_text, kind=next_kind, step=index, p=0.6)
+    tokens.append(next_token)
+    return StepRecord(index=index, gamma=len(drafts), positions=positions, n_accepted=n, next_token=next_token,
+                      next_top=TopTokens([50 + index, 7], [0.6, 0.4]), tokens=tokens, draft_ms=draft_ms,
+                      verify_ms=verify_ms, elapsed_s=elapsed if elapsed is not None else 0.1 * (index + 1),
+                      emitted=n + 1, total_emitted=total_before + n + 1)
+
+
+@pytest.fixture
+def steps():
+    """Step 0: 2 accepted, 1 rejected, 1 not reached, resampled. Step 1: all 4 accepted, bonus. Step 2: 0 accepted."""
+    return [
+        make_step(0, [(" The", True), (" cat", True), (" sat", False), (" on", False)], " is", TokenKind.RESAMPLED, 0),
+        make_step(1, [(" a", True), (" very", True), (" good", True), (" cat", True)], ".", TokenKind.BONUS, 3),
+        make_step(2, [(INJECTIONS[0], False), (INJECTIONS[1], False), ("x", False), ("y", False)], INJECTIONS[1],
+                  TokenKind.RESAMPLED, 8),
+    ]
+
+
+class _Spans(HTMLParser):
+    """Collects (classes, attributes, text) of every token span, and every tag seen."""
+
+    def __init__(self):
+        super().__init__()
+        self.spans, self.tags, self._open = [], [], None
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        attrs = dict(attrs)
+        if tag == "span" and "tok" in (attrs.get("class") or "").split():
+            self._open = [attrs["class"].split(), attrs, ""]
+
+    def handle_data(self, data):
+        if self._open is not None:
+            self._open[2] += data
+
+    def handle_endtag(self, tag):
+        if tag == "span" and self._open is not None:
+            self.spans.append(tuple(self._open))
+            self._open = None
+
+
+def parse(html_text):
+    parser = _Spans()
+    parser.feed(html_text)
+    return parser
+
+
+def tokens_of(steps):
+    return [t for s in steps for t in s.tokens]
+
+
+def test_every_kind_has_its_class_and_text(steps):
+    parsed = parse(render.token_view_html(tokens_of(steps), prompt="Hi"))
+    kinds = [next(c[4:] for c in classes if c.startswith("tok-")) for classes, _, _ in parsed.spans]
+    assert kinds == [t.kind.value for t in tokens_of(steps)]
+    assert {"accepted", "rejected", "resampled", "bonus"} <= set(kinds)
+    assert [text for _, _, text in parsed.spans] == [t.text for t in tokens_of(steps)]
+
+
+def test_injection_strings_stay_text(steps):
+    html_text = render.token_view_html(tokens_of(steps), prompt=" ".join(INJECTIONS), header=INJECTIONS[1])
+    parsed = parse(html_text)
+    assert set(parsed.tags) <= {"div", "span"}  # no img, no script
+    assert "${" not in html_text and "`" not in html_text  # nothing a template literal could evaluate
+    texts = [text for _, _, text in parsed.spans]
+    assert INJECTIONS[0] in texts and INJECTIONS[1] in texts  # shown as the characters they are
+    assert "<img" not in html_text and "<script" not in html_text
+
+
+def test_escape_text_round_trips():
+    import html
+    for text in INJECTIONS + ["a & b", 'say "hi"', "{x}"]:
+        escaped = render.escape_text(text)
+        assert "<" not in escaped and "$" not in escaped and "{" not in escaped and "`" not in escaped
+        assert html.unescape(escaped) == text
+
+
+def test_tooltip_gives_kind_step_p_q_ratio_and_u(steps):
+    parsed = parse(render.token_view_html(tokens_of(steps), sampling=True))
+    tips = [attrs["data-tip"] for _, attrs, _ in parsed.spans]
+    accepted_tip = tips[0]
+    assert accepted_tip.startswith("accepted · step 0")
+    assert "p = 0.800" in accepted_tip and "q = 0.500" in accepted_tip
+    assert "min(1, p/q) = 1.000" in accepted_tip and "u = 0.300" in accepted_tip
+    first_rejected, second_rejected = tips[2], tips[3]
+    assert "rejected · step 0" in first_rejected and "min(1, p/q) = 0.200" in first_rejected and "u = 0.900" in first_rejected
+    assert "not tested" in second_rejected  # after the first rejection
+    assert tips[4].startswith("resampled · step 0") and "residual" in tips[4]
+    assert tips[9].startswith("bonus · step 1")
+
+
+def test_greedy_tooltip_explains_the_argmax_test(steps):
+    tips = [attrs["data-tip"] for _, attrs, _ in parse(render.token_view_html(tokens_of(steps), sampling=False)).spans]
+    assert "greedy" in tips[0] and "u =" not in tips[0]
+    assert tips[4].startswith("resampled") and "most probable" in tips[4] and "residual" not in tips[4]
+
+
+def test_one_hot_drafter_tooltip():
+    token = TokenRecord(id=1, text="a", kind=TokenKind.ACCEPTED, step=3, p=0.7, q=None, accept_prob=0.7, u=0.2)
+    assert "one-hot" in render.token_tip(token)
+
+
+def test_current_step_and_replay_cut(steps):
+    parsed = parse(render.token_view_html(tokens_of(steps), current_step=1, upto_step=1))
+    assert {int(attrs["data-step"]) for _, attrs, _ in parsed.spans} == {0, 1}
+    current = [int(attrs["data-step"]) for classes, attrs, _ in parsed.spans if "sv-current" in classes]
+    assert current and set(current) == {1}
+
+
+def test_legend_names_every_kind_with_its_cue():
+    legend = render.legend_html()
+    for kind in ("accepted", "rejected", "resampled", "bonus", "target"):
+        assert f"tok-{kind}" in legend
+    assert "struck" in legend and "wavy" in legend and "double" in legend
+
+
+def test_css_gives_each_kind_a_non_colour_cue():
+    from specviz.ui.app import css
+    style = css()
+    assert "line-through" in style and "wavy" in style and "double" in style
+    assert ".tok-accepted" in style and "underline" in style
+
+
+def test_status_is_escaped_and_errors_alert():
+    out = render.status_html("cannot load '<img src=x onerror=alert(1)>'", "error")
+    assert "<img" not in out and 'role="alert"' in out
+
+
+def test_summary_shows_measurements_baseline_and_theory(steps):
+    metrics = summarize(steps, steps[-1].total_emitted, 1.0, 0.1)
+    plain = summarize(steps, steps[-1].total_emitted, 2.0, 0.1)
+    theory = view.theory(metrics, steps, 4, 2.0)
+    difference = view.FirstDifference(3, "<b>", " cat")
+    out = render.summary_html(metrics, "ngram", plain, 2.0, False, difference, theory=theory)
+    assert "2.00×" in out and "first difference at output token 3" in out and "<b>" not in out
+    assert f"{theory.expected_tokens_per_step:.2f}" in out and f"{theory.expected_speedup:.2f}×" in out
+    same = render.summary_html(metrics, "ngram", plain, 2.0, True, None)
+    assert "yes, token for token" in same
+
+
+def test_theory_uses_measured_alpha_and_c(steps):
+    metrics = summarize(steps, 9, 1.0, 0.0)
+    theory = view.theory(metrics, steps, 4, 1.5)
+    alpha = 6 / 12
+    assert theory.alpha == pytest.approx(alpha)
+    c = (metrics.draft_seconds / 12) / (metrics.verify_seconds / 3)
+    assert theory.cost_ratio == pytest.approx(c)
+    assert theory.gamma == 4 and theory.gamma_fixed
+    assert theory.expected_tokens_per_step == pytest.approx(expected_tokens_per_step(alpha, 4))
+    assert theory.expected_speedup == pytest.approx(expected_speedup(alpha, 4, c))
+    assert theory.measured_tokens_per_step == pytest.approx(3.0)
+    assert view.theory(summarize([], 0, 1.0, 0.0), [], 4, None) is None
+
+
+def test_used_gamma_varies_for_adaptive_runs(steps):
+    short_last = steps + [make_step(3, [("a", True)], "b", TokenKind.BONUS, 11)]
+    assert view.used_gamma(short_last, 4) == (4.0, True)  # only the last step may draft less
+    varied = [steps[0], make_step(1, [("a", True), ("b", True)], "c", TokenKind.BONUS, 3), steps[2]]
+    gamma, fixed = view.used_gamma(varied, 4)
+    assert not fixed and gamma == pytest.approx(10 / 3)
+
+
+def test_histogram_and_race_points(steps):
+    assert view.accepted_length_counts(steps) == ([0, 1, 2, 3, 4], [1, 0, 1, 0, 1])
+    seconds, tokens = view.race_points(steps, [0.5, 0.7, 0.9])
+    assert seconds == [0.0, 0.5, 0.7, 0.9] and tokens == [0, 3, 8, 9]
+
+
+def valid(fig):
+    """The figure dict as plotly reads it: graph_objects validates every property and raises on a wrong one."""
+    import plotly.graph_objects as go
+
+    go.Figure(fig)
+    return fig
+
+
+def test_step_figure_panels(steps):
+    fig = valid(charts.step_figure(steps, current_step=1))
+    by_name = {trace["name"]: trace for trace in fig["data"]}
+    assert by_name["accepted"]["y"] == [2, 4, 0]
+    assert by_name["drafted, not accepted"]["y"] == [2, 0, 4]
+    assert by_name["share of steps"]["y"] == pytest.approx([2 / 3, 2 / 3, 1 / 3, 1 / 3])
+    assert by_name["steps"]["y"] == [1, 0, 1, 0, 1]
+    assert by_name["draft"]["y"] == [2.0, 2.0, 2.0] and by_name["verify"]["y"] == [10.0, 10.0, 10.0]
+    assert by_name["draft"]["xaxis"] == by_name["verify"]["xaxis"] == "x4"
+    assert fig["layout"]["barmode"] == "stack"  # draft and verify stacked; accepted + not accepted = drafted
+    shaded = [shape for shape in fig["layout"]["shapes"] if shape["x0"] == 0.5 and shape["x1"] == 1.5]
+    assert [shape["xref"] for shape in shaded] == ["x", "x4"]  # the current step in both per-step panels
+
+
+def test_empty_figures_say_why():
+    assert "Charts appear" in valid(charts.step_figure([]))["layout"]["annotations"][0]["text"]
+    assert valid(charts.theory_figure(None))["layout"]["annotations"]
+
+
+def test_race_figure_has_both_runs_and_the_current_step(steps):
+    fig = valid(charts.race_figure(view.race_points(steps, [0.5, 0.7, 0.9]), ([0, 1, 2], [0, 1, 2]), "ngram", (0.7, 8)))
+    assert [t["name"] for t in fig["data"]] == ["ngram", "plain decoding", "current step"]
+    assert fig["data"][2]["y"] == [8]
+
+
+def test_theory_figure_marks_the_gamma_used(steps):
+    theory = view.theory(summarize(steps, 9, 1.0, 0.0), steps, 4, 1.7)
+    curve, used, measured = valid(charts.theory_figure(theory))["data"]
+    assert curve["x"] == list(range(1, 17))
+    assert curve["y"][3] == pytest.approx(theory.expected_speedup)
+    assert used["x"] == [4] and used["y"][0] == pytest.approx(theory.expected_speedup)
+    assert measured["y"][0] == pytest.approx(1.7)
+
+
+def test_inspector_shows_reached_positions_and_the_draw(steps):
+    text = {10: " The", 11: " cat", 12: "<img src=x onerror=alert(1)>", 50: " is"}.get
+    fig = valid(charts.inspector_figure(steps[0], lambda i: text(i) or f"#{i}", sampling=True))
+    annotations = fig["layout"]["annotations"]
+    titles = [a["text"] for a in annotations if a["text"].startswith(("position", "resampled"))]
+    assert len(titles) == 4  # 3 reached positions (2 accepted, the first rejected) + the residual draw
+    assert "rejected" in titles[2] and "residual" in titles[3]
+    p_bars = [t for t in fig["data"] if t["name"] == "p (target)"]
+    assert [t["yaxis"] for t in p_bars] == ["y", "y2", "y3"] and all(len(t["x"]) == len(t["y"]) for t in p_bars)
+    labels = [label for t in fig["data"] for label in t["x"]]
+    assert "␣The" in labels and not any("<img" in label for label in labels)
+    arrows = [(a["text"], a["xref"]) for a in annotations if a["text"] in ("drafted", "drawn")]
+    assert arrows == [("drafted", "x"), ("drafted", "x2"), ("drafted", "x3"), ("drawn", "x4")]
+    residual = [t for t in fig["data"] if t["name"] == "residual (drawn from)"][0]
+    assert residual["y"][residual["x"].index("␣is")] == pytest.approx(0.6)
+    bonus = valid(charts.inspector_figure(steps[1], lambda i: f"#{i}", sampling=True))
+    assert any("bonus" in a["text"] for a in bonus["layout"]["annotations"])
+
+
+def test_chart_labels_show_the_characters_plotly_would_otherwise_read_as_markup():
+    import html
+    for text in ['"', "'", "<b>x</b>", "$x$", "a & b", "<img src=x onerror=alert(1)>"]:
+        label = charts.escape_label(text)
+        assert not any(c in label for c in '<>"$\'') and "&quot;" not in label and "&#x27;" not in label
+        assert html.unescape(label) == text
+    assert charts.token_label(' "') == "␣&#34;"
+
+
+def test_compare_and_cost_figures():
+    rows = [{"method": "plain", "tokens_per_second": 10.0, "tau": 1.0},
+            {"method": "ngram", "tokens_per_second": 15.0, "tau": 2.2}]
+    fig = valid(charts.compare_figure(rows))
+    assert fig["data"][0]["y"] == [10.0, 15.0] and fig["data"][1]["y"] == [1.0, 2.2]
+    points = [CostPoint("positions", k, 10.0 + k, 128) for k in (1, 2, 4)] + [CostPoint("batch", b, 10.0 * b, 64) for b in (1, 2)]
+    cost = valid(charts.cost_figure(points, "cpu"))
+    per_forward = [t for t in cost["data"] if t["name"].startswith("ms per forward")]
+    assert [t["x"] for t in per_forward] == [[1, 2, 4], [1, 2]]
+    per_position = [t for t in cost["data"] if t["name"] == "ms per position (K)"][0]
+    assert per_position["y"] == pytest.approx([11.0, 6.0, 3.5])
+    assert cost["layout"]["xaxis2"]["type"] == "log"
