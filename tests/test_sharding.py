@@ -67,3 +67,16 @@ def test_bad_device_map_options():
         load_model("default", device_map="auto", max_memory="10GiB")
     assert_one_line_error(run_cli("generate", "--prompt", "hi", "--device-map", "{not json"), "device map")
     assert_one_line_error(run_cli("generate", "--prompt", "hi", "--max-memory", "0=1GiB"), "device map")
+
+
+def test_app_places_targets_with_the_launch_device_map(folders):
+    from specviz.ui.live import RunRequest, configure_placement, load_models
+
+    configure_placement(device_map=SPLIT)
+    try:
+        target, draft = load_models(RunRequest(prompt="w1 w2", method="draft", target=folders["target"],
+                                               draft=folders["draft"]))
+    finally:
+        configure_placement()
+    assert target.model.hf_device_map["model.layers.3"] == "disk"
+    assert draft.devices == ["cpu"] and not hasattr(draft.model, "hf_device_map")

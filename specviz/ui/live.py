@@ -315,13 +315,31 @@ def model_name(value) -> str | None:
 
 # -- models shared by all sessions ------------------------------------------------------------------------
 
+@dataclass
+class Placement:
+    """Where the app puts models, set once at launch (`python app.py --device-map auto ...`): a target too
+    large for one GPU is sharded over this machine's GPUs with accelerate; the drafter sits on one device."""
+
+    device_map: str | dict | None = None
+    max_memory: str | dict | None = None
+    draft_device: str | None = None
+
+
+PLACEMENT = Placement()
+
+
+def configure_placement(device_map=None, max_memory=None, draft_device=None) -> None:
+    global PLACEMENT
+    PLACEMENT = Placement(device_map or None, max_memory or None, draft_device or None)
+
+
 def load_models(request: RunRequest) -> tuple[LoadedModel, LoadedModel | None]:
     """The target and drafter from the process-wide registry (loaded on first use), warmed up. Models that no
     other session uses are freed first, so that switching models does not pile them up in memory."""
     wanted = {DEFAULT_MODEL, request.target} | ({request.draft} if request.draft else set())
     unload_all(keep=wanted | models_in_use())
-    target = load_model(request.target)
-    draft = load_model(request.draft) if request.draft else None
+    target = load_model(request.target, device_map=PLACEMENT.device_map, max_memory=PLACEMENT.max_memory)
+    draft = load_model(request.draft, PLACEMENT.draft_device or str(target.device)) if request.draft else None
     with ENGINE_LOCK:
         warm_up(target)
     return target, draft
