@@ -40,3 +40,19 @@ def default_draft_folder(default_target, tmp_path_factory):
     small.save_pretrained(folder)
     default_target.tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+@pytest.fixture(scope="session")
+def foreign_models(tmp_path_factory):
+    """Models specviz must refuse, as save_pretrained folders: a causal LM with another vocabulary (8 words),
+    and a model that is not a causal LM."""
+    from transformers import DistilBertConfig, DistilBertModel
+
+    from specviz.testing import save_tiny_model, word_tokenizer
+
+    tokenizer = word_tokenizer(8)
+    other = save_tiny_model(tmp_path_factory.mktemp("other-vocab"), vocab_size=8, tokenizer=tokenizer)
+    encoder = tmp_path_factory.mktemp("encoder")
+    DistilBertModel(DistilBertConfig(vocab_size=8, dim=32, hidden_dim=64, n_layers=1, n_heads=2)).save_pretrained(encoder)
+    tokenizer.save_pretrained(encoder)
+    return {"other_vocab": other, "encoder": str(encoder)}

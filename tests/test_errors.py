@@ -29,27 +29,6 @@ def assert_one_line_error(proc, *fragments):
     return error_lines[0]
 
 
-@pytest.fixture(scope="module")
-def tiny_folders(tmp_path_factory):
-    """A causal LM with a different tokenizer, and a model that is not a causal LM, as save_pretrained folders."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import DistilBertConfig, DistilBertModel, PreTrainedTokenizerFast
-
-    from specviz.testing import tiny_causal_lm
-
-    words = {w: i for i, w in enumerate(["[UNK]", "the", "cat", "sat", "on", "mat", "a", "dog"])}
-    backend = Tokenizer(models.WordLevel(words, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]")
-    other = tmp_path_factory.mktemp("other-vocab")
-    tiny_causal_lm(vocab_size=len(words)).model.save_pretrained(other)
-    tokenizer.save_pretrained(other)
-    encoder = tmp_path_factory.mktemp("encoder")
-    DistilBertModel(DistilBertConfig(vocab_size=len(words), dim=32, hidden_dim=64, n_layers=1, n_heads=2)).save_pretrained(encoder)
-    tokenizer.save_pretrained(encoder)
-    return {"other_vocab": str(other), "encoder": str(encoder)}
-
-
 # the library ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("settings, fragment", [
@@ -100,17 +79,17 @@ def test_missing_local_path_is_named():
         load_model("./no/such/folder", device="cpu")
 
 
-def test_drafter_with_other_vocabulary_is_refused(default_target, tiny_folders):
-    drafter = load_model(tiny_folders["other_vocab"], device="cpu")
+def test_drafter_with_other_vocabulary_is_refused(default_target, foreign_models):
+    drafter = load_model(foreign_models["other_vocab"], device="cpu")
     with pytest.raises(VocabularyMismatchError) as info:
         make_proposer("draft", default_target, drafter)
-    assert "8 tokens" in str(info.value) and tiny_folders["other_vocab"] in str(info.value)
+    assert "8 tokens" in str(info.value) and foreign_models["other_vocab"] in str(info.value)
     assert "default" in str(info.value)
 
 
-def test_model_that_is_not_a_causal_lm_is_refused(tiny_folders):
+def test_model_that_is_not_a_causal_lm_is_refused(foreign_models):
     with pytest.raises(NotCausalLMError, match="not a causal language model"):
-        load_model(tiny_folders["encoder"], device="cpu")
+        load_model(foreign_models["encoder"], device="cpu")
 
 
 def test_draft_method_without_draft_model():
@@ -147,12 +126,12 @@ def test_cli_bad_input_exits_2_with_one_line(args, fragment):
     assert_one_line_error(run_cli("generate", *args, env={"HF_HUB_OFFLINE": "1"}), fragment)
 
 
-def test_cli_errors_that_need_the_model(tiny_folders):
+def test_cli_errors_that_need_the_model(foreign_models):
     long_prompt = "word " * 9000
     assert_one_line_error(run_cli("generate", "--prompt", long_prompt), "longer than the model's context")
     assert_one_line_error(run_cli("generate", "--prompt", "hi", "--max-new-tokens", "9000"), "beyond the context")
     assert_one_line_error(run_cli("generate", "--prompt", "hi", "--method", "draft", "--draft",
-                                  tiny_folders["other_vocab"]), "differs from the target")
-    assert_one_line_error(run_cli("generate", "--prompt", "hi", "--target", tiny_folders["encoder"]),
+                                  foreign_models["other_vocab"]), "differs from the target")
+    assert_one_line_error(run_cli("generate", "--prompt", "hi", "--target", foreign_models["encoder"]),
                           "not a causal language model")
     assert_one_line_error(run_cli("bench", "--prompts", "/no/such.jsonl", "--out", "/tmp/x.json"), "does not exist")

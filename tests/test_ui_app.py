@@ -137,28 +137,7 @@ def test_speculate_endpoint_returns_the_generate_json(url, default_target):
         client.predict(prompt=PROMPT, max_new_tokens=600, api_name="/speculate")
 
 
-@pytest.fixture(scope="module")
-def bad_models(tmp_path_factory):
-    """A causal LM with another vocabulary and a model that is not a causal LM, as save_pretrained folders."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import DistilBertConfig, DistilBertModel, PreTrainedTokenizerFast
-
-    from specviz.testing import tiny_causal_lm
-
-    words = {w: i for i, w in enumerate(["[UNK]", "the", "cat", "sat", "on", "mat"])}
-    backend = Tokenizer(models.WordLevel(words, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]")
-    other = tmp_path_factory.mktemp("ui-other-vocab")
-    tiny_causal_lm(vocab_size=len(words)).model.save_pretrained(other)
-    tokenizer.save_pretrained(other)
-    encoder = tmp_path_factory.mktemp("ui-encoder")
-    DistilBertModel(DistilBertConfig(vocab_size=len(words), dim=32, hidden_dim=64, n_layers=1, n_heads=2)).save_pretrained(encoder)
-    tokenizer.save_pretrained(encoder)
-    return {"other_vocab": str(other), "encoder": str(encoder)}
-
-
-def test_bad_input_gives_a_visible_message_and_the_app_stays_up(url, bad_models, monkeypatch):
+def test_bad_input_gives_a_visible_message_and_the_app_stays_up(url, foreign_models, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # an unreachable Hub, at once
     client = Client(url, verbose=False)
     cases = [
@@ -166,8 +145,8 @@ def test_bad_input_gives_a_visible_message_and_the_app_stays_up(url, bad_models,
         (run_args(method="draft"), "needs a drafter"),
         (run_args(target="nobody-here/no-such-model-xyz"), "cannot be reached"),
         (run_args(target="/no/such/folder"), "neither a model folder"),
-        (run_args(target=bad_models["encoder"]), "not a causal language model"),
-        (run_args(method="draft", draft=bad_models["other_vocab"]), "vocabulary"),
+        (run_args(target=foreign_models["encoder"]), "not a causal language model"),
+        (run_args(method="draft", draft=foreign_models["other_vocab"]), "vocabulary"),
         (run_args(prompt="word " * 9000), "longer than the model's context"),
         (run_args(target="<img src=x onerror=alert(1)>"), "cannot load '<img src=x onerror=alert(1)>'"),
     ]
