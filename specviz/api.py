@@ -60,7 +60,9 @@ def make_proposer(
         if base in ("adaptive", "plain"):
             raise InvalidSettingError(f"adaptive cannot run on top of {base!r}; choose draft, ngram, early-exit, "
                                       "medusa or eagle")
-        return AdaptiveProposer(make_proposer(base, target, draft, exit_layer, heads=heads))
+        # n-gram lookup costs nothing: beside a model drafter it goes first (adaptive.py says why)
+        lookup = None if base == "ngram" else NgramProposer()
+        return AdaptiveProposer(make_proposer(base, target, draft, exit_layer, heads=heads), lookup=lookup)
     raise InvalidSettingError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
 

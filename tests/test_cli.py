@@ -39,7 +39,8 @@ def test_generate_human_readable():
                    "--compare-plain")
     assert proc.returncode == 0, proc.stderr
     summary = proc.stdout.strip().splitlines()[-1]
-    assert summary.startswith("adaptive(eagle): ")  # the default target has a trained EAGLE drafter and "tok/s" in summary and "speedup" in summary
+    # the default target has a trained EAGLE drafter; n-gram lookup goes first beside it
+    assert summary.startswith("adaptive(ngram+eagle): ") and "tok/s" in summary and "speedup" in summary
     assert "identical to plain: True" in summary
 
 

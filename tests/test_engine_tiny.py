@@ -216,3 +216,38 @@ def test_adaptive_drafts_long_when_it_pays_and_stops_when_it_does_not(tiny_targe
     result = run_once(tiny_target, always_wrong, PROMPT, DecodeSettings(max_new_tokens=80, gamma=8))
     drafting_steps = sum(s.gamma > 0 for s in result.steps)
     assert drafting_steps < 0.35 * len(result.steps)
+
+
+class CountingNgram(NgramProposer):
+    """n-gram lookup that counts how often it is asked."""
+
+    asked = 0
+
+    def propose(self, tokens, gamma):
+        self.asked += 1
+        return super().propose(tokens, gamma)
+
+
+class NeverFinds(NgramProposer):
+    def propose(self, tokens, gamma):
+        self.draft_key = 0
+        return self.empty_draft(tokens.device)
+
+
+def test_adaptive_tries_its_lookup_first_and_drafts_with_its_base_where_the_lookup_has_nothing(tiny_target):
+    settings = DecodeSettings(max_new_tokens=60, gamma=8)
+    plain = run_once(tiny_target, PlainProposer(), PROMPT, settings)
+
+    base = CountingNgram(min_ngram=1)
+    knows_all = AdaptiveProposer(base, lookup=OracleProposer(PROMPT + plain.token_ids))
+    assert knows_all.name == "adaptive(ngram+ngram)"
+    result = run_once(tiny_target, knows_all, PROMPT, settings)
+    assert result.token_ids == plain.token_ids
+    assert result.metrics.mean_accepted_length > 3
+    assert base.asked == 0  # the lookup always had a draft worth verifying
+
+    base = CountingNgram(min_ngram=1)
+    finds_nothing = AdaptiveProposer(base, lookup=NeverFinds())
+    result = run_once(tiny_target, finds_nothing, PROMPT, settings)
+    assert result.token_ids == plain.token_ids
+    assert base.asked > 0

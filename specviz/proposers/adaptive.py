@@ -11,7 +11,10 @@ Two refinements that matter in practice:
   over all K for the sizes not seen yet;
 - a drafter that costs nothing (n-gram lookup, `free_drafts = True`) is asked for its whole draft first,
   and alpha is kept per kind of draft the drafter reports (`draft_key`: for n-gram lookup, the size of the matched n-gram), so a
-  confident 3-gram match and a weak 1-gram match are judged apart.
+  confident 3-gram match and a weak 1-gram match are judged apart;
+- with a `lookup` drafter beside a model drafter (n-gram lookup beside EAGLE), the free lookup goes first and
+  the model drafts only where the lookup has nothing worth verifying: text copied from the prompt (extraction,
+  summaries, RAG) is looked up, new text is drafted; each keeps its own alpha.
 """
 from __future__ import annotations
 
@@ -88,15 +91,18 @@ def truncate(draft: Draft, length: int) -> Draft:
 
 
 class AdaptiveProposer(Proposer):
-    def __init__(self, base: Proposer, warmup_steps: int = 2):
+    def __init__(self, base: Proposer, warmup_steps: int = 2, lookup: Proposer | None = None):
         self.base = base
-        self.name = f"adaptive({base.name})"
+        self.lookup = lookup  # a free drafter tried before the base (n-gram lookup), or None
+        self.name = f"adaptive({base.name})" if lookup is None else f"adaptive({lookup.name}+{base.name})"
         self.needs_target_hidden = base.needs_target_hidden
         self.warmup_steps = warmup_steps
 
     def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:
         super().reset(prompt_ids, settings, generator)
         self.base.reset(prompt_ids, settings, generator, target_hidden)
+        if self.lookup is not None:
+            self.lookup.reset(prompt_ids, settings, generator)
         self.counts: dict = {}  # draft key -> [accepted, rejected]: decayed counts, prior alpha = 0.5
         self.draft_cost = None  # seconds per draft token (decayed mean)
         self.verify_costs = VerifyCosts()
@@ -105,6 +111,7 @@ class AdaptiveProposer(Proposer):
         self.probe_interval = 4
         self.last_choice = 0
         self.last_key = None
+        self.last_was_free = False
 
     def alpha(self, key=None) -> float:
         accepted, rejected = self.counts.get(key, (1.0, 1.0))
@@ -115,21 +122,31 @@ class AdaptiveProposer(Proposer):
         """A drafter that says its drafts cost next to nothing, whatever their length (n-gram lookup)."""
         return getattr(self.base, "free_drafts", False)
 
-    def choose_length(self, gamma_max: int, key=None) -> int:
+    def choose_length(self, gamma_max: int, key=None, free: bool | None = None) -> int:
+        """free: whether this draft costs nothing (default: whether the base drafter says so)."""
+        free = self.drafter_is_free if free is None else free
         if gamma_max <= 0:
             return 0
-        if self.drafter_is_free and self.steps >= self.warmup_steps:
+        if free and self.steps >= self.warmup_steps:
             pass  # its cost is nothing: decide from alpha and the verify costs alone
         elif self.steps < self.warmup_steps or self.draft_cost is None:
-            return gamma_max if self.drafter_is_free else max(1, gamma_max // 2)
+            return gamma_max if free else max(1, gamma_max // 2)
         alpha = min(self.alpha(key), 0.999)
-        draft_cost = 0.0 if self.drafter_is_free else self.draft_cost
+        draft_cost = 0.0 if free else self.draft_cost
         choice = best_draft_length(alpha, draft_cost, self.verify_costs.predict, gamma_max)
         if choice == 0 and self.plain_streak >= self.probe_interval:
             return 1  # a cheap probe: is drafting paying again?
         return choice
 
     def propose(self, tokens, gamma: int):
+        if self.lookup is not None:
+            draft = self.lookup.propose(tokens, gamma)
+            key = ("lookup", getattr(self.lookup, "draft_key", None))
+            choice = self.choose_length(draft.size, key, free=True) if draft.size else 0
+            if choice:
+                self.last_key, self.last_choice, self.last_was_free = key, choice, True
+                return truncate(draft, choice)
+        self.last_was_free = self.drafter_is_free
         if self.drafter_is_free:  # see the draft first: its length and kind are free information
             draft = self.base.propose(tokens, gamma)
             self.last_key = getattr(self.base, "draft_key", None)
@@ -143,6 +160,8 @@ class AdaptiveProposer(Proposer):
 
     def observe(self, feedback: Feedback) -> None:
         self.base.observe(feedback)
+        if self.lookup is not None:
+            self.lookup.observe(feedback)
         self.steps += 1
         self.verify_costs.add(feedback.drafted + 1, feedback.verify_seconds)
         if feedback.drafted == 0:
@@ -150,8 +169,9 @@ class AdaptiveProposer(Proposer):
             return
         was_probe = self.plain_streak > 0
         self.plain_streak = 0
-        per_token = feedback.draft_seconds / feedback.drafted
-        self.draft_cost = per_token if self.draft_cost is None else DECAY * self.draft_cost + (1 - DECAY) * per_token
+        if not (self.last_was_free and self.lookup is not None):  # a lookup's time says nothing of the model's
+            per_token = feedback.draft_seconds / feedback.drafted
+            self.draft_cost = per_token if self.draft_cost is None else DECAY * self.draft_cost + (1 - DECAY) * per_token
         accepted, rejected = self.counts.get(self.last_key, (1.0, 1.0))
         self.counts[self.last_key] = (DECAY * accepted + feedback.n_accepted,
                                       DECAY * rejected + (feedback.n_accepted < feedback.drafted))
