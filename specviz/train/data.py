@@ -42,6 +42,19 @@ STARTERS = [
     "Extract the names from", "Classify the following", "Rate the following reviews", "Convert this list",
     "In physics,", "In biology,", "In economics,", "In history,", "What are the benefits of", "How does",
     "Give me advice on", "I feel", "Can you help me", "What should I", "Hi!", "Thanks! Now",
+    # more kinds of request, so the drafter sees more than one style of answer
+    "Write a travel blog post about", "Write a persuasive essay on", "Write a dialogue between",
+    "Write a limerick about", "Write a letter to", "Describe a day in the life of", "Write a news report about",
+    "As a detective,", "Role-play as", "You are a chef.", "Pretend to be a pirate and",
+    "Answer the riddle:", "If all cats are animals,", "Which is heavier,", "What comes next in the sequence",
+    "A farmer has", "Tom has 5 apples", "What is 15% of", "Simplify the expression", "Solve the equation",
+    "Convert 100 degrees Fahrenheit", "Write a bash script that", "Write a C++ program", "Write a regular expression",
+    "Explain the time complexity of", "Debug this Python code:", "Write unit tests for",
+    "Return a JSON object with", "From the text below, extract", "Parse the following data",
+    "Explain to a child", "What is the role of", "How did the Industrial Revolution", "Discuss the causes of",
+    "What are the ethical issues of", "Analyze the poem", "What is the capital of", "Who invented", "How far is",
+    "Answer in one sentence:", "Answer briefly:", "Give three reasons why", "Rewrite this sentence more formally:",
+    "Correct the grammar:", "Paraphrase:", "Write a haiku about", "Outline a plan to",
 ]
 STARTER_SHARE = 0.75  # the rest are pure Magpie: nothing after the user header
 
