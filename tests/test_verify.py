@@ -149,3 +149,25 @@ def test_verify_cost_fit_stays_positive_and_non_decreasing_under_noise():
     predictions = [line.predict(k) for k in range(1, 17)]
     assert all(p > 0 for p in predictions)
     assert all(a <= b for a, b in zip(predictions, predictions[1:]))
+
+
+def test_verify_costs_keep_measured_sizes_and_never_guess_below_a_smaller_size():
+    from specviz.proposers.adaptive import VerifyCosts
+
+    costs = VerifyCosts()
+    for size, seconds in [(1, 0.035), (2, 0.056), (3, 0.072), (5, 0.049)]:  # as measured on this CPU (MKL)
+        costs.add(size, seconds)
+    assert costs.predict(5) == pytest.approx(0.049)  # measured: kept, though below K = 2 and 3
+    assert costs.predict(4) >= 0.072  # not measured: no cheaper than any smaller size seen
+    assert costs.predict(1) == pytest.approx(0.035)
+
+
+def test_adaptive_measures_a_plain_step_before_it_trusts_its_cost_estimates(tiny_target):
+    from specviz.api import run_once
+    from specviz.proposers import AdaptiveProposer, NgramProposer
+    from specviz.settings import DecodeSettings
+
+    proposer = AdaptiveProposer(NgramProposer(min_ngram=1))
+    result = run_once(tiny_target, proposer, [3, 7, 1, 3, 7, 2, 9, 3, 7], DecodeSettings(max_new_tokens=30, gamma=4))
+    assert result.steps[proposer.warmup_steps].gamma == 0  # the first step after warm-up is plain
+    assert 1 in proposer.verify_costs.by_size
