@@ -23,27 +23,11 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from gpu_check import copy_bandwidth  # noqa: E402  (this folder: the same measurement as the check's)
 from specviz.bench import run_bench  # noqa: E402
 from specviz.fast import cost_curve, make_runner  # noqa: E402
 from specviz.models import load_model  # noqa: E402
 from specviz.settings import DecodeSettings  # noqa: E402
-
-
-def copy_bandwidth(gigabytes: float = 1.0) -> float:
-    """Bytes read + written per second by a large device-to-device copy (median of 10)."""
-    n = int(gigabytes * 2**30 // 4)
-    src = torch.randn(n, device="cuda")
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(12):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    times.sort()
-    return 2 * n * 4 / times[len(times) // 2]
 
 
 def weight_bytes(model) -> int:

@@ -82,7 +82,8 @@ def test_run_streams_coloured_tokens_and_charts(url, reference):
     assert len(trace["steps"]) == len(reference.steps) and trace["speedup"] > 0
 
 
-def test_stop_mid_way_then_run_again(url):
+def start_long_run(url):
+    """A client and a 400-token run of it that has started streaming tokens."""
     client = Client(url, verbose=False)
     job = client.submit(**run_args(max_new_tokens=400, prompt="Write a long story about a dragon and a knight."),
                         api_name="/run")
@@ -90,6 +91,11 @@ def test_stop_mid_way_then_run_again(url):
     while not any(kinds_in(o[TOKENS]) for o in job.outputs()):
         assert time.monotonic() < deadline, "no tokens arrived"
         time.sleep(0.05)
+    return client, job
+
+
+def test_stop_mid_way_then_run_again(url):
+    client, job = start_long_run(url)
     pressed = time.monotonic()
     stopped = client.predict(api_name="/stop")
     outputs = wait_done(job, timeout=30)
@@ -101,13 +107,7 @@ def test_stop_mid_way_then_run_again(url):
 
 
 def test_pause_then_step_then_stop(url):
-    client = Client(url, verbose=False)
-    job = client.submit(**run_args(max_new_tokens=400, prompt="Write a long story about a dragon and a knight."),
-                        api_name="/run")
-    deadline = time.monotonic() + 180
-    while not any(kinds_in(o[TOKENS]) for o in job.outputs()):
-        assert time.monotonic() < deadline, "no tokens arrived"
-        time.sleep(0.05)
+    client, job = start_long_run(url)
     client.predict(api_name="/pause")
     paused = wait_done(job, timeout=30)[-1]
     assert "Paused after step" in paused[STATUS]

@@ -112,7 +112,7 @@ class AdaptiveProposer(Proposer):
         self.probe_interval = 4
         self.last_choice = 0
         self.last_key = None
-        self.last_was_free = False
+        self.last_from_lookup = False  # the last draft came from the lookup, not the base drafter
 
     def alpha(self, key=None) -> float:
         accepted, rejected = self.counts.get(key, (1.0, 1.0))
@@ -143,16 +143,16 @@ class AdaptiveProposer(Proposer):
         if self.steps >= self.warmup_steps and 1 not in self.verify_costs.by_size:
             # one plain step to measure what drafting competes with: never measured, a plain forward's time is
             # extrapolated from the verify passes, and on a CPU that makes it look as slow as they are
-            self.last_key, self.last_choice, self.last_was_free = None, 0, False
+            self.last_key, self.last_choice, self.last_from_lookup = None, 0, False
             return self.empty_draft(tokens.device)
         if self.lookup is not None:
             draft = self.lookup.propose(tokens, gamma)
             key = ("lookup", getattr(self.lookup, "draft_key", None))
             choice = self.choose_length(draft.size, key, free=True) if draft.size else 0
             if choice:
-                self.last_key, self.last_choice, self.last_was_free = key, choice, True
+                self.last_key, self.last_choice, self.last_from_lookup = key, choice, True
                 return truncate(draft, choice)
-        self.last_was_free = self.drafter_is_free
+        self.last_from_lookup = False
         if self.drafter_is_free:  # see the draft first: its length and kind are free information
             draft = self.base.propose(tokens, gamma)
             self.last_key = getattr(self.base, "draft_key", None)
@@ -175,7 +175,7 @@ class AdaptiveProposer(Proposer):
             return
         was_probe = self.plain_streak > 0
         self.plain_streak = 0
-        if not (self.last_was_free and self.lookup is not None):  # a lookup's time says nothing of the model's
+        if not self.last_from_lookup:  # a lookup's time says nothing of the base drafter's
             per_token = feedback.draft_seconds / feedback.drafted
             self.draft_cost = per_token if self.draft_cost is None else DECAY * self.draft_cost + (1 - DECAY) * per_token
         accepted, rejected = self.counts.get(self.last_key, (1.0, 1.0))

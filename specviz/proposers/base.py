@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..sampling import draw, warp_probs
 from ..settings import DecodeSettings
 
 
@@ -56,6 +57,12 @@ class Proposer:
 
     def observe(self, feedback: Feedback) -> None:
         """Called after every verification."""
+
+    def choose(self, logits: torch.Tensor) -> tuple[int, torch.Tensor]:
+        """A drafter's logits [V] -> (its draft token, q [V]): the argmax when greedy, else a draw from q."""
+        probs = warp_probs(logits, self.settings)
+        token = int(logits.argmax()) if self.settings.greedy else int(draw(probs, self.generator))
+        return token, probs
 
     def empty_draft(self, device) -> Draft:
         return Draft(torch.empty(0, dtype=torch.long, device=device), None)

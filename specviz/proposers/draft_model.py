@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from ..fast import make_runner
-from ..sampling import draw, warp_probs
 from .base import Draft, Feedback, Proposer
 
 
@@ -73,8 +72,7 @@ class ModelDrafter(Proposer):
         logits = self._feed(ids[keep:])
         drafted, all_probs, all_logits = [], [], []
         for i in range(gamma):
-            probs = warp_probs(logits, self.settings)  # q
-            token = int(logits.argmax()) if self.settings.greedy else int(draw(probs, self.generator))
+            token, probs = self.choose(logits)  # q
             drafted.append(token)
             all_probs.append(probs)
             all_logits.append(logits)

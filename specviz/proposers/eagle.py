@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..sampling import draw, warp_probs
 from .base import Draft, Feedback, Proposer
 from .draft_head import DraftHead, TargetParts
 
@@ -252,8 +251,7 @@ class EagleProposer(Proposer):
         drafted, all_probs, all_logits = [], [], []
         for i in range(gamma):
             logits = self.drafter.head.full_logits(feature)  # [V]
-            probs = warp_probs(logits, self.settings)  # q
-            token = int(logits.argmax()) if self.settings.greedy else int(draw(probs, self.generator))
+            token, probs = self.choose(logits)  # q
             drafted.append(token)
             all_probs.append(probs)
             all_logits.append(logits)
