@@ -75,18 +75,21 @@ def encode(target: LoadedModel, prompt: str, chat: bool = True) -> list[int]:
 _warmed: set[int] = set()
 
 
-def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024, proposers=()) -> None:
+def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024, proposers=(), tree: int = 0) -> None:
     """Untimed work before anything is measured: one short run per model (allocator, kernels, lazy
     imports), and on the fast path the CUDA graphs (and compiled kernels) for forwards of up to
     `max_positions` positions in sequences of up to `max_length` tokens, for the target and for the
-    runners of the given proposers. Graphs already captured are kept, so calling it again is cheap."""
+    runners of the given proposers (and with tree > 0 the target's for draft trees of up to `tree` tokens).
+    Graphs already captured are kept, so calling it again is cheap."""
     if id(target.model) not in _warmed:
         ids = list(range(1, 9))
         for _ in SpeculativeRun(target, PlainProposer(), ids, DecodeSettings(max_new_tokens=4, stop_at_eos=False)):
             pass
         _warmed.add(id(target.model))
     runner = make_runner(target.model)
-    for each in [runner, *(r for p in proposers for r in runners_of(p))]:
+    if hasattr(runner, "warm_up"):
+        runner.warm_up(max_positions, max_length, tree)  # only the target verifies draft trees
+    for each in (r for p in proposers for r in runners_of(p)):
         if hasattr(each, "warm_up"):
             each.warm_up(max_positions, max_length)
     if hasattr(runner, "release"):

@@ -3,6 +3,7 @@ that every speedup is a ratio measured side by side. Optionally transformers' ow
 prompt lookup, with an assistant model) on the same prompts, same model, same card, for comparison."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 import statistics
@@ -228,6 +229,18 @@ def format_table(summary: dict, comparisons: dict | None = None) -> str:
     return "\n".join(lines)
 
 
+def parse_method(spec: str, settings: DecodeSettings) -> tuple[str, DecodeSettings]:
+    """'METHOD' or 'METHOD:GAMMA[:TREE]' -> (the method, the settings it runs with), so that one bench can
+    put, e.g., a chain and a tree of the same drafter side by side."""
+    method, *numbers = spec.split(":")
+    if method not in METHODS or len(numbers) > 2 or not all(n.isdigit() for n in numbers):
+        raise InvalidSettingError(f"bad method {spec!r}: write METHOD or METHOD:GAMMA[:TREE] with METHOD one of "
+                                  f"{', '.join(METHODS)}, e.g. ngram:8:64")
+    if numbers:
+        settings = dataclasses.replace(settings, gamma=int(numbers[0]), tree=int(numbers[1]) if len(numbers) > 1 else 0)
+    return method, settings.validate()
+
+
 def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, out: str, target: str = "default",
               draft: str | None = None, device: str | None = None, dtype: str | None = None, chat: bool = True,
               exit_layer: int | None = None, limit: int | None = None, per_category: int | None = None,
@@ -240,7 +253,7 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     transformers' generate() is slow, and the comparison is on the prompts it ran."""
     from tqdm.auto import tqdm
 
-    unknown = [m for m in methods if m not in METHODS] + [m for m in transformers if m not in HF_BASELINES]
+    unknown = [m for m in methods if m.split(":")[0] not in METHODS] + [m for m in transformers if m not in HF_BASELINES]
     if unknown or not methods:
         raise InvalidSettingError(f"unknown method(s) {', '.join(unknown) or '(none)'}; choose from "
                                   f"{', '.join(METHODS)} (and for --transformers {', '.join(HF_BASELINES)})")
@@ -251,16 +264,19 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     target_model = load_model(target, device, dtype, device_map, max_memory)
     draft_model = load_model(draft, draft_device or str(target_model.device), dtype) if draft else None
     methods = [m for m in methods if m != "plain"]
+    entries = {spec: parse_method(spec, settings) for spec in methods}  # spec -> (method, settings)
     encoded = {p["prompt_id"]: encode(target_model, p["prompt"], chat) for p in prompts}
-    longest = max(len(ids) for ids in encoded.values()) + settings.max_new_tokens + settings.gamma + 1
+    widest = max([settings.gamma, *(s.gamma for _, s in entries.values())]) + 1
+    biggest_tree = max([0, *(s.tree for _, s in entries.values())])
+    longest = max(len(ids) for ids in encoded.values()) + settings.max_new_tokens + max(widest, biggest_tree + 1)
     # fail on a bad method/drafter before the long run, and capture every graph before anything is timed
-    warm = [make_proposer(m, target_model, draft_model, exit_layer, heads=heads) for m in methods]
-    warm_up(target_model, settings.gamma + 1, min(longest, target_model.context_length), warm)
+    warm = [make_proposer(m, target_model, draft_model, exit_layer, heads=heads) for m, _ in entries.values()]
+    warm_up(target_model, widest, min(longest, target_model.context_length), warm, tree=biggest_tree)
     del warm
     first = prompts[0]
-    for method in ["plain", *methods]:  # one untimed run each: first-call costs of the proposers
+    for method, method_settings in [("plain", settings), *entries.values()]:  # one untimed run each: first calls
         run_once(target_model, make_proposer(method, target_model, draft_model, exit_layer, heads=heads),
-                 encoded[first["prompt_id"]], settings, detail=False)
+                 encoded[first["prompt_id"]], method_settings, detail=False)
     for mode in transformers:
         hf_generate(target_model, encoded[first["prompt_id"]][:64], DecodeSettings(max_new_tokens=8, gamma=settings.gamma),
                     mode, draft_model)
@@ -278,13 +294,16 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     with tqdm(total=total, desc="bench", unit="run", file=sys.stderr) as bar:
         for prompt in prompts:
             ids = encoded[prompt["prompt_id"]]
+            # untimed: the first prefill of a prompt's length pays one-off costs (memory blocks of a new size,
+            # kernel choices) that would otherwise fall on whichever timed run comes first: plain
+            run_once(target_model, PlainProposer(), ids, dataclasses.replace(settings, max_new_tokens=1), detail=False)
             plain = run_once(target_model, PlainProposer(), ids, settings, prompt["prompt"], detail=False)
             record({**_row(prompt, "plain", plain, plain), "token_ids": plain.token_ids})
             bar.update()
-            for method in methods:
+            for spec, (method, method_settings) in entries.items():
                 result = run_once(target_model, make_proposer(method, target_model, draft_model, exit_layer, heads=heads), ids,
-                                  settings, prompt["prompt"], detail=False)
-                record(_row(prompt, method, result, plain))
+                                  method_settings, prompt["prompt"], detail=False)
+                record(_row(prompt, spec, result, plain))
                 bar.set_postfix_str(f"{method} {results[-1]['speedup']:.2f}x")
                 bar.update()
             if prompt["prompt_id"] in hf_subset:

@@ -38,6 +38,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--heads", default=None, help="trained drafter for medusa/eagle: a folder or Hub id "
                        "(FasterDecoding Medusa heads, SafeAILab EAGLE-1); default: the one shipped for the default target")
     group.add_argument("--gamma", type=int, default=4, help="draft tokens per step, 1..32 (adaptive: the maximum)")
+    group.add_argument("--tree", type=int, default=0, help="0 = draft a chain; N = a draft tree of up to N tokens, "
+                       "depth gamma, verified in one pass (ngram, medusa, eagle; 1..127)")
     group.add_argument("--max-new-tokens", type=int, default=128)
     group.add_argument("--temperature", type=_number, default=0.0, help="0 = greedy")
     group.add_argument("--top-k", type=int, default=0, help="0 = off")
@@ -56,7 +58,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 def settings_from(args) -> DecodeSettings:
     return DecodeSettings(
         max_new_tokens=args.max_new_tokens, gamma=args.gamma, temperature=args.temperature,
-        top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed, tree=args.tree,
     ).validate()
 
 
@@ -77,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--prompts", required=True, help="JSONL: 'turns' (Spec-Bench) or 'prompt' per line")
     bench.add_argument("--limit", type=int, default=None, help="use the first N prompts")
     bench.add_argument("--per-category", type=int, default=None, help="use the first N prompts of each category")
-    bench.add_argument("--methods", default="ngram", help="comma-separated, e.g. ngram,early-exit,adaptive")
+    bench.add_argument("--methods", default="ngram", help="comma-separated, e.g. ngram,early-exit,adaptive; "
+                       "METHOD:GAMMA[:TREE] sets gamma (and the tree) for one entry, e.g. ngram:8,ngram:8:64")
     add_model_options(bench)
     bench.add_argument("--transformers", default="", help="also transformers' generate() on the same prompts, "
                        "model and device: comma-separated hf-generate,hf-prompt-lookup,hf-assisted (needs --draft)")

@@ -6,7 +6,9 @@ Plain decoding is the same loop with a proposer that never drafts, so both pay t
 """
 from __future__ import annotations
 
+import dataclasses
 import time
+import warnings
 from collections.abc import Callable, Iterator
 
 import torch
@@ -20,6 +22,7 @@ from .records import DraftPosition, RunResult, StepRecord, TokenKind, TokenRecor
 from .fast import make_runner
 from .sampling import display_probs, make_generator, warp_probs
 from .settings import DecodeSettings
+from . import tree as trees
 from .text import IncrementalDetokenizer
 
 TOP_N = 20  # tokens of p and q kept per position for the inspector
@@ -79,6 +82,9 @@ class SpeculativeRun:
         self.prompt_text = prompt_text
         self._owns_runner = runner is None
         self.runner = runner or make_runner(target.model)
+        if self.settings.tree and not getattr(self.runner, "supports_tree", False):
+            warnings.warn(f"specviz: {type(self.runner).__name__} cannot verify draft trees; drafting chains")
+            self.settings = dataclasses.replace(self.settings, tree=0)
         self.verify_sampled = verifier or verification.verify_sampled
         self.detail = detail
         self.result: RunResult | None = None
@@ -123,20 +129,34 @@ class SpeculativeRun:
             room = min(settings.max_new_tokens - len(output) - 1, context - len(sequence) - 1)
             gamma = min(settings.gamma, room)
             draft = proposer.propose(tokens, gamma) if gamma > 0 else proposer.empty_draft(device)
-            assert draft.size <= gamma, f"{proposer.name} proposed {draft.size} tokens, more than gamma={gamma}"
             draft_ids = draft.token_ids.tolist()
+            if draft.parents is None:
+                assert draft.size <= gamma, f"{proposer.name} proposed {draft.size} tokens, more than gamma={gamma}"
+            else:
+                assert max(trees.depths(draft.parents), default=0) <= gamma and draft.size <= max(settings.tree, gamma), \
+                    f"{proposer.name} proposed a tree deeper than gamma={gamma} or larger than tree={settings.tree}"
+                fits = context - len(sequence)  # the verify pass writes the root and every node into the cache
+                if draft.size > fits:  # near the end of the context: the first nodes are a tree too
+                    draft = Draft(draft.token_ids[:fits], None, None, draft.parents[:fits])
+                    draft_ids = draft_ids[:fits]
             draft_end = _clock(device)
 
             cached = runner.length
-            # the last accepted token and the drafts, built on the host: one copy to the device
-            logits, hidden = runner.forward(torch.tensor([sequence[-1], *draft_ids], dtype=torch.long))  # [g + 1, V]
-            if settings.greedy:
-                verdict = verification.verify_greedy(torch.tensor(draft_ids, dtype=torch.long), logits)
+            tree_size = 0
+            if draft.parents is not None and not trees.is_chain(draft.parents):
+                tree_size = len(draft_ids)
+                draft, draft_ids, logits, hidden, verdict = self._verify_tree(draft, draft_ids, sequence[-1], generator)
+                n = verdict.n_accepted
             else:
-                verdict = self.verify_sampled(draft.token_ids.to(device), draft.probs, warp_probs(logits, settings),
-                                              generator)
-            n = verdict.n_accepted
-            runner.rollback(cached + 1 + n)  # keep the fed token and the accepted drafts
+                # the last accepted token and the drafts, built on the host: one copy to the device
+                logits, hidden = runner.forward(torch.tensor([sequence[-1], *draft_ids], dtype=torch.long))  # [g + 1, V]
+                if settings.greedy:
+                    verdict = verification.verify_greedy(torch.tensor(draft_ids, dtype=torch.long), logits)
+                else:
+                    verdict = self.verify_sampled(draft.token_ids.to(device), draft.probs,
+                                                  warp_probs(logits, settings), generator)
+                n = verdict.n_accepted
+                runner.rollback(cached + 1 + n)  # keep the fed token and the accepted drafts
             verify_end = _clock(device)
 
             kept = []
@@ -155,7 +175,7 @@ class SpeculativeRun:
             proposer.observe(Feedback(
                 tokens=tokens, drafted=draft.size, n_accepted=n,
                 draft_seconds=draft_end - step_start, verify_seconds=verify_end - draft_end,
-                target_hidden=hidden[: n + 1] if proposer.needs_target_hidden else None,
+                target_hidden=(hidden if tree_size else hidden[: n + 1]) if proposer.needs_target_hidden else None,
                 new_ids=kept,
             ))
 
@@ -163,6 +183,7 @@ class SpeculativeRun:
             record = make_record(len(self.steps), draft, draft_ids, logits, verdict, kept, detokenizer,
                                  (draft_end - step_start) * 1e3, (verify_end - draft_end) * 1e3,
                                  _clock(device) - start, len(output))
+            record.tree_size = tree_size
             self.steps.append(record)
             tokens_shown.extend(record.tokens)
             yield record
@@ -188,6 +209,43 @@ class SpeculativeRun:
                       "dtype": str(target.dtype).replace("torch.", ""), "runner": type(runner).__name__},
             stop_reason=stop_reason,
         )
+
+    def _verify_tree(self, draft: Draft, node_ids: list[int], last_token: int, generator):
+        """Verify a draft tree in one forward, keep the accepted path in the cache, and return what a chain
+        step returns, seen along the path (tree.py): (the drafted line shown: the accepted path, then the
+        drafter's favourite line below where it stopped; its ids; the target's logits at the rows before
+        each of its tokens and after the last [g + 1, V]; hidden states of the root and the path; verdict)."""
+        runner, settings, parents = self.runner, self.settings, draft.parents
+        cached = runner.length
+        logits, hidden = runner.forward(torch.tensor([last_token, *node_ids], dtype=torch.long), parents=parents)
+        if settings.greedy:
+            choices = logits.argmax(-1).tolist()
+            walk = trees.walk_greedy(node_ids, parents, choices)
+        else:
+            probs = warp_probs(logits, settings)
+            walk = trees.walk_sampled(node_ids, parents, probs, generator)
+        path = walk.path
+        runner.keep_nodes(cached + 1, [cached + 1 + node for node in path])
+        line = path + trees.first_child_chain(parents, path[-1] if path else -1)
+        rows = [0] + [node + 1 for node in line]  # row i scores line[i] (its parent's row); the last, after it
+        tried = {node: (accept, u) for node, accept, u in walk.tried}
+        accept_probs, uniforms = [], []
+        for node, row in zip(line, rows):
+            if node in tried:
+                accept, u = tried[node]
+            else:  # below where the walk stopped: never looked at; shown as the verifier would have judged it
+                accept = float(choices[row] == node_ids[node]) if settings.greedy else float(probs[row, node_ids[node]])
+                u = None
+            accept_probs.append(accept)
+            uniforms.append(u if u is not None else float("nan"))
+        verdict = verification.Verdict(
+            n_accepted=len(path), next_token=walk.next_token, accept_probs=accept_probs,
+            uniforms=None if settings.greedy else uniforms, next_distribution=walk.next_distribution)
+        line_ids = [node_ids[node] for node in line]
+        shown = Draft(torch.tensor(line_ids, dtype=torch.long, device=runner.device), None)
+        row_index = torch.tensor(rows, dtype=torch.long, device=logits.device)
+        kept_rows = torch.tensor([0] + [node + 1 for node in path], dtype=torch.long, device=hidden.device)
+        return shown, line_ids, logits[row_index], hidden[kept_rows], verdict
 
     def _lean_record(self, index, draft: Draft, draft_ids: list[int], logits, verdict, kept: list[int], detokenizer,
                      draft_ms, verify_ms, elapsed_s, total_emitted) -> StepRecord:

@@ -26,13 +26,16 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .settings import MAX_GAMMA
+from .settings import MAX_GAMMA, MAX_TREE
+from .tree import check_tree, depths as tree_depths, visibility
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # cos/sin depend on the position only
 MIN_SPAN = 128  # smallest attention span captured in a graph (positions are padded up to a power of two)
 MAX_GRAPH_POSITIONS = MAX_GAMMA + 1  # forwards over more positions (prefills) run eagerly
+MAX_TREE_POSITIONS = MAX_TREE + 1  # a tree verify pass: the last accepted token and the tree
 
 
 def _text_config(model):
@@ -200,6 +203,25 @@ def attention_mask(positions: torch.Tensor, span: int, window: int | None) -> to
     return mask
 
 
+def tree_attention_mask(start: torch.Tensor, visible: torch.Tensor, span: int) -> torch.Tensor:
+    """[K, span] for K tree positions written at slots start .. start + K - 1: every cached slot before
+    `start`, then the slots that visible [K, K] allows (the position's ancestors and itself)."""
+    count = visible.shape[0]
+    offset = torch.arange(span, device=visible.device) - start
+    inside = (offset >= 0) & (offset < count)
+    return (offset < 0)[None, :] | (inside[None, :] & visible[:, offset.clamp(0, count - 1)])
+
+
+# Not cuDNN's attention: it builds a plan for every new shape (tens of milliseconds in bfloat16 on an H100 or
+# H200). Each new prompt length then made the first run on a prompt pay for plans that later runs reused,
+# which in a bench (plain runs first) made plain decoding look slower than it is.
+ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def no_cudnn_attention():
+    return sdpa_kernel(ATTENTION_BACKENDS)
+
+
 def _next_power_of_two(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
@@ -218,11 +240,14 @@ def graphs_allowed() -> bool:
 
 
 class _Graph:
-    """One captured forward: static inputs (token ids, first position), static outputs."""
+    """One captured forward: static inputs (token ids, first position; a tree's depths and visibility),
+    static outputs."""
 
-    def __init__(self, count: int, device: torch.device):
+    def __init__(self, count: int, device: torch.device, tree: bool = False):
         self.ids = torch.zeros(count, dtype=torch.long, device=device)
         self.start = torch.zeros(1, dtype=torch.long, device=device)
+        self.depths = torch.zeros(count, dtype=torch.long, device=device) if tree else None
+        self.visible = torch.eye(count, dtype=torch.bool, device=device) if tree else None
         self.graph = torch.cuda.CUDAGraph()
         self.logits: torch.Tensor | None = None
         self.hidden: torch.Tensor | None = None
@@ -237,7 +262,7 @@ class Workspace:
         self.device, self.dtype = device, dtype
         self.capacity = 0
         self.keys = self.values = self.cos = self.sin = None
-        self.graphs: dict[tuple[int, int], _Graph] = {}
+        self.graphs: dict[tuple[int, int, bool], _Graph] = {}  # (positions, span, tree) -> graph
         self.pool = None  # the CUDA graphs' shared memory pool
 
 
@@ -318,11 +343,29 @@ class StaticRunner:
     def reset(self) -> None:
         self.length = 0
 
+    @property
+    def supports_tree(self) -> bool:
+        """Draft trees need every cached position visible; a sliding window is not implemented for them."""
+        return self.window is None
+
     def rollback(self, length: int) -> None:
         """Keep only the first `length` tokens: nothing to copy, later forwards overwrite the rest."""
         if length > self.length:
             raise ValueError(f"cannot roll forward: cache holds {self.length} tokens, asked for {length}")
         self.length = length
+
+    @torch.inference_mode()
+    def keep_nodes(self, first_slot: int, node_slots: list[int]) -> None:
+        """After a tree verify pass: keep the first `first_slot` tokens, then the accepted nodes (written at
+        `node_slots`, ascending) moved down into the slots that follow, in one gather per cache tensor."""
+        count = len(node_slots)
+        if node_slots != list(range(first_slot, first_slot + count)):
+            space = self.workspace
+            source = torch.tensor(node_slots, dtype=torch.long, device=self.device)
+            target = torch.arange(first_slot, first_slot + count, device=self.device)
+            space.keys[:, :, target] = space.keys[:, :, source]
+            space.values[:, :, target] = space.values[:, :, source]
+        self.rollback(first_slot + count)
 
     def ensure_capacity(self, needed: int) -> None:
         """Grow the cache (and the RoPE tables) to hold `needed` positions. On a GPU it starts at 1024 and
@@ -359,14 +402,21 @@ class StaticRunner:
                 for i in range(len(self.layers))]
 
     # forward -----------------------------------------------------------------------------------------
-    def _decode(self, ids: torch.Tensor, start: torch.Tensor, span: int, last_only: bool):
-        """The whole forward as tensor operations (what a graph captures). start [1]: first position."""
+    def _decode(self, ids: torch.Tensor, start: torch.Tensor, span: int, last_only: bool,
+                depths: torch.Tensor | None = None, visible: torch.Tensor | None = None):
+        """The whole forward as tensor operations (what a graph captures). start [1]: first position. For a
+        tree, depths [K] (0 for the root) and visible [K, K]: token i sits at position start + depths[i]
+        but is written at slot start + i, and attends to what visible allows among the new ones."""
         space = self.workspace
         count = ids.shape[0]
-        positions = start + torch.arange(count, device=ids.device)
+        positions = start + torch.arange(count, device=ids.device)  # the cache slots written
         x = F.embedding(ids, self.embed)
-        cos, sin = space.cos[positions], space.sin[positions]
-        mask = attention_mask(positions, span, self.window)
+        rope_positions = positions if depths is None else start + depths
+        cos, sin = space.cos[rope_positions], space.sin[rope_positions]
+        if visible is None:
+            mask = attention_mask(positions, span, self.window)
+        else:
+            mask = tree_attention_mask(start, visible, span)
         for i, layer in enumerate(self.layers):
             x = self._layer_fn(x, layer.tensors(), layer.eps, space.keys[i], space.values[i], cos, sin, positions,
                                mask, self.heads, self.kv_heads, self.head_dim)
@@ -375,12 +425,20 @@ class StaticRunner:
         return logits, hidden
 
     @torch.inference_mode()
-    def forward(self, token_ids, logits_for: str = "all") -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, token_ids, logits_for: str = "all", parents: list[int] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append token_ids [K] (a tensor on any device, or a list) to the sequence. logits_for="last":
         only the last position's logits are needed (prefill, a drafter catching up), so the eager path
-        computes the output layer there only."""
+        computes the output layer there only. parents: token_ids are the root and a draft tree with these
+        parents (tree.py); the cache then holds the tree's nodes in slots until keep_nodes()."""
         if not torch.is_tensor(token_ids):
             token_ids = torch.tensor(token_ids, dtype=torch.long)
+        with no_cudnn_attention():
+            if parents is not None:
+                return self._forward_tree(token_ids, parents)
+            return self._forward_chain(token_ids, logits_for)
+
+    def _forward_chain(self, token_ids: torch.Tensor, logits_for: str):
         count = int(token_ids.shape[0])
         end = self.length + count
         last_only = logits_for == "last"
@@ -404,6 +462,39 @@ class StaticRunner:
         self.length = end
         return logits, hidden
 
+    def _forward_tree(self, token_ids: torch.Tensor, parents: list[int]):
+        if not self.supports_tree:
+            raise ValueError("this model uses a sliding attention window: draft trees are not supported")
+        check_tree(token_ids.tolist()[1:], parents)
+        count = int(token_ids.shape[0])
+        if count != len(parents) + 1:
+            raise ValueError(f"a tree of {len(parents)} nodes needs {len(parents) + 1} token ids (the root first)")
+        if count > MAX_TREE_POSITIONS:
+            raise ValueError(f"a tree of {count - 1} nodes is more than {MAX_TREE}")
+        depths = torch.tensor([0, *tree_depths(parents)], dtype=torch.long)
+        visible = visibility(parents)
+        if self.use_graphs and self.length + _next_power_of_two(count) <= self.context_length:
+            # padded to a power of two, so that a few graphs serve every tree size: padding nodes are
+            # children of the root that no real node sees, and their slots lie past what is kept
+            padded = _next_power_of_two(count)
+            pad = padded - count
+            ids = torch.cat([token_ids.cpu(), torch.zeros(pad, dtype=torch.long)])
+            depths = torch.cat([depths, torch.ones(pad, dtype=torch.long)])
+            visible = visibility(parents + [-1] * pad)
+            end = self.length + padded
+            span = graph_span(end, self.context_length)
+            self.ensure_capacity(span)
+            logits, hidden = self._replay(ids, span, depths, visible)
+            logits, hidden = logits[:count], hidden[:count]
+        else:
+            end = self.length + count
+            self.ensure_capacity(end)
+            start = torch.full((1,), self.length, dtype=torch.long, device=self.device)
+            logits, hidden = self._decode(token_ids.to(self.device), start, end, False,
+                                          depths.to(self.device), visible.to(self.device))
+        self.length += count
+        return logits, hidden
+
     def _fall_back_to_eager(self, error: Exception) -> None:
         global _compile_failed
         _compile_failed = True
@@ -412,15 +503,24 @@ class StaticRunner:
         self.use_compile = False
         self._layer_fn = decoder_layer
 
-    def _replay(self, token_ids: torch.Tensor, span: int):
+    def _replay(self, token_ids: torch.Tensor, span: int, depths: torch.Tensor | None = None,
+                visible: torch.Tensor | None = None):
         space = self.workspace
-        key = (int(token_ids.shape[0]), span)
+        tree = depths is not None
+        key = (int(token_ids.shape[0]), span, tree)
+
+        def fill(graph: _Graph) -> None:
+            graph.ids.copy_(token_ids, non_blocking=True)
+            graph.start.fill_(self.length)
+            if tree:
+                graph.depths.copy_(depths, non_blocking=True)
+                graph.visible.copy_(visible, non_blocking=True)
+
         graph = space.graphs.get(key)
         new = graph is None
         if new:
-            graph = _Graph(key[0], self.device)
-        graph.ids.copy_(token_ids, non_blocking=True)
-        graph.start.fill_(self.length)
+            graph = _Graph(key[0], self.device, tree)
+        fill(graph)
         if new:
             try:
                 self._capture(graph, span)
@@ -428,9 +528,8 @@ class StaticRunner:
                 if not self.use_compile:
                     raise
                 self._fall_back_to_eager(error)
-                graph = _Graph(key[0], self.device)
-                graph.ids.copy_(token_ids, non_blocking=True)
-                graph.start.fill_(self.length)
+                graph = _Graph(key[0], self.device, tree)
+                fill(graph)
                 self._capture(graph, span)
             space.graphs[key] = graph
         graph.graph.replay()
@@ -444,18 +543,20 @@ class StaticRunner:
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             for _ in range(2):
-                self._decode(graph.ids, graph.start, span, False)
+                self._decode(graph.ids, graph.start, span, False, graph.depths, graph.visible)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         if space.pool is None:
             space.pool = torch.cuda.graph_pool_handle()
         with torch.cuda.graph(graph.graph, pool=space.pool):
-            graph.logits, graph.hidden = self._decode(graph.ids, graph.start, span, False)
+            graph.logits, graph.hidden = self._decode(graph.ids, graph.start, span, False, graph.depths,
+                                                      graph.visible)
 
     @torch.inference_mode()
-    def warm_up(self, max_positions: int, max_length: int) -> int:
+    def warm_up(self, max_positions: int, max_length: int, tree: int = 0) -> int:
         """Capture, before anything is timed, the graphs that runs of up to `max_length` tokens feeding up
-        to `max_positions` positions a forward will replay (and compile, where compile is on). Returns the
-        number of graphs now held. The cache is left empty (length 0)."""
+        to `max_positions` positions a forward will replay (and compile, where compile is on), and with
+        tree > 0 those of draft trees of up to `tree` nodes. Returns the number of graphs now held. The
+        cache is left empty (length 0)."""
         if not self.use_graphs:
             return 0
         vocab = self.head.shape[0]
@@ -467,6 +568,12 @@ class StaticRunner:
                 if (count, span) not in self.workspace.graphs:
                     self.length = span - count  # so that the forward ends at `span`: this span's graph
                     self.forward(torch.randint(0, vocab, (count,)))
+            padded = 2
+            while tree and self.supports_tree and padded <= _next_power_of_two(tree + 1):
+                if (padded, span, True) not in self.workspace.graphs and padded <= span:
+                    self.length = span - padded
+                    self.forward(torch.randint(0, vocab, (padded,)), parents=list(range(-1, padded - 2)))
+                padded *= 2
             span = last_span if span < last_span < 2 * span else 2 * span
         self.length = 0
         return len(self.workspace.graphs)

@@ -74,6 +74,8 @@ class StepRecord:
     elapsed_s: float  # seconds since the run started, at the end of this step
     emitted: int  # tokens this step added to the output (after any cut at EOS or max-new-tokens)
     total_emitted: int  # output tokens so far
+    tree_size: int = 0  # draft tokens verified in a tree this step (0: a chain); `positions` then shows its
+    # accepted path and, below it, the drafter's favourite line
 
     @property
     def emitted_tokens(self) -> list[TokenRecord]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from .errors import InvalidSettingError
 
 MAX_GAMMA = 32
+MAX_TREE = 127  # draft tokens in a tree: with the last accepted token, 128 positions a verify pass
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,7 @@ class DecodeSettings:
     top_p: float = 1.0
     seed: int | None = None
     stop_at_eos: bool = True
+    tree: int = 0  # 0: draft a chain of gamma tokens; N: a tree of up to N tokens and depth gamma (tree.py)
 
     @property
     def greedy(self) -> bool:
@@ -25,6 +27,7 @@ class DecodeSettings:
 
     def validate(self) -> "DecodeSettings":
         _check_int("gamma", self.gamma, 1, MAX_GAMMA)
+        _check_int("tree", self.tree, 0, MAX_TREE)
         _check_int("max-new-tokens", self.max_new_tokens, 1, None)
         _check_int("top-k", self.top_k, 0, None)
         temperature = _as_number("temperature", self.temperature)

@@ -14,6 +14,8 @@ class Draft:
     token_ids: torch.Tensor  # [g] (g may be 0: nothing to propose this step)
     probs: torch.Tensor | None  # [g, V]: q, the distributions the tokens were drawn from; None = one-hot
     logits: torch.Tensor | None = None  # [g, V]: the drafter's raw logits, for display (softmax when greedy)
+    parents: list[int] | None = None  # a draft tree (tree.py): each token's parent, -1 = the last accepted
+    # token; None = a chain. Tree drafts are verified as one-hot candidates: probs and logits are None.
 
     @property
     def size(self) -> int:
@@ -63,6 +65,11 @@ class Proposer:
         probs = warp_probs(logits, self.settings)
         token = int(logits.argmax()) if self.settings.greedy else int(draw(probs, self.generator))
         return token, probs
+
+    def tree_budget(self) -> int:
+        """Draft tokens a tree may hold this run (settings.tree; the engine sets it to 0 where the runner
+        cannot verify trees); 0 means draft a chain."""
+        return getattr(getattr(self, "settings", None), "tree", 0)
 
     def empty_draft(self, device) -> Draft:
         return Draft(torch.empty(0, dtype=torch.long, device=device), None)

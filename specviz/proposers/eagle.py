@@ -17,9 +17,12 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ..tree import best_nodes
+from ..fast import no_cudnn_attention
 from .base import Draft, Feedback, Proposer
+
+TREE_WIDTH = 8  # in a draft tree: nodes expanded at each depth, and children kept of each (EAGLE-2's top-k)
 from .draft_head import DraftHead, TargetParts
 
 
@@ -133,9 +136,8 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-# Not cuDNN's attention: it builds a plan for every new sequence length (tens of milliseconds), and a drafter's
+# Not cuDNN's attention (fast.no_cudnn_attention): it builds a plan for every new sequence length, and a drafter's
 # cache grows by one position a step, so on an H100 it made each draft token cost ~10 ms instead of ~0.2 ms.
-ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def attend(q, k, v, mask):
@@ -143,7 +145,7 @@ def attend(q, k, v, mask):
     groups = q.shape[1] // k.shape[1]
     if groups > 1:
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-    with sdpa_kernel(ATTENTION_BACKENDS):
+    with no_cudnn_attention():
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
@@ -189,12 +191,14 @@ class EagleNet(nn.Module):
         self.fc = nn.Linear(2 * config.hidden_size, config.hidden_size, bias=config.fc_bias)
         self.layers = nn.ModuleList([DecoderLayer(config, i) for i in range(config.num_hidden_layers)])
 
-    def forward(self, features, embeds, cos, sin, cache: DraftCache | None = None):
+    def forward(self, features, embeds, cos, sin, cache: DraftCache | None = None, mask: torch.Tensor | None = None):
         """features, embeds [B, T, H]; cos, sin [B or 1, T, d] for the T positions. With a cache (batch 1), the
-        positions follow the cached ones and are appended to it. Returns [B, T, H]."""
+        positions follow the cached ones and are appended to it. mask [T, cached + T] (True = may attend)
+        replaces the causal mask (a draft tree's). Returns [B, T, H]."""
         x = self.fc(torch.cat([embeds, features], dim=-1))
         past = cache.length if cache is not None else 0
-        mask = causal_mask(x.shape[1], past, x.device)
+        if mask is None:
+            mask = causal_mask(x.shape[1], past, x.device)
         for index, layer in enumerate(self.layers):
             q, k, v = layer.project(x, cos, sin)
             if cache is not None:
@@ -247,6 +251,8 @@ class EagleProposer(Proposer):
             self.pending = self.pending[:0]
         elif self.pending.shape[0] or self.head_feature is None or start != length - 1:
             return self.empty_draft(tokens.device)  # no target feature for the position before the last yet
+        if self.tree_budget():
+            return self._propose_tree(length, gamma, self.tree_budget(), tokens.device)
         feature = self.head_feature
         drafted, all_probs, all_logits = [], [], []
         for i in range(gamma):
@@ -261,6 +267,47 @@ class EagleProposer(Proposer):
         device = tokens.device
         return Draft(torch.tensor(drafted, dtype=torch.long, device=device), torch.stack(all_probs).to(device),
                      torch.stack(all_logits).to(device))
+
+    def _propose_tree(self, length: int, gamma: int, budget: int, device) -> Draft:
+        """EAGLE-2's dynamic tree: at each depth the TREE_WIDTH nodes with the best path log probability are
+        fed to the drafter together (each attends to the sequence, its ancestors and itself) and each keeps
+        its TREE_WIDTH likeliest next tokens; at the end the `budget` best nodes of all form the tree."""
+        head, parts = self.drafter.head, self.drafter.parts
+        prefix = self.cache.length  # = length - 1: positions computed from the target's own features
+        top = torch.log_softmax(head.full_logits(self.head_feature), -1).topk(TREE_WIDTH)
+        node_ids, parents, scores = top.indices.tolist(), [-1] * TREE_WIDTH, top.values.tolist()
+        fed_with = {node: self.head_feature for node in range(TREE_WIDTH)}  # node -> the feature fed beside it
+        column: dict[int, int] = {}  # node -> its entry in the drafter's cache
+        frontier = list(range(TREE_WIDTH))
+        for depth in range(1, gamma):
+            expand = sorted(frontier, key=lambda node: -scores[node])[:TREE_WIDTH]
+            past = self.cache.length
+            mask = torch.zeros(len(expand), past + len(expand), dtype=torch.bool)
+            mask[:, :prefix] = True
+            for row, node in enumerate(expand):
+                column[node] = past + row
+                ancestor = node
+                while ancestor != -1:
+                    mask[row, column[ancestor]] = True
+                    ancestor = parents[ancestor]
+            features = torch.stack([fed_with[node] for node in expand])
+            positions = torch.full((len(expand),), length - 2 + depth, device=parts.device)
+            cos, sin = parts.rotary(positions)
+            embeds = parts.embed(torch.tensor([node_ids[n] for n in expand], device=parts.device)).unsqueeze(0)
+            out = self.drafter.net(features.unsqueeze(0), embeds, cos, sin, self.cache, mask.to(parts.device))[0]
+            top = torch.log_softmax(head.full_logits(out), -1).topk(TREE_WIDTH)
+            frontier = []
+            for row, (ids, values) in enumerate(zip(top.indices.tolist(), top.values.tolist())):
+                parent = expand[row]
+                for token, value in zip(ids, values):
+                    fed_with[len(node_ids)] = out[row]
+                    frontier.append(len(node_ids))
+                    node_ids.append(token)
+                    parents.append(parent)
+                    scores.append(scores[parent] + value)
+        self.cache.crop(length - 1)
+        tree_ids, tree_parents = best_nodes(scores, parents, node_ids, budget)
+        return Draft(torch.tensor(tree_ids, dtype=torch.long, device=device), None, None, tree_parents)
 
     def observe(self, feedback: Feedback) -> None:
         known = self.cache.length + self.pending.shape[0]  # positions with a target feature

@@ -13,7 +13,10 @@ import torch
 from torch import nn
 
 from ..sampling import draw, warp_probs
+from ..tree import product_tree
 from .base import Draft, Feedback, Proposer
+
+TREE_TOP_K = 10  # candidates per head in a draft tree
 from .draft_head import DraftHead
 
 
@@ -91,6 +94,12 @@ class MedusaProposer(Proposer):
         count = min(gamma, self.drafter.heads.num_heads)
         weight = self.drafter.outputs[0].weight
         logits = self.drafter.logits(self.last_hidden.to(weight.device, weight.dtype), count)  # [count, V]
+        budget = self.tree_budget()
+        if budget:  # the best paths through each head's top candidates (Medusa's tree, chosen per step)
+            top = torch.log_softmax(logits, -1).topk(TREE_TOP_K, dim=-1)
+            candidates = list(zip(top.indices.tolist(), top.values.tolist()))
+            node_ids, parents = product_tree(candidates, budget)
+            return Draft(torch.tensor(node_ids, dtype=torch.long, device=tokens.device), None, None, parents)
         probs = warp_probs(logits, self.settings)  # q: each head's distribution, independent of the others
         if self.settings.greedy:
             token_ids = logits.argmax(-1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..tree import weighted_trie
 from .base import Draft, Feedback, Proposer
 
 
@@ -25,12 +26,13 @@ def lookup_continuation(tokens: torch.Tensor, gamma: int, max_ngram: int, min_ng
 
 class NgramIndex:
     """lookup_continuation in O(1) a step: for each n, a dict from every n-gram that has a token after it to
-    the position after its latest occurrence, updated as the sequence grows (host lists, no tensor ops)."""
+    the positions after its occurrences (latest last), updated as the sequence grows (host lists, no tensor
+    ops)."""
 
     def __init__(self, max_ngram: int, min_ngram: int):
         self.sizes = range(max_ngram, min_ngram - 1, -1)
         self.tokens: list[int] = []
-        self.ends: dict[int, dict[tuple, int]] = {n: {} for n in self.sizes}
+        self.ends: dict[int, dict[tuple, list[int]]] = {n: {} for n in self.sizes}
 
     def extend(self, ids: list[int]) -> None:
         tokens = self.tokens
@@ -39,7 +41,7 @@ class NgramIndex:
         for end in range(first_new_end, len(tokens) - 1):  # end: index of the n-gram's last token
             for n in self.sizes:
                 if end + 1 >= n:
-                    self.ends[n][tuple(tokens[end + 1 - n:end + 1])] = end + 1
+                    self.ends[n].setdefault(tuple(tokens[end + 1 - n:end + 1]), []).append(end + 1)
 
     def continuation(self, gamma: int) -> tuple[list[int], int]:
         """(the tokens, the size n of the matched n-gram); ([], 0) when nothing matches."""
@@ -47,10 +49,21 @@ class NgramIndex:
         for n in self.sizes:
             if length <= n:
                 continue
-            start = self.ends[n].get(tuple(tokens[length - n:]))
-            if start is not None:
-                return tokens[start:start + gamma], n
+            starts = self.ends[n].get(tuple(tokens[length - n:]))
+            if starts:
+                return tokens[starts[-1]:starts[-1] + gamma], n
         return [], 0
+
+    def candidates(self, gamma: int, per_size: int = 8) -> list[tuple[list[int], float]]:
+        """Continuations of up to `per_size` latest occurrences of each suffix n-gram, each weighted 4^(n-1):
+        one match of a longer n-gram outweighs several of a shorter (for a draft tree: tree.weighted_trie)."""
+        tokens, length, out = self.tokens, len(self.tokens), []
+        for n in self.sizes:
+            if length <= n:
+                continue
+            for start in reversed(self.ends[n].get(tuple(tokens[length - n:]), [])[-per_size:]):
+                out.append((tokens[start:start + gamma], 4.0 ** (n - 1)))
+        return out
 
 
 class NgramProposer(Proposer):
@@ -81,6 +94,10 @@ class NgramProposer(Proposer):
         if index is None or len(index.tokens) != tokens.shape[0]:
             index = self._synced_index(tokens)
         continuation, self.draft_key = index.continuation(gamma)  # draft_key: what adaptive judges apart
+        budget = self.tree_budget()
+        if budget:  # a tree of the continuations of several earlier matches
+            node_ids, parents = weighted_trie(index.candidates(gamma), budget)
+            return Draft(torch.tensor(node_ids, dtype=torch.long), probs=None, parents=parents)
         return Draft(torch.tensor(continuation, dtype=torch.long), probs=None)
 
     def observe(self, feedback: Feedback) -> None:

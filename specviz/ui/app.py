@@ -97,7 +97,8 @@ def run_header(run: LiveRun) -> str:
     request, s = run.request, run.request.settings
     sampling = "greedy" if s.greedy else f"sampling T={s.temperature:g}, top-p={s.top_p:g}, seed={s.seed}"
     drafter = f", drafter {request.draft}" if request.draft else ""
-    return (f"target {run.target_label}{drafter} · method {request.method} · γ = {s.gamma} · {sampling} · "
+    tree = f" · draft tree of up to {s.tree} tokens" if s.tree else ""
+    return (f"target {run.target_label}{drafter} · method {request.method} · γ = {s.gamma}{tree} · {sampling} · "
             f"{run.device_label}")
 
 
@@ -273,14 +274,14 @@ class SpecvizApp:
 
     # ---- handlers ---------------------------------------------------------------------------------------
     def on_run(self, prompt, method, target, draft, gamma, temperature, top_p, max_new_tokens, seed, compare_plain,
-               step_mode, request: gr.Request):
+               step_mode, tree=0, request: gr.Request = None):
         state = session(_key(request))
         if state.run is not None:
             state.run.stop()
         state.run, state.cursor, state.replaying = None, None, False
         state.cancel.clear()  # Stop sets it: also while the models load
         try:
-            settings = settings_from_form(max_new_tokens, gamma, temperature, top_p, seed)
+            settings = settings_from_form(max_new_tokens, gamma, temperature, top_p, seed, tree)
             if settings.max_new_tokens > MAX_NEW_TOKENS:
                 raise SpecvizError(f"max new tokens is limited to {MAX_NEW_TOKENS} in the app, got {settings.max_new_tokens}")
             if not isinstance(prompt, str) or not prompt.strip():
@@ -432,8 +433,8 @@ class SpecvizApp:
         target, draft = PAIRS[pair]
         return {self.target: target, self.draft: draft, self.method: "draft"}
 
-    def on_compare(self, prompt, methods, target, draft, gamma, temperature, top_p, max_new_tokens, seed,
-                   request: gr.Request):
+    def on_compare(self, prompt, methods, target, draft, gamma, temperature, top_p, max_new_tokens, seed, tree=0,
+                   request: gr.Request = None):
         state = session(_key(request))
         state.cancel.clear()
         rows: list[dict] = []
@@ -448,7 +449,7 @@ class SpecvizApp:
                     self.compare_plot: plot(charts.compare_figure(rows))}
 
         try:
-            settings = settings_from_form(max_new_tokens, gamma, temperature, top_p, seed)
+            settings = settings_from_form(max_new_tokens, gamma, temperature, top_p, seed, tree)
             if not isinstance(prompt, str) or not prompt.strip():
                 raise SpecvizError("the prompt is empty; type some text")
             chosen = [m for m in (methods or []) if m in METHODS and m != "plain"]
@@ -552,6 +553,9 @@ class SpecvizApp:
                                                      label="Drafter (draft, adaptive)", elem_id="sv-draft")
                         with gr.Row():
                             self.gamma = gr.Slider(1, 16, value=4, step=1, label="γ (draft tokens per step)")
+                            self.tree = gr.Slider(0, 64, value=0, step=1, elem_id="sv-tree",
+                                                  label="draft tree: tokens verified at once (0 = a chain of γ)",
+                                                  info="ngram, medusa, eagle: several candidates, depth γ")
                             self.max_new = gr.Slider(8, MAX_NEW_TOKENS, value=96, step=8, label="max new tokens",
                                                      elem_id="sv-max-new")
                         with gr.Row():
@@ -612,7 +616,7 @@ class SpecvizApp:
                 gr.Markdown(API_HELP)
 
             run_inputs = [self.prompt, self.method, self.target, self.draft, self.gamma, self.temperature, self.top_p,
-                          self.max_new, self.seed, self.compare_plain, self.step_mode]
+                          self.max_new, self.seed, self.compare_plain, self.step_mode, self.tree]
             view_outputs = [self.status, self.tokens, self.summary, self.step_plot, self.race_plot, self.theory_plot,
                             self.inspector, self.step_slider, self.trace]
             engine = dict(concurrency_id="engine", concurrency_limit=CONCURRENCY)
@@ -629,7 +633,7 @@ class SpecvizApp:
                                                     show_progress="hidden", **free)
             compare_event = self.compare_button.click(
                 gpu(self.on_compare), [self.prompt, self.compare_methods, self.target, self.draft, self.gamma,
-                                       self.temperature, self.top_p, self.max_new, self.seed],
+                                       self.temperature, self.top_p, self.max_new, self.seed, self.tree],
                 [self.compare_status, self.compare_table, self.compare_plot], api_name="compare", **engine)
             cost_event = self.cost_button.click(gpu(self.on_cost), [self.target], [self.cost_status, self.cost_plot],
                                                 api_name="cost_curve", **engine)

@@ -170,7 +170,8 @@ class LiveRun:
         prompt_ids = encode(target, request.prompt)
         with ENGINE_LOCK:  # GPU fast path: capture the graphs this run will replay before it is timed
             warm_up(target, request.settings.gamma + 1,
-                    min(len(prompt_ids) + request.settings.max_new_tokens + 1, target.context_length), [proposer])
+                    min(len(prompt_ids) + request.settings.max_new_tokens + request.settings.tree + 1,
+                        target.context_length), [proposer], tree=request.settings.tree)
         self.speculative = SteppedRun(SpeculativeRun(target, proposer, prompt_ids, request.settings, request.prompt))
         self.plain = (SteppedRun(SpeculativeRun(target, PlainProposer(), prompt_ids, request.settings, request.prompt))
                       if request.compare_plain else None)
@@ -298,12 +299,12 @@ def _real(name: str, value, default: float) -> float:
         raise InvalidSettingError(f"{name} must be a number, got {value!r}") from None
 
 
-def settings_from_form(max_new_tokens, gamma, temperature, top_p=1.0, seed=None) -> DecodeSettings:
+def settings_from_form(max_new_tokens, gamma, temperature, top_p=1.0, seed=None, tree=0) -> DecodeSettings:
     """Widget values (sliders give floats, an empty number box None) to validated DecodeSettings."""
     return DecodeSettings(
         max_new_tokens=_whole("max new tokens", max_new_tokens, 128), gamma=_whole("gamma", gamma, 4),
         temperature=_real("temperature", temperature, 0.0), top_p=_real("top-p", top_p, 1.0),
-        seed=_whole("seed", seed),
+        seed=_whole("seed", seed), tree=_whole("draft tree", tree, 0),
     ).validate()
 
 
