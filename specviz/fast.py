@@ -212,9 +212,10 @@ def tree_attention_mask(start: torch.Tensor, visible: torch.Tensor, span: int) -
     return (offset < 0)[None, :] | (inside[None, :] & visible[:, offset.clamp(0, count - 1)])
 
 
-# Not cuDNN's attention: it builds a plan for every new shape (tens of milliseconds in bfloat16 on an H100 or
-# H200). Each new prompt length then made the first run on a prompt pay for plans that later runs reused,
-# which in a bench (plain runs first) made plain decoding look slower than it is.
+# Eager forwards (prefills, any length) avoid cuDNN's attention: it builds a plan for every new shape (tens of
+# milliseconds in bfloat16 on an H100 or H200), so each new prompt length paid for plans. Captured graphs keep
+# it: their shapes are fixed, and in decode it is the fastest (excluding it there made a bfloat16 step
+# 1.3 -> 1.65 ms at ~300 cached tokens and 1.7 -> 3.2 ms at ~2,000 on an H200).
 ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -403,10 +404,12 @@ class StaticRunner:
 
     # forward -----------------------------------------------------------------------------------------
     def _decode(self, ids: torch.Tensor, start: torch.Tensor, span: int, last_only: bool,
-                depths: torch.Tensor | None = None, visible: torch.Tensor | None = None):
+                depths: torch.Tensor | None = None, visible: torch.Tensor | None = None, compiled: bool = True):
         """The whole forward as tensor operations (what a graph captures). start [1]: first position. For a
         tree, depths [K] (0 for the root) and visible [K, K]: token i sits at position start + depths[i]
-        but is written at slot start + i, and attends to what visible allows among the new ones."""
+        but is written at slot start + i, and attends to what visible allows among the new ones. compiled=False
+        runs the layers uncompiled: where graphs are on, compiled code is only traced for captured shapes, and
+        a forward outside them (a prefill, of any length) runs plain kernels."""
         space = self.workspace
         count = ids.shape[0]
         positions = start + torch.arange(count, device=ids.device)  # the cache slots written
@@ -417,8 +420,9 @@ class StaticRunner:
             mask = attention_mask(positions, span, self.window)
         else:
             mask = tree_attention_mask(start, visible, span)
+        layer_fn = self._layer_fn if compiled else decoder_layer
         for i, layer in enumerate(self.layers):
-            x = self._layer_fn(x, layer.tensors(), layer.eps, space.keys[i], space.values[i], cos, sin, positions,
+            x = layer_fn(x, layer.tensors(), layer.eps, space.keys[i], space.values[i], cos, sin, positions,
                                mask, self.heads, self.kv_heads, self.head_dim)
         hidden = rms_norm(x, self.final_norm, self.final_eps)
         logits = F.linear(hidden[-1:] if last_only else hidden, self.head, self.head_bias).float()
@@ -433,10 +437,9 @@ class StaticRunner:
         parents (tree.py); the cache then holds the tree's nodes in slots until keep_nodes()."""
         if not torch.is_tensor(token_ids):
             token_ids = torch.tensor(token_ids, dtype=torch.long)
-        with no_cudnn_attention():
-            if parents is not None:
-                return self._forward_tree(token_ids, parents)
-            return self._forward_chain(token_ids, logits_for)
+        if parents is not None:
+            return self._forward_tree(token_ids, parents)
+        return self._forward_chain(token_ids, logits_for)
 
     def _forward_chain(self, token_ids: torch.Tensor, logits_for: str):
         count = int(token_ids.shape[0])
@@ -452,13 +455,16 @@ class StaticRunner:
             self.ensure_capacity(end)
             start = torch.full((1,), self.length, dtype=torch.long, device=self.device)
             ids = token_ids.to(self.device)
+            compiled = self.use_compile and not self.use_graphs
             try:
-                logits, hidden = self._decode(ids, start, end, last_only)
+                with no_cudnn_attention():
+                    logits, hidden = self._decode(ids, start, end, last_only, compiled=compiled)
             except Exception as error:  # compile is an optimisation: never fail a run over it
-                if not self.use_compile:
+                if not compiled:
                     raise
                 self._fall_back_to_eager(error)
-                logits, hidden = self._decode(ids, start, end, last_only)
+                with no_cudnn_attention():
+                    logits, hidden = self._decode(ids, start, end, last_only, compiled=False)
         self.length = end
         return logits, hidden
 
@@ -490,8 +496,9 @@ class StaticRunner:
             end = self.length + count
             self.ensure_capacity(end)
             start = torch.full((1,), self.length, dtype=torch.long, device=self.device)
-            logits, hidden = self._decode(token_ids.to(self.device), start, end, False,
-                                          depths.to(self.device), visible.to(self.device))
+            with no_cudnn_attention():
+                logits, hidden = self._decode(token_ids.to(self.device), start, end, False,
+                                              depths.to(self.device), visible.to(self.device), compiled=False)
         self.length += count
         return logits, hidden
 
