@@ -170,6 +170,15 @@ def test_ngram_index_finds_what_the_reference_lookup_finds():
             assert index.continuation(gamma)[0] == expected, (tokens, max_n, min_n, gamma)
 
 
+def test_ngram_index_candidates_come_from_every_earlier_match():
+    index = NgramIndex(2, 1)
+    index.extend([5, 1, 2, 9, 1, 2, 8, 3, 2, 7, 1, 2])
+    candidates = index.candidates(gamma=2)
+    # suffix 2-gram (1, 2): followed by 9 1 and 8 3 (latest first), weight 4; 1-gram (2): also 7 1, weight 1
+    assert candidates[:2] == [([8, 3], 4.0), ([9, 1], 4.0)]
+    assert ([7, 1], 1.0) in candidates[2:]
+
+
 def test_cost_curve_times_every_requested_size(tiny_target):
     curve = cost_curve(tiny_target.model, [1, 2, 5], context=20, repeats=2)
     assert sorted(curve) == [1, 2, 5] and all(ms > 0 for ms in curve.values())
