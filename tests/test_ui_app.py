@@ -62,6 +62,16 @@ def reference(default_target):
     return run_once(default_target, make_proposer("ngram", default_target), encode(default_target, PROMPT), settings)
 
 
+def test_a_draft_tree_run_in_the_app_matches_the_library(url, default_target):
+    client = Client(url, verbose=False)
+    final = wait_done(client.submit(**run_args(method="eagle", gamma=5, tree=16), api_name="/run"))[-1]
+    assert "Done" in final[STATUS] and "draft tree of up to 16 tokens" in text(final[TOKENS])
+    headless = run_once(default_target, make_proposer("eagle", default_target), encode(default_target, PROMPT),
+                        DecodeSettings(max_new_tokens=24, gamma=5, tree=16))
+    assert any(step.tree_size > 0 for step in headless.steps)
+    assert kinds_in(final[TOKENS]) == [t.kind.value for t in headless.tokens]
+
+
 def test_run_streams_coloured_tokens_and_charts(url, reference):
     client = Client(url, verbose=False)
     outputs = wait_done(client.submit(**run_args(), api_name="/run"))
