@@ -198,3 +198,17 @@ def test_tree_distribution_test_fails_without_the_residual(six_token_target, mon
     counts = tree_samples(six_token_target)
     with pytest.raises(AssertionError, match="not the target's distribution"):
         assert_same_distribution(counts, exact_joint(six_token_target, SAMPLE_PROMPT, OUTPUTS), RUNS)
+
+
+def test_a_draft_heads_top_tokens_are_those_of_its_full_logits():
+    from specviz.proposers.draft_head import DraftHead
+
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(50, 8, generator=generator)
+    features = torch.randn(3, 8, generator=generator)
+    for scored in (None, torch.tensor([3, 7, 9, 20, 31, 40, 41, 49])):
+        head = DraftHead(weight, 50, scored)
+        ids, values = head.top_tokens(features, 4)
+        top = torch.log_softmax(head.full_logits(features), -1).topk(4)
+        assert torch.equal(ids, top.indices)
+        torch.testing.assert_close(values, top.values)

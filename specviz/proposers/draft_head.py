@@ -78,6 +78,14 @@ class DraftHead:
         """features [..., H] -> [..., K] float32."""
         return torch.nn.functional.linear(features, self.weight, self.bias).float()
 
+    def top_tokens(self, features: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """features [..., H] -> the k likeliest tokens (ids in the full vocabulary) and their log
+        probabilities, [..., k] each, best first; computed over the scored tokens only (the others have
+        probability 0), without building full-vocabulary rows."""
+        top = torch.log_softmax(self.sub_logits(features), -1).topk(k, dim=-1)
+        ids = top.indices if self.token_ids is None else self.token_ids[top.indices]
+        return ids, top.values
+
     def full_logits(self, features: torch.Tensor) -> torch.Tensor:
         """features [..., H] -> [..., V] float32, -inf for tokens the head does not score."""
         sub = self.sub_logits(features)

@@ -274,8 +274,8 @@ class EagleProposer(Proposer):
         its TREE_WIDTH likeliest next tokens; at the end the `budget` best nodes of all form the tree."""
         head, parts = self.drafter.head, self.drafter.parts
         prefix = self.cache.length  # = length - 1: positions computed from the target's own features
-        top = torch.log_softmax(head.full_logits(self.head_feature), -1).topk(TREE_WIDTH)
-        node_ids, parents, scores = top.indices.tolist(), [-1] * TREE_WIDTH, top.values.tolist()
+        ids, values = head.top_tokens(self.head_feature, TREE_WIDTH)
+        node_ids, parents, scores = ids.tolist(), [-1] * TREE_WIDTH, values.tolist()
         fed_with = {node: self.head_feature for node in range(TREE_WIDTH)}  # node -> the feature fed beside it
         column: dict[int, int] = {}  # node -> its entry in the drafter's cache
         frontier = list(range(TREE_WIDTH))
@@ -295,9 +295,9 @@ class EagleProposer(Proposer):
             cos, sin = parts.rotary(positions)
             embeds = parts.embed(torch.tensor([node_ids[n] for n in expand], device=parts.device)).unsqueeze(0)
             out = self.drafter.net(features.unsqueeze(0), embeds, cos, sin, self.cache, mask.to(parts.device))[0]
-            top = torch.log_softmax(head.full_logits(out), -1).topk(TREE_WIDTH)
+            ids, values = head.top_tokens(out, TREE_WIDTH)
             frontier = []
-            for row, (ids, values) in enumerate(zip(top.indices.tolist(), top.values.tolist())):
+            for row, (ids, values) in enumerate(zip(ids.tolist(), values.tolist())):
                 parent = expand[row]
                 for token, value in zip(ids, values):
                     fed_with[len(node_ids)] = out[row]

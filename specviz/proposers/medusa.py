@@ -73,6 +73,14 @@ class MedusaDrafter:
             return self.outputs[0].full_logits(features)
         return torch.stack([self.outputs[k].full_logits(features[k]) for k in range(count)])
 
+    def top_tokens(self, hidden: torch.Tensor, count: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden [H] -> each of heads 0..count-1's k likeliest tokens and log probabilities, [count, k]."""
+        features = self.heads(hidden, count)
+        if len(self.outputs) == 1:
+            return self.outputs[0].top_tokens(features, k)
+        tops = [self.outputs[i].top_tokens(features[i], k) for i in range(count)]
+        return torch.stack([ids for ids, _ in tops]), torch.stack([values for _, values in tops])
+
 
 class MedusaProposer(Proposer):
     name = "medusa"
@@ -93,13 +101,13 @@ class MedusaProposer(Proposer):
             return self.empty_draft(tokens.device)
         count = min(gamma, self.drafter.heads.num_heads)
         weight = self.drafter.outputs[0].weight
-        logits = self.drafter.logits(self.last_hidden.to(weight.device, weight.dtype), count)  # [count, V]
+        hidden = self.last_hidden.to(weight.device, weight.dtype)
         budget = self.tree_budget()
         if budget:  # the best paths through each head's top candidates (Medusa's tree, chosen per step)
-            top = torch.log_softmax(logits, -1).topk(TREE_TOP_K, dim=-1)
-            candidates = list(zip(top.indices.tolist(), top.values.tolist()))
-            node_ids, parents = product_tree(candidates, budget)
+            ids, values = self.drafter.top_tokens(hidden, count, TREE_TOP_K)
+            node_ids, parents = product_tree(list(zip(ids.tolist(), values.tolist())), budget)
             return Draft(torch.tensor(node_ids, dtype=torch.long, device=tokens.device), None, None, parents)
+        logits = self.drafter.logits(hidden, count)  # [count, V]
         probs = warp_probs(logits, self.settings)  # q: each head's distribution, independent of the others
         if self.settings.greedy:
             token_ids = logits.argmax(-1)
