@@ -82,6 +82,9 @@ class SpeculativeRun:
         self.prompt_text = prompt_text
         self._owns_runner = runner is None
         self.runner = runner or make_runner(target.model)
+        if self.settings.tree and not proposer.drafts_trees:
+            warnings.warn(f"specviz: {proposer.name} drafts chains; draft trees are for ngram, medusa and eagle")
+            self.settings = dataclasses.replace(self.settings, tree=0)
         if self.settings.tree and not getattr(self.runner, "supports_tree", False):
             warnings.warn(f"specviz: {type(self.runner).__name__} cannot verify draft trees; drafting chains")
             self.settings = dataclasses.replace(self.settings, tree=0)

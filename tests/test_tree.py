@@ -139,6 +139,20 @@ def test_caches_equal_a_fresh_prefill_after_tree_steps(tiny_target):
     assert moved >= 1
 
 
+def test_methods_without_trees_draft_chains_with_a_warning(tiny_target, tiny_drafter):
+    from specviz.proposers import TREE_METHODS
+
+    settings = DecodeSettings(max_new_tokens=16, gamma=3, tree=8)
+    plain = run_once(tiny_target, PlainProposer(), PROMPT, settings)
+    for method in ("draft", "early-exit", "adaptive"):
+        proposer = make_proposer(method, tiny_target, tiny_drafter)
+        assert not proposer.drafts_trees and method not in TREE_METHODS
+        with pytest.warns(UserWarning, match="drafts chains"):
+            result = run_once(tiny_target, proposer, PROMPT, settings)
+        assert result.token_ids == plain.token_ids
+    assert all(make_proposer(m, tiny_target).drafts_trees for m in ("ngram",))
+
+
 def test_transformers_cache_drafts_chains_with_a_warning(tiny_target, monkeypatch):
     monkeypatch.setenv("SPECVIZ_FAST", "0")
     settings = DecodeSettings(max_new_tokens=24, gamma=3, tree=8)

@@ -10,6 +10,7 @@ from .medusa import MedusaProposer
 from .ngram import NgramProposer
 
 METHODS = ("plain", "draft", "ngram", "early-exit", "medusa", "eagle", "adaptive")
+TREE_METHODS = ("ngram", "medusa", "eagle")  # their proposers set drafts_trees
 
 
 class PlainProposer(Proposer):
@@ -21,5 +22,5 @@ class PlainProposer(Proposer):
         return self.empty_draft("cpu")  # on the host: nothing to allocate or copy on a GPU
 
 
-__all__ = ["METHODS", "AdaptiveProposer", "Draft", "EagleProposer", "EarlyExitDrafter", "Feedback",
+__all__ = ["METHODS", "TREE_METHODS", "AdaptiveProposer", "Draft", "EagleProposer", "EarlyExitDrafter", "Feedback",
            "MedusaProposer", "ModelDrafter", "NgramProposer", "PlainProposer", "Proposer"]

@@ -43,6 +43,7 @@ class Proposer:
 
     name = "proposer"
     needs_target_hidden = False  # True for drafters that read the target's hidden states (Medusa, EAGLE)
+    drafts_trees = False  # True for drafters that propose a draft tree when settings.tree > 0 (tree.py)
     free_drafts = False  # True when a draft costs next to nothing whatever its length (n-gram lookup): the
     # adaptive method then looks at the whole draft before choosing how much of it to verify
 

@@ -220,6 +220,7 @@ class EagleDrafter:
 class EagleProposer(Proposer):
     name = "eagle"
     needs_target_hidden = True
+    drafts_trees = True
 
     def __init__(self, drafter: EagleDrafter):
         self.drafter = drafter

@@ -85,6 +85,7 @@ class MedusaDrafter:
 class MedusaProposer(Proposer):
     name = "medusa"
     needs_target_hidden = True
+    drafts_trees = True
 
     def __init__(self, drafter: MedusaDrafter):
         self.drafter = drafter

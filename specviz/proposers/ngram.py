@@ -69,6 +69,7 @@ class NgramIndex:
 class NgramProposer(Proposer):
     name = "ngram"
     free_drafts = True
+    drafts_trees = True
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         self.max_ngram = max_ngram

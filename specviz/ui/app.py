@@ -23,7 +23,7 @@ from ..cost_curve import measure_cost_curve
 from ..engine import SpeculativeRun
 from ..errors import SpecvizError
 from ..models import DEFAULT_MODEL, load_model
-from ..proposers import METHODS, PlainProposer
+from ..proposers import METHODS, TREE_METHODS, PlainProposer
 from ..records import StepRecord, TokenRecord
 from . import charts, render, view
 from .gpu import gpu
@@ -97,7 +97,7 @@ def run_header(run: LiveRun) -> str:
     request, s = run.request, run.request.settings
     sampling = "greedy" if s.greedy else f"sampling T={s.temperature:g}, top-p={s.top_p:g}, seed={s.seed}"
     drafter = f", drafter {request.draft}" if request.draft else ""
-    tree = f" · draft tree of up to {s.tree} tokens" if s.tree else ""
+    tree = f" · draft tree of up to {s.tree} tokens" if s.tree and request.method in TREE_METHODS else ""
     return (f"target {run.target_label}{drafter} · method {request.method} · γ = {s.gamma}{tree} · {sampling} · "
             f"{run.device_label}")
 
