@@ -257,14 +257,13 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     if unknown or not methods:
         raise InvalidSettingError(f"unknown method(s) {', '.join(unknown) or '(none)'}; choose from "
                                   f"{', '.join(METHODS)} (and for --transformers {', '.join(HF_BASELINES)})")
+    entries = {spec: parse_method(spec, settings) for spec in methods if spec != "plain"}  # spec -> (method, settings)
     if "hf-assisted" in transformers and not draft:
         raise InvalidSettingError("hf-assisted needs a draft model: pass --draft")
     prompts = load_prompts(prompts_file, limit, per_category)
     hf_subset = pick_subset(prompts, transformers_per_category, transformers_limit) if transformers else set()
     target_model = load_model(target, device, dtype, device_map, max_memory)
     draft_model = load_model(draft, draft_device or str(target_model.device), dtype) if draft else None
-    methods = [m for m in methods if m != "plain"]
-    entries = {spec: parse_method(spec, settings) for spec in methods}  # spec -> (method, settings)
     encoded = {p["prompt_id"]: encode(target_model, p["prompt"], chat) for p in prompts}
     widest = max([settings.gamma, *(s.gamma for _, s in entries.values())]) + 1
     biggest_tree = max([0, *(s.tree for _, s in entries.values())])
@@ -290,7 +289,7 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
         rows_file.write(json.dumps(row) + "\n")
         rows_file.flush()
 
-    total = len(prompts) * (len(methods) + 1) + len(hf_subset) * len(transformers)
+    total = len(prompts) * (len(entries) + 1) + len(hf_subset) * len(transformers)
     with tqdm(total=total, desc="bench", unit="run", file=sys.stderr) as bar:
         for prompt in prompts:
             ids = encoded[prompt["prompt_id"]]
@@ -317,7 +316,7 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     report = {
         "device": device_info(target_model.device),
         "config": {"target": target, "draft": draft, "device_map": device_map, "max_memory": max_memory,
-                   "target_devices": target_model.devices, "methods": ["plain", *methods], "prompts_file": prompts_file,
+                   "target_devices": target_model.devices, "methods": ["plain", *entries], "prompts_file": prompts_file,
                    "prompts": len(prompts), "chat": chat, "exit_layer": exit_layer, "transformers": list(transformers), "heads": heads,
                    "transformers_prompts": sorted(hf_subset), "dtype": str(target_model.dtype).replace("torch.", ""),
                    "runner": plain.settings.get("runner"), **settings.__dict__},

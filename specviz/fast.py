@@ -477,18 +477,16 @@ class StaticRunner:
             raise ValueError(f"a tree of {len(parents)} nodes needs {len(parents) + 1} token ids (the root first)")
         if count > MAX_TREE_POSITIONS:
             raise ValueError(f"a tree of {count - 1} nodes is more than {MAX_TREE}")
-        depths = torch.tensor([0, *tree_depths(parents)], dtype=torch.long)
-        visible = visibility(parents)
-        if self.use_graphs and self.length + _next_power_of_two(count) <= self.context_length:
-            # padded to a power of two, so that a few graphs serve every tree size: padding nodes are
-            # children of the root that no real node sees, and their slots lie past what is kept
-            padded = _next_power_of_two(count)
-            pad = padded - count
+        graphed = self.use_graphs and self.length + _next_power_of_two(count) <= self.context_length
+        # in a graph, padded to a power of two so that a few graphs serve every tree size: padding nodes are
+        # children of the root that no real node sees, and their slots lie past what is kept
+        pad = _next_power_of_two(count) - count if graphed else 0
+        all_parents = parents + [-1] * pad
+        depths = torch.tensor([0, *tree_depths(all_parents)], dtype=torch.long)
+        visible = visibility(all_parents)
+        if graphed:
             ids = torch.cat([token_ids.cpu(), torch.zeros(pad, dtype=torch.long)])
-            depths = torch.cat([depths, torch.ones(pad, dtype=torch.long)])
-            visible = visibility(parents + [-1] * pad)
-            end = self.length + padded
-            span = graph_span(end, self.context_length)
+            span = graph_span(self.length + count + pad, self.context_length)
             self.ensure_capacity(span)
             logits, hidden = self._replay(ids, span, depths, visible)
             logits, hidden = logits[:count], hidden[:count]
@@ -572,7 +570,7 @@ class StaticRunner:
         span = min(MIN_SPAN, last_span)
         while span <= last_span:
             for count in range(1, min(max_positions, MAX_GRAPH_POSITIONS) + 1):
-                if (count, span) not in self.workspace.graphs:
+                if (count, span, False) not in self.workspace.graphs:
                     self.length = span - count  # so that the forward ends at `span`: this span's graph
                     self.forward(torch.randint(0, vocab, (count,)))
             padded = 2

@@ -14,6 +14,7 @@ an exact speculative-sampling step with q = one-hot, so the output has exactly t
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import torch
@@ -121,27 +122,6 @@ def walk_sampled(tokens: list[int], parents: list[int], probs: torch.Tensor, gen
             return TreeWalk(path, int(draw(p, generator)), tried, p)
 
 
-def trie(sequences: list[list[int]], budget: int) -> tuple[list[int], list[int]]:
-    """Merge candidate continuations, best first, into one tree of at most `budget` nodes (shared prefixes
-    once). A sequence that does not fit whole keeps the prefix that does."""
-    tokens: list[int] = []
-    parents: list[int] = []
-    index: dict[tuple[int, int], int] = {}  # (parent, token) -> node
-    for sequence in sequences:
-        parent = -1
-        for token in sequence:
-            node = index.get((parent, token))
-            if node is None:
-                if len(tokens) >= budget:
-                    break
-                node = len(tokens)
-                tokens.append(int(token))
-                parents.append(parent)
-                index[(parent, token)] = node
-            parent = node
-    return tokens, parents
-
-
 def best_nodes(scores: list[float], parents: list[int], tokens: list[int], budget: int) -> tuple[list[int], list[int]]:
     """From a tree of scored candidate nodes (a child never scores above its parent: scores are log
     probabilities or counts along a path), keep the `budget` best, a closed tree, and lay it out as tree.py
@@ -189,8 +169,6 @@ def product_tree(candidates: list[tuple[list[int], list[float]]], budget: int) -
     """Medusa's tree: position d has its own candidates (tokens, log probabilities, best first), the same
     whatever came before; a path's score is the sum of its log probabilities. Best-first search for the
     `budget` best paths' nodes."""
-    import heapq
-
     tokens: list[int] = []
     parents: list[int] = []
     scores: list[float] = []

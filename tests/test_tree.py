@@ -43,7 +43,8 @@ def test_greedy_walk_follows_the_targets_argmax_through_siblings():
 
 
 def test_trie_merges_prefixes_and_keeps_the_best_nodes():
-    tokens, parents = trees.trie([[1, 2, 3], [1, 2, 4], [5]], budget=4)
+    # shared prefixes once; equal weights: ties go to the earlier candidate
+    tokens, parents = trees.weighted_trie([([1, 2, 3], 1), ([1, 2, 4], 1), ([5], 1)], budget=4)
     assert tokens == [1, 2, 3, 4] and parents == [-1, 0, 1, 1]
     # node scores: 1: 21, 2: 20, 3: 16, then 5, 6 and 4 with 4 each (ties: the earlier candidate), 7: 1
     tokens, parents = trees.weighted_trie([([1, 2, 3], 16), ([5, 6], 4), ([1, 2, 4], 4), ([1, 7], 1)], budget=5)

@@ -18,8 +18,6 @@ Two refinements that matter in practice:
 """
 from __future__ import annotations
 
-import dataclasses
-
 from ..theory import expected_tokens_per_step
 from .base import Draft, Feedback, Proposer
 
@@ -102,7 +100,6 @@ class AdaptiveProposer(Proposer):
         self.warmup_steps = warmup_steps
 
     def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:
-        settings = dataclasses.replace(settings, tree=0)  # it chooses how much of a chain to verify: no trees
         super().reset(prompt_ids, settings, generator)
         self.base.reset(prompt_ids, settings, generator, target_hidden)
         if self.lookup is not None:

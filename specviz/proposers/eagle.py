@@ -283,14 +283,17 @@ class EagleProposer(Proposer):
         for depth in range(1, gamma):
             expand = sorted(frontier, key=lambda node: -scores[node])[:TREE_WIDTH]
             past = self.cache.length
-            mask = torch.zeros(len(expand), past + len(expand), dtype=torch.bool)
-            mask[:, :prefix] = True
+            rows, columns = [], []  # each expanded node sees itself and its ancestors' cache entries
             for row, node in enumerate(expand):
                 column[node] = past + row
                 ancestor = node
                 while ancestor != -1:
-                    mask[row, column[ancestor]] = True
+                    rows.append(row)
+                    columns.append(column[ancestor])
                     ancestor = parents[ancestor]
+            mask = torch.zeros(len(expand), past + len(expand), dtype=torch.bool)
+            mask[:, :prefix] = True
+            mask[rows, columns] = True  # one write, not one per entry
             features = torch.stack([fed_with[node] for node in expand])
             positions = torch.full((len(expand),), length - 2 + depth, device=parts.device)
             cos, sin = parts.rotary(positions)

@@ -94,11 +94,11 @@ class NgramProposer(Proposer):
         index = getattr(self, "index", None)
         if index is None or len(index.tokens) != tokens.shape[0]:
             index = self._synced_index(tokens)
-        continuation, self.draft_key = index.continuation(gamma)  # draft_key: what adaptive judges apart
         budget = self.tree_budget()
         if budget:  # a tree of the continuations of several earlier matches
             node_ids, parents = weighted_trie(index.candidates(gamma), budget)
             return Draft(torch.tensor(node_ids, dtype=torch.long), probs=None, parents=parents)
+        continuation, self.draft_key = index.continuation(gamma)  # draft_key: what adaptive judges apart
         return Draft(torch.tensor(continuation, dtype=torch.long), probs=None)
 
     def observe(self, feedback: Feedback) -> None:
