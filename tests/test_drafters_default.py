@@ -76,6 +76,10 @@ def test_train_drafter_command_end_to_end(default_target, tmp_path):
     data = tmp_path / "data.pt"
     proc = run_cli("train-drafter", "--method", "medusa", "--out", str(tmp_path / "medusa"), "--data", str(data),
                    "--prompts", "6", "--prompt-tokens", "48", "--response-tokens", "12", "--gen-batch", "6",
+                   "--data-only", "--device", "cpu")
+    assert proc.returncode == 0 and data.is_file(), proc.stderr[-2000:]
+    assert not (tmp_path / "medusa" / "checkpoint.pt").exists()  # stopped after the data
+    proc = run_cli("train-drafter", "--method", "medusa", "--out", str(tmp_path / "medusa"), "--data", str(data),
                    "--steps", "3", "--eval-every", "2", "--draft-vocab", "512", "--heads", "2", "--device", "cpu")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "train medusa" in proc.stderr  # the progress bar

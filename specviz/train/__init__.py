@@ -27,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gen-batch", type=int, default=256)
     group.add_argument("--gen-minutes", type=float, default=None, help="stop answering new batches after this")
     group.add_argument("--gen-dtype", default="auto", help="dtype for generating (auto: bfloat16 on GPU)")
+    group.add_argument("--data-only", action="store_true", help="write the data set and stop (train in a later call)")
     group = parser.add_argument_group("training")
     group.add_argument("--steps", type=int, default=None, help="optimizer steps (default: until --minutes)")
     group.add_argument("--minutes", type=float, default=None, help="training time budget")
@@ -49,7 +50,7 @@ def run(args) -> int:
     from .data import DataPlan, build_dataset, load_dataset, save_dataset
     from .trainer import TrainOptions, train, write_json
 
-    if args.steps is None and args.minutes is None:
+    if args.steps is None and args.minutes is None and not args.data_only:
         raise InvalidSettingError("give --steps N or --minutes M (or both: training stops at whichever comes first)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -72,6 +73,8 @@ def run(args) -> int:
         log(f"data saved to {data_file}")
     if not data["sequences"]:
         raise InvalidSettingError("the data set is empty; ask for more --prompts or more --gen-minutes")
+    if args.data_only:
+        return 0
 
     # features in float32, as the engine computes them on a CPU (and as exact greedy runs use)
     target = load_model(args.target, args.device, torch.float32)

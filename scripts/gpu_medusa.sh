@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Retraining the Medusa heads on the GPU machine (issue 4), one stage per call, all calls on one warm machine
+# (/root/sv3 must survive between them); run from the carried copy of the repo with the default model staged
+# (DESIGN.md 7) and Spec-Bench's question.jsonl beside it (evaluation only):
+#   STAGE=data   bash scripts/gpu_medusa.sh   the target writes a new data set (~6 min)
+#   STAGE=train  bash scripts/gpu_medusa.sh   two variants side by side on the one GPU: 5 heads of 1 block
+#                                             (as shipped) and 5 heads of 3 blocks, MINUTES each (default 6)
+#   STAGE=bench  bash scripts/gpu_medusa.sh   the shipped heads and both variants on 26 prompts, chain and trees
+#   STAGE=all    VARIANT=l3 bash scripts/gpu_medusa.sh   one variant on all 480 prompts (bf16, tree) and 13 in fp32
+# Results and the weights come back under $OUT.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+export SPECVIZ_DEFAULT_GGUF=${SPECVIZ_DEFAULT_GGUF:-/root/specviz-gpu/SmolLM2-135M-Instruct.Q4_1.gguf}
+OUT=${OUT:-/tmp/out}
+WORK=/root/sv3
+mkdir -p "$OUT" "$WORK"
+quiet() { tr "\r" "\n" | grep -v "Converting\|Loading weights\|bench:\|clean_up_tokenization\|it/s\]$\|s/s\]$\|step/s\]$\|tok/s\]$"; }
+nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
+train() {  # $1 variant name, $2 residual blocks per head
+  python3 -m specviz train-drafter --method medusa --target default --out "$WORK/$1" --data "$WORK/data.pt" \
+      --heads 5 --layers "$2" --draft-vocab ${VOCAB:-16384} --minutes ${MINUTES:-6} --eval-every 500 ${RESUME:+--resume} \
+      > "$WORK/$1.train.log" 2>&1
+}
+bench() {  # $1 name, $2 dtype, $3 methods, $4 heads folder (empty: shipped), $5 prompt selection
+  python3 -m specviz bench --prompts ${PROMPTS_FILE:-question.jsonl} $5 --methods "$3" --max-new-tokens 256 --dtype "$2" \
+      ${4:+--heads "$4"} --out "$OUT/$1.json" 2>&1 | quiet | tail -30 | tee "$OUT/$1.log"
+}
+case ${STAGE:-data} in
+  data)
+    python3 -m specviz train-drafter --method medusa --target default --out "$WORK/l1" --data "$WORK/data.pt" \
+        --prompts ${PROMPTS:-32000} --gen-batch 1024 --gen-minutes ${GEN_MINUTES:-4.5} --data-only 2>&1 | quiet | tail -20
+    ls -la "$WORK" ;;
+  train)
+    train l1 1 & train l3 3 & wait
+    for v in l1 l3; do
+      echo "== $v"; quiet < "$WORK/$v.train.log" | grep "held-out\|vocabulary\|training conversations\|Error\|error" | tail -12
+      mkdir -p "$OUT/$v" && cp "$WORK/$v"/config.json "$WORK/$v"/medusa_lm_head.safetensors "$WORK/$v"/loss.png "$OUT/$v/" 2>/dev/null
+    done ;;
+  bench)
+    bench shipped-26 bfloat16 medusa:4,medusa:4:32,medusa:5:64 "" "--per-category 2"
+    bench l1-26 bfloat16 medusa:4,medusa:4:32,medusa:5:64 "$WORK/l1" "--per-category 2"
+    bench l3-26 bfloat16 medusa:4,medusa:4:32,medusa:5:64 "$WORK/l3" "--per-category 2" ;;
+  all)
+    bench "$VARIANT-all-bf16" bfloat16 ${METHODS:-medusa:5:64} "$WORK/$VARIANT" ""
+    bench "$VARIANT-13-fp32" float32 ${METHODS:-medusa:5:64} "$WORK/$VARIANT" "--per-category 1" ;;
+esac
