@@ -152,6 +152,92 @@ def test_proposer_cache_holds_only_true_features(tiny_target):
             torch.testing.assert_close(proposer.cache.values[0], fresh.values[0], rtol=1e-4, atol=1e-5)
 
 
+# EAGLE's draft tree (eagle_tree.py) ----------------------------------------------------------------------
+
+def tree_proposer(target, seed, gamma, tree):
+    """An EAGLE proposer reset on PROMPT for a tree run, and the settings."""
+    from specviz.runner import CausalRunner
+
+    settings = DecodeSettings(max_new_tokens=30, gamma=gamma, tree=tree)
+    proposer = EagleProposer(random_eagle(target, seed=seed))
+    tokens = torch.tensor(PROMPT)
+    _, hidden = CausalRunner(target.model).forward(tokens[:-1])
+    proposer.reset(tokens, settings, torch.Generator().manual_seed(0), hidden)
+    return proposer, tokens, hidden
+
+
+def test_eagle_tree_holds_the_chain_draft_as_its_first_line(tiny_target):
+    """With every candidate kept (gamma 2: 8 + 64 nodes), the tree's best-first line is what chain drafting
+    proposes, and the tree is laid out as tree.py wants (parents first, by depth)."""
+    from specviz.tree import check_tree, depths, first_child_chain
+
+    for seed in (5, 6, 7):
+        proposer, tokens, hidden = tree_proposer(tiny_target, seed, gamma=2, tree=72)
+        draft = proposer.propose(tokens, 2)
+        check_tree(draft.token_ids.tolist(), draft.parents)
+        assert draft.size == 72 and max(depths(draft.parents)) == 2
+        assert depths(draft.parents) == sorted(depths(draft.parents))
+        chain_proposer = EagleProposer(proposer.drafter)
+        chain_proposer.reset(tokens, DecodeSettings(gamma=2), torch.Generator(), hidden)
+        chain = chain_proposer.propose(tokens, 2)
+        line = first_child_chain(draft.parents, -1)
+        assert [draft.token_ids[i].item() for i in line] == chain.token_ids.tolist()
+
+
+@pytest.mark.parametrize("gamma, tree", [(1, 6), (3, 12), (6, 40)])
+def test_eagle_tree_greedy_equals_plain(tiny_target, gamma, tree):
+    settings = DecodeSettings(max_new_tokens=40, gamma=gamma, tree=tree)
+    plain = run_once(tiny_target, PlainProposer(), PROMPT, settings)
+    result = run_once(tiny_target, EagleProposer(random_eagle(tiny_target, seed=3)), PROMPT, settings)
+    assert result.token_ids == plain.token_ids
+    assert all(step.tree_size > 1 for step in result.steps[:-1])
+
+
+def test_eagle_tree_cache_holds_only_true_features(tiny_target):
+    """After every tree step the drafter's static cache holds, in its first slots, what a fresh pass over
+    the target's own features gives (the tree's scratch slots are overwritten, never kept)."""
+    from specviz import SpeculativeRun
+    from specviz.runner import CausalRunner
+
+    proposer = EagleProposer(random_eagle(tiny_target, seed=2))
+    run = SpeculativeRun(tiny_target, proposer, PROMPT, DecodeSettings(max_new_tokens=30, gamma=4, tree=16))
+    steps = 0
+    for _ in run:
+        steps += 1
+        sequence, trees = run.tokens, proposer.trees
+        assert trees.length + proposer.pending.shape[0] == sequence.shape[0] - 1
+        _, hidden = CausalRunner(tiny_target.model).forward(sequence[:-1])
+        fresh = DraftCache(1)
+        parts = proposer.drafter.parts
+        c, s = parts.rotary(torch.arange(trees.length))
+        proposer.drafter.net(hidden[:trees.length].unsqueeze(0), parts.embed(sequence[1: trees.length + 1]).unsqueeze(0),
+                             c, s, fresh)
+        torch.testing.assert_close(trees.space.keys[0, :, : trees.length], fresh.keys[0][0], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(trees.space.values[0, :, : trees.length], fresh.values[0][0], rtol=1e-4, atol=1e-5)
+    assert steps > 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_eagle_tree_graphs_draft_what_eager_drafting_does(tiny_target, monkeypatch):
+    from specviz.models import LoadedModel
+    from specviz.testing import perturbed_copy
+
+    target = LoadedModel(name="tiny-cuda", model=perturbed_copy(tiny_target, 0.0).model.cuda(), tokenizer=None,
+                         device=torch.device("cuda"), dtype=torch.float32)
+    drafter = random_eagle(target, seed=3)
+    drafter.net.cuda()
+    settings = DecodeSettings(max_new_tokens=60, gamma=5, tree=31)
+    plain = run_once(target, PlainProposer(), PROMPT, settings)
+    graphed = run_once(target, EagleProposer(drafter), PROMPT, settings)
+    monkeypatch.setenv("SPECVIZ_GRAPHS", "0")
+    eager = run_once(target, EagleProposer(drafter), PROMPT, settings)
+    assert graphed.token_ids == eager.token_ids == plain.token_ids
+    assert drafter._tree_workspaces and any(space.graphs for spaces in drafter._tree_workspaces.values() for space in spaces)
+    same = sum([p.token_id for p in a.positions] == [p.token_id for p in b.positions]
+               for a, b in zip(graphed.steps, eager.steps))
+    assert same >= 0.9 * len(eager.steps)
+
+
 # Published formats, written by the test ------------------------------------------------------------------
 
 def write_medusa_published(folder, target, heads=2, layers=1, vocab=None, hidden=None, seed=0):

@@ -12,18 +12,18 @@ Shapes: B batch, T positions, H hidden size, nh / nkv attention / key-value head
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..tree import best_nodes
 from ..fast import no_cudnn_attention
 from .base import Draft, Feedback, Proposer
+from .draft_head import DraftHead, TargetParts
 
 TREE_WIDTH = 8  # in a draft tree: nodes expanded at each depth, and children kept of each (EAGLE-2's top-k)
-from .draft_head import DraftHead, TargetParts
 
 
 @dataclass
@@ -232,6 +232,19 @@ class EagleProposer(Proposer):
         self.pending = target_hidden if target_hidden is not None else torch.empty(0, hidden_size)
         # pending [P, H]: target features of positions cache.length .. cache.length + P - 1, not yet fed
         self.head_feature = None  # the drafter's output at position cache.length - 1, once pending is fed
+        self.release()
+        if self.tree_budget():  # trees draft on the device over a static cache (eagle_tree.py)
+            from .eagle_tree import TreeDrafting  # it builds on this module
+            rows = settings.gamma + 1  # what a step feeds: the accepted drafts and the token before them
+            needed = prompt_ids.shape[0] + settings.max_new_tokens + rows + (settings.gamma - 1) * TREE_WIDTH + 1
+            self.trees = TreeDrafting(self.drafter, needed, rows)
+            self._finalizer = weakref.finalize(self, self.trees.release)
+
+    def release(self) -> None:
+        """Give a tree run's static cache (and its graphs) back to the drafter's pool."""
+        if getattr(self, "_finalizer", None) is not None:
+            self._finalizer()
+        self.trees = self._finalizer = None
 
     @torch.inference_mode()
     def _step(self, features, token_ids, start: int):
@@ -246,14 +259,14 @@ class EagleProposer(Proposer):
     @torch.inference_mode()
     def propose(self, tokens: torch.Tensor, gamma: int) -> Draft:
         length = tokens.shape[0]
+        if self.trees is not None:
+            return self._propose_tree(tokens, gamma)
         start = self.cache.length
         if self.pending.shape[0] and start + self.pending.shape[0] == length - 1:
             self.head_feature = self._step(self.pending, tokens[start + 1:], start)  # predicts f_{length - 1}
             self.pending = self.pending[:0]
         elif self.pending.shape[0] or self.head_feature is None or start != length - 1:
             return self.empty_draft(tokens.device)  # no target feature for the position before the last yet
-        if self.tree_budget():
-            return self._propose_tree(length, gamma, self.tree_budget(), tokens.device)
         feature = self.head_feature
         drafted, all_probs, all_logits = [], [], []
         for i in range(gamma):
@@ -269,52 +282,27 @@ class EagleProposer(Proposer):
         return Draft(torch.tensor(drafted, dtype=torch.long, device=device), torch.stack(all_probs).to(device),
                      torch.stack(all_logits).to(device))
 
-    def _propose_tree(self, length: int, gamma: int, budget: int, device) -> Draft:
-        """EAGLE-2's dynamic tree: at each depth the TREE_WIDTH nodes with the best path log probability are
-        fed to the drafter together (each attends to the sequence, its ancestors and itself) and each keeps
-        its TREE_WIDTH likeliest next tokens; at the end the `budget` best nodes of all form the tree."""
-        head, parts = self.drafter.head, self.drafter.parts
-        prefix = self.cache.length  # = length - 1: positions computed from the target's own features
-        ids, values = head.top_tokens(self.head_feature, TREE_WIDTH)
-        node_ids, parents, scores = ids.tolist(), [-1] * TREE_WIDTH, values.tolist()
-        fed_with = {node: self.head_feature for node in range(TREE_WIDTH)}  # node -> the feature fed beside it
-        column: dict[int, int] = {}  # node -> its entry in the drafter's cache
-        frontier = list(range(TREE_WIDTH))
-        for depth in range(1, gamma):
-            expand = sorted(frontier, key=lambda node: -scores[node])[:TREE_WIDTH]
-            past = self.cache.length
-            rows, columns = [], []  # each expanded node sees itself and its ancestors' cache entries
-            for row, node in enumerate(expand):
-                column[node] = past + row
-                ancestor = node
-                while ancestor != -1:
-                    rows.append(row)
-                    columns.append(column[ancestor])
-                    ancestor = parents[ancestor]
-            mask = torch.zeros(len(expand), past + len(expand), dtype=torch.bool)
-            mask[:, :prefix] = True
-            mask[rows, columns] = True  # one write, not one per entry
-            features = torch.stack([fed_with[node] for node in expand])
-            positions = torch.full((len(expand),), length - 2 + depth, device=parts.device)
-            cos, sin = parts.rotary(positions)
-            embeds = parts.embed(torch.tensor([node_ids[n] for n in expand], device=parts.device)).unsqueeze(0)
-            out = self.drafter.net(features.unsqueeze(0), embeds, cos, sin, self.cache, mask.to(parts.device))[0]
-            ids, values = head.top_tokens(out, TREE_WIDTH)
-            frontier = []
-            for row, (ids, values) in enumerate(zip(ids.tolist(), values.tolist())):
-                parent = expand[row]
-                for token, value in zip(ids, values):
-                    fed_with[len(node_ids)] = out[row]
-                    frontier.append(len(node_ids))
-                    node_ids.append(token)
-                    parents.append(parent)
-                    scores.append(scores[parent] + value)
-        self.cache.crop(length - 1)
-        tree_ids, tree_parents = best_nodes(scores, parents, node_ids, budget)
-        return Draft(torch.tensor(tree_ids, dtype=torch.long, device=device), None, None, tree_parents)
+    def _propose_tree(self, tokens: torch.Tensor, gamma: int) -> Draft:
+        """EAGLE-2's dynamic tree (eagle_tree.py): at each depth the TREE_WIDTH nodes with the best path log
+        probability are fed to the drafter together and each keeps its TREE_WIDTH likeliest next tokens; the
+        `budget` best nodes of all form the tree. Fed first: the target's features of the positions accepted
+        since the last step."""
+        trees, length = self.trees, tokens.shape[0]
+        pending = self.pending.shape[0]
+        if not pending or trees.length + pending != length - 1:
+            return self.empty_draft(tokens.device)  # no target feature for the position before the last yet
+        features = self.pending.to(trees.device)
+        token_ids = tokens[trees.length + 1: length]  # x_{i+1} beside f_i
+        if pending > trees.max_rows:  # a prompt: all but its last position fed as a prefill
+            trees.prefill(features[:-1], token_ids[:-1])
+            features, token_ids = features[-1:], token_ids[-1:]
+        self.pending = self.pending[:0]
+        ids, parents = trees.step(features, token_ids, gamma, TREE_WIDTH, self.tree_budget())
+        return Draft(torch.tensor(ids, dtype=torch.long, device=tokens.device), None, None, parents)
 
     def observe(self, feedback: Feedback) -> None:
-        known = self.cache.length + self.pending.shape[0]  # positions with a target feature
+        fed = self.trees.length if self.trees is not None else self.cache.length
+        known = fed + self.pending.shape[0]  # positions with a target feature
         new = feedback.tokens.shape[0] - 1 - known
         if new > 0 and feedback.target_hidden is not None:
             self.pending = torch.cat([self.pending.to(feedback.target_hidden), feedback.target_hidden[:new]])

@@ -1,0 +1,246 @@
+"""EAGLE-2's dynamic draft tree as fixed-shape tensor work, so that a whole tree step runs on the device
+without a host round trip, and on a CUDA GPU as one captured graph.
+
+Why: drafting a tree node by node on the host cost ~12 ms a step on an H200 (seven eager drafter passes, each
+followed by a host sync to choose the next nodes) against ~2-4 ms for the target's verify pass. Here every
+choice is a top-k on the device, and the drafter's keys and values live in a static cache written by slot:
+
+- slots 0 .. prefix - 1 hold the positions computed from the target's own features (position i at slot i);
+- a step first feeds the pending positions (the target's features of the tokens accepted since the last
+  step), then expands the tree: at depth d the `width` best nodes so far are fed together at slots
+  prefix + (d - 1) * width + row, each attending to the prefix, its ancestors' slots and itself; each keeps
+  its `width` likeliest next tokens;
+- the `budget` best nodes of all (by path log probability) form the tree, laid out by depth and, within a
+  depth, best first (tree.py's layout: parents first).
+
+The tree slots are scratch: the next step's pending positions overwrite them. Shapes are fixed by (gamma,
+width, budget, rows fed, cache capacity), so one graph per such key serves every step.
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from ..fast import graphs_allowed, no_cudnn_attention
+from .eagle import attend
+
+MIN_CAPACITY = 512  # smallest drafter cache on a GPU (a power of two: few graphs serve every length)
+
+
+class TreeWorkspace:
+    """A static drafter cache ([layers, kv heads, capacity, head dim]), its RoPE tables, the graphs that point
+    at them and their static inputs. One run uses one at a time; they are pooled per drafter."""
+
+    def __init__(self, drafter, capacity: int):
+        net, parts = drafter.net, drafter.parts
+        config = net.config
+        device, dtype = parts.device, parts.dtype
+        shape = (len(net.layers), config.num_key_value_heads, capacity, config.head_dim)
+        self.keys = torch.zeros(shape, device=device, dtype=dtype)
+        self.values = torch.zeros(shape, device=device, dtype=dtype)
+        with torch.no_grad():
+            cos, sin = parts.rotary(torch.arange(capacity, device=device))
+        self.cos, self.sin = cos[0].to(dtype).contiguous(), sin[0].to(dtype).contiguous()
+        self.capacity = capacity
+        self.graphs: dict[tuple, "_TreeGraph"] = {}
+        self.pool = None
+
+
+class _TreeGraph:
+    def __init__(self, rows: int, hidden: int, device, dtype):
+        self.features = torch.zeros(rows, hidden, device=device, dtype=dtype)
+        self.token_ids = torch.zeros(rows, dtype=torch.long, device=device)
+        self.count = torch.ones(1, dtype=torch.long, device=device)
+        self.start = torch.zeros(1, dtype=torch.long, device=device)
+        self.graph = torch.cuda.CUDAGraph()
+        self.out: torch.Tensor | None = None  # [2, budget]: token ids, parents
+
+
+def feed(drafter, space: TreeWorkspace, features, token_ids, slots, positions, mask):
+    """Run the drafter over K inputs: features [K, H] (f_i), token_ids [K] (x_{i+1}); their keys and values are
+    written at cache `slots` [K]; rotary `positions` [K]; mask [K, span] (True = may attend). Returns [K, H]."""
+    net, parts = drafter.net, drafter.parts
+    x = net.fc(torch.cat([parts.embed(token_ids), features], dim=-1))[None]  # [1, K, H]
+    cos, sin = space.cos[positions][None], space.sin[positions][None]
+    span = mask.shape[-1]
+    for index, layer in enumerate(net.layers):
+        q, k, v = layer.project(x, cos, sin)
+        space.keys[index].index_copy_(1, slots, k[0])
+        space.values[index].index_copy_(1, slots, v[0])
+        x = layer.finish(x, attend(q, space.keys[index][None, :, :span], space.values[index][None, :, :span], mask))
+    return x[0]
+
+
+def draft_tree(drafter, space: TreeWorkspace, features, token_ids, count, start, gamma: int, width: int,
+               budget: int, span: int) -> torch.Tensor:
+    """One tree step, tensors only (what a graph captures). features [R, H] and token_ids [R]: the pending
+    positions start .. start + count - 1 (rows past `count` are padding: written past the prefix, seen by
+    no one, overwritten). count, start: [1] long. span: cache slots attended (>= start + count + tree slots).
+    Returns [2, B] long: the tree's token ids and parents (B = min(budget, candidate nodes))."""
+    head = drafter.head
+    device = features.device
+    rows = features.shape[0]
+    columns = torch.arange(span, device=device)
+    slots = start + torch.arange(rows, device=device)
+    out = feed(drafter, space, features, token_ids, slots, slots, columns[None, :] <= slots[:, None])
+    root_feature = out.index_select(0, count - 1)  # predicts the feature of the position after the prefix
+    prefix = start + count
+
+    tree_slots = (gamma - 1) * width
+    nodes = width + (gamma - 1) * width * width
+    node_ids = torch.zeros(nodes, dtype=torch.long, device=device)
+    node_parents = torch.full((nodes,), -1, dtype=torch.long, device=device)
+    node_scores = torch.zeros(nodes, dtype=torch.float32, device=device)
+    node_depths = torch.zeros(nodes, dtype=torch.long, device=device)
+    ids, scores = head.top_tokens(root_feature, width)  # [1, width]
+    node_ids[:width], node_scores[:width] = ids[0], scores[0]
+
+    frontier = torch.arange(width, device=device)  # candidates to expand (global node indices)
+    frontier_features = root_feature.expand(width, -1)  # the feature fed beside each
+    frontier_visible = torch.zeros(width, max(1, tree_slots), dtype=torch.bool, device=device)  # ancestors' slots
+    offset = columns - prefix  # each column's tree slot (negative: the prefix)
+    in_tree = (offset >= 0) & (offset < tree_slots)
+    rows_index = torch.arange(width, device=device)
+    for depth in range(1, gamma):
+        chosen = node_scores[frontier].topk(width).indices
+        expand = frontier[chosen]
+        visible = frontier_visible[chosen].clone()
+        own = (depth - 1) * width + rows_index
+        visible[rows_index, own] = True
+        mask = (offset < 0)[None, :] | (in_tree[None, :] & visible[:, offset.clamp(0, tree_slots - 1)])
+        out = feed(drafter, space, frontier_features[chosen], node_ids[expand], prefix + own,
+                   (prefix - 1 + depth).expand(width), mask)
+        ids, scores = head.top_tokens(out, width)  # [width, width]: each expanded node's children
+        low = width + (depth - 1) * width * width
+        high = low + width * width
+        node_ids[low:high] = ids.flatten()
+        node_parents[low:high] = expand.repeat_interleave(width)
+        node_scores[low:high] = (node_scores[expand][:, None] + scores).flatten()
+        node_depths[low:high] = depth
+        frontier = torch.arange(low, high, device=device)
+        frontier_features = out.repeat_interleave(width, dim=0)
+        frontier_visible = visible.repeat_interleave(width, dim=0)
+
+    # a child never scores above its parent; the small depth term breaks ties, so the best nodes form a tree
+    key = node_scores.double() - node_depths.double() * 1e-6
+    kept = key.topk(min(budget, nodes)).indices
+    kept = kept[torch.sort(-key[kept], stable=True).indices]
+    kept = kept[torch.sort(node_depths[kept], stable=True).indices]  # by depth, best first within a depth
+    index_of = torch.full((nodes,), -1, dtype=torch.long, device=device)
+    index_of[kept] = torch.arange(kept.shape[0], device=device)
+    parents = node_parents[kept]
+    parents = torch.where(parents < 0, parents, index_of[parents.clamp(min=0)])
+    return torch.stack([node_ids[kept], parents])
+
+
+class TreeDrafting:
+    """A run's tree drafting for one EAGLE drafter: a static cache taken from the drafter's pool, what has
+    been fed into it, and the step itself (a graph replay on CUDA where graphs are allowed, else eager)."""
+
+    def __init__(self, drafter, needed: int, max_rows: int):
+        self.drafter = drafter
+        self.device = drafter.parts.device
+        self.use_graphs = self.device.type == "cuda" and graphs_allowed()
+        self.max_rows = max_rows  # pending positions a graph feeds (gamma + 1: a step's accepted ones)
+        floor = MIN_CAPACITY if self.use_graphs else 64
+        self.space = take_workspace(drafter, max(floor, 1 << (needed - 1).bit_length()))
+        self.length = 0  # slots holding positions computed from the target's features
+
+    def release(self) -> None:
+        if self.space is not None:
+            give_back_workspace(self.drafter, self.space)
+            self.space = None
+
+    @property
+    def capacity(self) -> int:
+        return self.space.capacity
+
+    @torch.inference_mode()
+    def prefill(self, features: torch.Tensor, token_ids: torch.Tensor) -> None:
+        """Feed positions length .. length + K - 1 eagerly (a prompt's features), no tree."""
+        count = features.shape[0]
+        if not count:
+            return
+        slots = torch.arange(self.length, self.length + count, device=self.device)
+        end = self.length + count
+        mask = torch.arange(end, device=self.device)[None, :] <= slots[:, None]
+        with no_cudnn_attention():
+            feed(self.drafter, self.space, features, token_ids.to(self.device), slots, slots, mask)
+        self.length = end
+
+    @torch.inference_mode()
+    def step(self, features: torch.Tensor, token_ids: torch.Tensor, gamma: int, width: int, budget: int
+             ) -> tuple[list[int], list[int]]:
+        """Feed the pending positions (features [P, H], token_ids [P], P <= max_rows) and draft a tree of
+        depth gamma. Returns (token ids, parents) on the host."""
+        count = features.shape[0]
+        tree_slots = (gamma - 1) * width
+        if self.use_graphs:
+            out = self._replay(features, token_ids, gamma, width, budget)
+        else:
+            start = torch.full((1,), self.length, dtype=torch.long, device=self.device)
+            span = self.length + count + tree_slots
+            with no_cudnn_attention():
+                out = draft_tree(self.drafter, self.space, features, token_ids.to(self.device),
+                                 torch.full((1,), count, dtype=torch.long, device=self.device), start, gamma, width,
+                                 budget, span)
+        self.length += count
+        ids, parents = out.tolist()
+        return ids, parents
+
+    def _replay(self, features, token_ids, gamma: int, width: int, budget: int) -> torch.Tensor:
+        space = self.space
+        key = (gamma, width, budget, self.max_rows)
+        graph = space.graphs.get(key)
+        new = graph is None
+        if new:
+            graph = _TreeGraph(self.max_rows, features.shape[1], self.device, space.keys.dtype)
+        count = features.shape[0]
+        graph.features[:count].copy_(features)
+        graph.token_ids[:count].copy_(token_ids)
+        graph.count.fill_(count)
+        graph.start.fill_(self.length)
+        if new:
+            self._capture(graph, gamma, width, budget)
+            space.graphs[key] = graph
+        graph.graph.replay()
+        return graph.out
+
+    def _capture(self, graph: _TreeGraph, gamma: int, width: int, budget: int) -> None:
+        """Warm up on the real inputs (the writes are idempotent), then capture."""
+        space = self.space
+
+        def run():
+            with no_cudnn_attention():
+                return draft_tree(self.drafter, space, graph.features, graph.token_ids, graph.count, graph.start,
+                                  gamma, width, budget, space.capacity)
+
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                run()
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        if space.pool is None:
+            space.pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph.graph, pool=space.pool):
+            graph.out = run()
+
+
+_pool_lock = threading.Lock()
+
+
+def take_workspace(drafter, capacity: int) -> TreeWorkspace:
+    """A free workspace of this capacity from the drafter's pool (graphs captured by earlier runs come with
+    it), or a new one."""
+    with _pool_lock:
+        free = drafter.__dict__.setdefault("_tree_workspaces", {}).setdefault(capacity, [])
+        if free:
+            return free.pop()
+    return TreeWorkspace(drafter, capacity)
+
+
+def give_back_workspace(drafter, space: TreeWorkspace) -> None:
+    with _pool_lock:
+        drafter.__dict__.setdefault("_tree_workspaces", {}).setdefault(space.capacity, []).append(space)
