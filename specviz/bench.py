@@ -170,7 +170,17 @@ def aggregate(rows: list[dict], plain_rows: list[dict]) -> dict:
         "identical_share": sum(identical) / len(identical) if identical else None,
         "first_difference_min": min(divergences) if divergences else None,
         "first_difference_median": statistics.median(divergences) if divergences else None,
+        # what a step costs: drafting, and the target's verify pass (plain: its one-token forward)
+        "draft_ms_per_step": _per_step_ms(rows, "draft_seconds"),
+        "verify_ms_per_step": _per_step_ms(rows, "verify_seconds"),
     }
+
+
+def _per_step_ms(rows: list[dict], key: str) -> float | None:
+    steps = sum(r["target_forwards"] or 0 for r in rows)
+    if not steps or any(r.get(key) is None for r in rows):
+        return None
+    return 1e3 * sum(r[key] for r in rows) / steps
 
 
 def summarize_results(results: list[dict]) -> dict:
@@ -217,12 +227,14 @@ def format_table(summary: dict, comparisons: dict | None = None) -> str:
     def show(value, spec):
         return "-" if value is None else format(value, spec)
 
-    lines = [f"{'method':<22}{'category':<16}{'n':>4}{'tau':>6}{'alpha':>7}{'tok/s':>9}{'speedup':>9}{'identical':>10}"]
+    lines = [f"{'method':<22}{'category':<16}{'n':>4}{'tau':>6}{'alpha':>7}{'tok/s':>9}{'speedup':>9}{'identical':>10}"
+             f"{'draft ms':>10}{'verify ms':>10}"]
     for method, block in summary.items():
         for category, figures in [("overall", block["overall"]), *block["per_category"].items()]:
             lines.append(f"{method:<22}{category:<16}{figures['prompts']:>4}{show(figures['mean_accepted_length'], '.2f'):>6}"
                          f"{show(figures['acceptance_rate'], '.2f'):>7}{figures['tokens_per_second']:>9.1f}"
-                         f"{show(figures['speedup'], '.2f') + 'x':>9}{show(figures['identical_share'], '.0%'):>10}")
+                         f"{show(figures['speedup'], '.2f') + 'x':>9}{show(figures['identical_share'], '.0%'):>10}"
+                         f"{show(figures.get('draft_ms_per_step'), '.2f'):>10}{show(figures.get('verify_ms_per_step'), '.2f'):>10}")
     for baseline, block in (comparisons or {}).items():
         ratios = ", ".join(f"{m} {r:.1f}x" for m, r in block["ratio"].items() if r is not None)
         lines.append(f"vs {baseline} ({block['prompts']} prompts, {block['tokens_per_second']:.1f} tok/s): {ratios}")

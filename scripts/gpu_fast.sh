@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The fast path on the GPU machine (issue 5), one stage per call; run from the carried copy of the repo with
+# the default model staged (DESIGN.md 7) and Spec-Bench's question.jsonl beside it:
+#   STAGE=check bash scripts/gpu_fast.sh   CUDA tests (graphs, EAGLE trees), then 26 prompts (2 per category):
+#                                          plain, ngram, EAGLE trees of several sizes
+#   STAGE=all PART=runs/part1.jsonl METHODS=ngram:8,eagle:6:31 HF=1 bash scripts/gpu_fast.sh
+#                                          one part of the 480 prompts (HF=1: transformers' generate() on 3)
+set -uo pipefail
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+export SPECVIZ_DEFAULT_GGUF=${SPECVIZ_DEFAULT_GGUF:-/root/specviz-gpu/SmolLM2-135M-Instruct.Q4_1.gguf}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+quiet() { tr "\r" "\n" | grep -v "Converting\|Loading weights\|bench:\|clean_up_tokenization\|it/s\]$\|run/s\]$"; }
+nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
+case ${STAGE:-check} in
+  check)
+    python3 -m pytest -q -x -p no:cacheprovider tests/test_drafters_tiny.py tests/test_fast.py \
+        -k "eagle_tree or graph or compiled or cuda" 2>&1 | tail -5 | tee "$OUT/pytest.log"
+    python3 -m specviz bench --prompts question.jsonl --per-category 2 --max-new-tokens 256 --dtype bfloat16 \
+        --methods ${METHODS:-ngram:8,eagle:5:15,eagle:6:31,eagle:7:63} --out "$OUT/check-26.json" 2>&1 | quiet \
+        | grep "overall\|^method\|^vs \|rror" | tee "$OUT/check-26.log" ;;
+  all)
+    name=$(basename "${PART:-question.jsonl}" .jsonl)
+    python3 -m specviz bench --prompts ${PART:-question.jsonl} --max-new-tokens 256 --dtype bfloat16 \
+        --methods ${METHODS:-ngram:8,eagle:6:31} ${HF:+--transformers hf-generate,hf-prompt-lookup --transformers-limit 3} \
+        --out "$OUT/all-$name.json" 2>&1 | quiet | tail -50 | tee "$OUT/all-$name.log" ;;
+esac
