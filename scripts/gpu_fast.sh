@@ -18,7 +18,7 @@ case ${STAGE:-check} in
     python3 -m pytest -q -x -p no:cacheprovider tests/test_drafters_tiny.py tests/test_fast.py \
         -k "eagle_tree or graph or compiled or cuda" 2>&1 | tail -5 | tee "$OUT/pytest.log"
     python3 -m specviz bench --prompts question.jsonl --per-category 2 --max-new-tokens 256 --dtype bfloat16 \
-        --methods ${METHODS:-ngram:8,eagle:5:15,eagle:6:31,eagle:7:63} --out "$OUT/check-26.json" 2>&1 | quiet \
+        --methods ${METHODS:-ngram:8,eagle:5:15,eagle:6:31,eagle:7:31,eagle:7:63} --out "$OUT/check-26.json" 2>&1 | quiet \
         | grep "overall\|^method\|^vs \|rror" | tee "$OUT/check-26.log" ;;
   all)
     name=$(basename "${PART:-question.jsonl}" .jsonl)
