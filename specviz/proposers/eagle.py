@@ -143,8 +143,10 @@ class DecoderLayer(nn.Module):
 def attend(q, k, v, mask):
     """q [B, nh, T, d], k and v [B, nkv, S, d], mask [T, S] bool (True = may attend) or None (all)."""
     groups = q.shape[1] // k.shape[1]
-    if groups > 1:
-        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    if groups > 1:  # each kv head serves `groups` query heads (as repeat_interleave, without a host sync)
+        batch, kv_heads, length, size = k.shape
+        k = k[:, :, None].expand(batch, kv_heads, groups, length, size).reshape(batch, kv_heads * groups, length, size)
+        v = v[:, :, None].expand(batch, kv_heads, groups, length, size).reshape(batch, kv_heads * groups, length, size)
     with no_cudnn_attention():
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 

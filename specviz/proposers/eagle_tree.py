@@ -102,12 +102,12 @@ def draft_tree(drafter, space: TreeWorkspace, features, token_ids, count, start,
     offset = columns - prefix  # each column's tree slot (negative: the prefix)
     in_tree = (offset >= 0) & (offset < tree_slots)
     rows_index = torch.arange(width, device=device)
+    slot_index = torch.arange(max(1, tree_slots), device=device)
     for depth in range(1, gamma):
         chosen = node_scores[frontier].topk(width).indices
         expand = frontier[chosen]
-        visible = frontier_visible[chosen].clone()
-        own = (depth - 1) * width + rows_index
-        visible[rows_index, own] = True
+        own = (depth - 1) * width + rows_index  # the tree slots these nodes are written at
+        visible = frontier_visible[chosen] | (slot_index[None, :] == own[:, None])
         mask = (offset < 0)[None, :] | (in_tree[None, :] & visible[:, offset.clamp(0, tree_slots - 1)])
         out = feed(drafter, space, frontier_features[chosen], node_ids[expand], prefix + own,
                    (prefix - 1 + depth).expand(width), mask)
@@ -115,12 +115,12 @@ def draft_tree(drafter, space: TreeWorkspace, features, token_ids, count, start,
         low = width + (depth - 1) * width * width
         high = low + width * width
         node_ids[low:high] = ids.flatten()
-        node_parents[low:high] = expand.repeat_interleave(width)
+        node_parents[low:high] = expand[:, None].expand(width, width).reshape(-1)
         node_scores[low:high] = (node_scores[expand][:, None] + scores).flatten()
         node_depths[low:high] = depth
         frontier = torch.arange(low, high, device=device)
-        frontier_features = out.repeat_interleave(width, dim=0)
-        frontier_visible = visible.repeat_interleave(width, dim=0)
+        frontier_features = out[:, None].expand(-1, width, -1).reshape(width * width, -1)  # each child's parent's
+        frontier_visible = visible[:, None].expand(-1, width, -1).reshape(width * width, -1)
 
     # a child never scores above its parent; the small depth term breaks ties, so the best nodes form a tree
     key = node_scores.double() - node_depths.double() * 1e-6
