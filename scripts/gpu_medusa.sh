@@ -3,8 +3,11 @@
 # (/root/sv3 must survive between them); run from the carried copy of the repo with the default model staged
 # (DESIGN.md 7) and Spec-Bench's question.jsonl beside it (evaluation only):
 #   STAGE=data   bash scripts/gpu_medusa.sh   the target writes a new data set (~6 min)
-#   STAGE=train  bash scripts/gpu_medusa.sh   two variants side by side on the one GPU: 5 heads of 1 block
-#                                             (as shipped) and 5 heads of 3 blocks, MINUTES each (default 6)
+#   STAGE=train VARIANT=l3 LAYERS=3 bash scripts/gpu_medusa.sh   one variant (5 heads of LAYERS blocks) for
+#                                             MINUTES (default 5) of training, stopped at LIMIT seconds (540);
+#                                             RESUME=1 goes on from its checkpoint in a later call
+#   (Two variants side by side in one call ran past the 10-minute call limit without a word on 2026-11-26,
+#    losing both: one variant a call, under a timeout, with checkpoints, is the safe way.)
 #   STAGE=bench  bash scripts/gpu_medusa.sh   the shipped heads and both variants on 26 prompts, chain and trees
 #   STAGE=all    VARIANT=l3 bash scripts/gpu_medusa.sh   one variant on all 480 prompts (bf16, tree) and 13 in fp32
 # Results and the weights come back under $OUT.
@@ -32,11 +35,11 @@ case ${STAGE:-data} in
         --prompts ${PROMPTS:-32000} --gen-batch 1024 --gen-minutes ${GEN_MINUTES:-4.5} --data-only 2>&1 | quiet | tail -20
     ls -la "$WORK" ;;
   train)
-    train l1 1 & train l3 3 & wait
-    for v in l1 l3; do
-      echo "== $v"; quiet < "$WORK/$v.train.log" | grep "held-out\|vocabulary\|training conversations\|Error\|error" | tail -12
-      mkdir -p "$OUT/$v" && cp "$WORK/$v"/config.json "$WORK/$v"/medusa_lm_head.safetensors "$WORK/$v"/loss.png "$OUT/$v/" 2>/dev/null
-    done ;;
+    v=${VARIANT:-l1}
+    timeout ${LIMIT:-540} bash -c "$(declare -f train quiet); WORK=$WORK MINUTES=${MINUTES:-5} RESUME=${RESUME:-} train $v ${LAYERS:-1}"
+    echo "== $v (exit $?: 124 = stopped by LIMIT, resume with RESUME=1)"
+    quiet < "$WORK/$v.train.log" | grep "held-out\|vocabulary\|training conversations\|Error\|error" | tail -12
+    mkdir -p "$OUT/$v" && cp "$WORK/$v"/config.json "$WORK/$v"/medusa_lm_head.safetensors "$WORK/$v"/loss.png "$OUT/$v/" 2>/dev/null ;;
   bench)
     bench shipped-26 bfloat16 medusa:4,medusa:4:32,medusa:5:64 "" "--per-category 2"
     bench l1-26 bfloat16 medusa:4,medusa:4:32,medusa:5:64 "$WORK/l1" "--per-category 2"
