@@ -541,20 +541,14 @@ class StaticRunner:
         return graph.logits.clone(), graph.hidden.clone()
 
     def _capture(self, graph: _Graph, span: int) -> None:
-        """Warm up on the real inputs (writing the cache at the real positions is idempotent: the replay
-        writes the same values), then capture."""
+        """Capture on the real inputs (writing the cache at the real positions is idempotent: the replay
+        writes the same values)."""
         space = self.workspace
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                self._decode(graph.ids, graph.start, span, False, graph.depths, graph.visible)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
         if space.pool is None:
             space.pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph.graph, pool=space.pool):
-            graph.logits, graph.hidden = self._decode(graph.ids, graph.start, span, False, graph.depths,
-                                                      graph.visible)
+        graph.logits, graph.hidden = capture_graph(
+            graph.graph, lambda: self._decode(graph.ids, graph.start, span, False, graph.depths, graph.visible),
+            self.device, space.pool)
 
     @torch.inference_mode()
     def warm_up(self, max_positions: int, max_length: int, tree: int = 0) -> int:
@@ -582,6 +576,21 @@ class StaticRunner:
             span = last_span if span < last_span < 2 * span else 2 * span
         self.length = 0
         return len(self.workspace.graphs)
+
+
+def capture_graph(graph: torch.cuda.CUDAGraph, run, device: torch.device, pool):
+    """Run `run` twice on a side stream (lazy initialisation and allocations happen outside the capture; its
+    writes must be idempotent), then capture it into `graph`, in the memory `pool` that a workspace's graphs
+    share. Returns what the captured call returned: the graph's static outputs."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    with torch.cuda.graph(graph, pool=pool):
+        outputs = run()
+    return outputs
 
 
 def graph_span(end: int, context_length: int) -> int:

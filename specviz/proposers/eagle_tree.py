@@ -22,7 +22,7 @@ import threading
 
 import torch
 
-from ..fast import graphs_allowed, no_cudnn_attention
+from ..fast import capture_graph, graphs_allowed, no_cudnn_attention
 from .eagle import attend
 
 MIN_CAPACITY = 512  # smallest drafter cache on a GPU (a power of two: few graphs serve every length)
@@ -208,7 +208,7 @@ class TreeDrafting:
         return graph.out
 
     def _capture(self, graph: _TreeGraph, gamma: int, width: int, budget: int) -> None:
-        """Warm up on the real inputs (the writes are idempotent), then capture."""
+        """Capture on the real inputs (the cache writes are idempotent)."""
         space = self.space
 
         def run():
@@ -216,16 +216,9 @@ class TreeDrafting:
                 return draft_tree(self.drafter, space, graph.features, graph.token_ids, graph.count, graph.start,
                                   gamma, width, budget, space.capacity)
 
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                run()
-        torch.cuda.current_stream(self.device).wait_stream(stream)
         if space.pool is None:
             space.pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph.graph, pool=space.pool):
-            graph.out = run()
+        graph.out = capture_graph(graph.graph, run, self.device, space.pool)
 
 
 _pool_lock = threading.Lock()
