@@ -232,7 +232,7 @@ def test_eagle_tree_graphs_draft_what_eager_drafting_does(tiny_target, monkeypat
     monkeypatch.setenv("SPECVIZ_GRAPHS", "0")
     eager = run_once(target, EagleProposer(drafter), PROMPT, settings)
     assert graphed.token_ids == eager.token_ids == plain.token_ids
-    assert drafter._tree_workspaces and any(space.graphs for spaces in drafter._tree_workspaces.values() for space in spaces)
+    assert drafter.tree_workspaces and any(space.graphs for spaces in drafter.tree_workspaces.values() for space in spaces)
     same = sum([p.token_id for p in a.positions] == [p.token_id for p in b.positions]
                for a, b in zip(graphed.steps, eager.steps))
     assert same >= 0.9 * len(eager.steps)

@@ -217,6 +217,7 @@ class EagleDrafter:
         self.parts = parts
         self.head = head
         self.source = source
+        self.tree_workspaces: dict = {}  # cache capacity -> free eagle_tree.TreeWorkspace (graphs kept from run to run)
 
 
 class EagleProposer(Proposer):
@@ -300,7 +301,7 @@ class EagleProposer(Proposer):
             features, token_ids = features[-1:], token_ids[-1:]
         self.pending = self.pending[:0]
         ids, parents = trees.step(features, token_ids, gamma, TREE_WIDTH, self.tree_budget())
-        return Draft(torch.tensor(ids, dtype=torch.long, device=tokens.device), None, None, parents)
+        return Draft(torch.tensor(ids, dtype=torch.long), None, None, parents)  # on the host, where the engine reads it
 
     def observe(self, feedback: Feedback) -> None:
         fed = self.trees.length if self.trees is not None else self.cache.length

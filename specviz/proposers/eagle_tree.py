@@ -228,7 +228,7 @@ def take_workspace(drafter, capacity: int) -> TreeWorkspace:
     """A free workspace of this capacity from the drafter's pool (graphs captured by earlier runs come with
     it), or a new one."""
     with _pool_lock:
-        free = drafter.__dict__.setdefault("_tree_workspaces", {}).setdefault(capacity, [])
+        free = drafter.tree_workspaces.setdefault(capacity, [])
         if free:
             return free.pop()
     return TreeWorkspace(drafter, capacity)
@@ -236,4 +236,4 @@ def take_workspace(drafter, capacity: int) -> TreeWorkspace:
 
 def give_back_workspace(drafter, space: TreeWorkspace) -> None:
     with _pool_lock:
-        drafter.__dict__.setdefault("_tree_workspaces", {}).setdefault(space.capacity, []).append(space)
+        drafter.tree_workspaces.setdefault(space.capacity, []).append(space)

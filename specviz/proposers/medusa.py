@@ -15,9 +15,9 @@ from torch import nn
 from ..sampling import draw, warp_probs
 from ..tree import product_tree
 from .base import Draft, Feedback, Proposer
+from .draft_head import DraftHead
 
 TREE_TOP_K = 10  # candidates per head in a draft tree
-from .draft_head import DraftHead
 
 
 class ResBlock(nn.Module):
@@ -107,7 +107,8 @@ class MedusaProposer(Proposer):
         if budget:  # the best paths through each head's top candidates (Medusa's tree, chosen per step)
             ids, values = self.drafter.top_tokens(hidden, count, TREE_TOP_K)
             node_ids, parents = product_tree(list(zip(ids.tolist(), values.tolist())), budget)
-            return Draft(torch.tensor(node_ids, dtype=torch.long, device=tokens.device), None, None, parents)
+            # on the host, as ngram's: the engine reads tree ids there (no copy to the device and back)
+            return Draft(torch.tensor(node_ids, dtype=torch.long), None, None, parents)
         logits = self.drafter.logits(hidden, count)  # [count, V]
         probs = warp_probs(logits, self.settings)  # q: each head's distribution, independent of the others
         if self.settings.greedy:
