@@ -5,15 +5,9 @@
 #   STAGE=train  bash scripts/gpu_drafters.sh   new data (more kinds of prompt), then EAGLE training; the
 #                                               call's time limit may stop it: STAGE=resume goes on
 #   STAGE=resume bash scripts/gpu_drafters.sh   resume EAGLE training to its budget, then bench it
-set -uo pipefail
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-export SPECVIZ_DEFAULT_GGUF=${SPECVIZ_DEFAULT_GGUF:-/root/specviz-gpu/SmolLM2-135M-Instruct.Q4_1.gguf}
-OUT=${OUT:-/tmp/out}
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 WORK=/root/sv2
-mkdir -p "$OUT" "$WORK"
-quiet() { grep -v "Converting\|Loading weights\|bench:\|clean_up_tokenization\|it/s\]$"; }
-nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
-python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
+mkdir -p "$WORK"
 bench() {  # $1 name, $2 dtype, $3 methods, $4 heads (optional)
   python3 -m specviz bench --prompts question.jsonl --per-category ${PER_CATEGORY:-1} --methods "$3" --gamma ${GAMMA:-4} \
       --max-new-tokens 256 --dtype "$2" ${4:+--heads "$4"} --out "$OUT/$1.json" 2>&1 | quiet | tee "$OUT/$1.log"

@@ -5,14 +5,7 @@
 #                                          plain, ngram, EAGLE trees of several sizes
 #   STAGE=all PART=runs/part1.jsonl METHODS=ngram:8,eagle:6:31 HF=1 bash scripts/gpu_fast.sh
 #                                          one part of the 480 prompts (HF=1: transformers' generate() on 3)
-set -uo pipefail
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-export SPECVIZ_DEFAULT_GGUF=${SPECVIZ_DEFAULT_GGUF:-/root/specviz-gpu/SmolLM2-135M-Instruct.Q4_1.gguf}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-quiet() { tr "\r" "\n" | grep -v "Converting\|Loading weights\|bench:\|clean_up_tokenization\|it/s\]$\|run/s\]$"; }
-nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
-python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 case ${STAGE:-check} in
   check)
     python3 -m pytest -q -x -p no:cacheprovider tests/test_drafters_tiny.py tests/test_fast.py \

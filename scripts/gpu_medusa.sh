@@ -11,15 +11,9 @@
 #   STAGE=bench  bash scripts/gpu_medusa.sh   the shipped heads and both variants on 26 prompts, chain and trees
 #   STAGE=all    VARIANT=l3 bash scripts/gpu_medusa.sh   one variant on all 480 prompts (bf16, tree) and 13 in fp32
 # Results and the weights come back under $OUT.
-set -uo pipefail
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-export SPECVIZ_DEFAULT_GGUF=${SPECVIZ_DEFAULT_GGUF:-/root/specviz-gpu/SmolLM2-135M-Instruct.Q4_1.gguf}
-OUT=${OUT:-/tmp/out}
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 WORK=/root/sv3
-mkdir -p "$OUT" "$WORK"
-quiet() { tr "\r" "\n" | grep -v "Converting\|Loading weights\|bench:\|clean_up_tokenization\|it/s\]$\|s/s\]$\|step/s\]$\|tok/s\]$"; }
-nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
-python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
+mkdir -p "$WORK"
 train() {  # $1 variant name, $2 residual blocks per head
   python3 -m specviz train-drafter --method medusa --target default --out "$WORK/$1" --data "$WORK/data.pt" \
       --heads 5 --layers "$2" --draft-vocab ${VOCAB:-16384} --minutes ${MINUTES:-6} --eval-every 500 ${RESUME:+--resume} \
