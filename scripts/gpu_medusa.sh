@@ -8,7 +8,8 @@
 #                                             RESUME=1 goes on from its checkpoint in a later call
 #   (Two variants side by side in one call ran past the 10-minute call limit without a word on 2026-11-26,
 #    losing both: one variant a call, under a timeout, with checkpoints, is the safe way.)
-#   STAGE=bench  bash scripts/gpu_medusa.sh   the shipped heads and both variants on 26 prompts, chain and trees
+#   STAGE=bench  VARIANT=l3 bash scripts/gpu_medusa.sh   one variant on 26 prompts (2 per category), chain and
+#                                             trees (SHIPPED=1: the shipped heads beside it)
 #   STAGE=all    VARIANT=l3 bash scripts/gpu_medusa.sh   one variant on all 480 prompts (bf16, tree) and 13 in fp32
 # Results and the weights come back under $OUT.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
@@ -35,9 +36,8 @@ case ${STAGE:-data} in
     quiet < "$WORK/$v.train.log" | grep "held-out\|vocabulary\|training conversations\|Error\|error" | tail -12
     mkdir -p "$OUT/$v" && cp "$WORK/$v"/config.json "$WORK/$v"/medusa_lm_head.safetensors "$WORK/$v"/loss.png "$OUT/$v/" 2>/dev/null ;;
   bench)
-    bench shipped-26 bfloat16 medusa:4,medusa:4:32,medusa:5:64 "" "--per-category 2"
-    bench l1-26 bfloat16 medusa:4,medusa:4:32,medusa:5:64 "$WORK/l1" "--per-category 2"
-    bench l3-26 bfloat16 medusa:4,medusa:4:32,medusa:5:64 "$WORK/l3" "--per-category 2" ;;
+    if [ -n "${SHIPPED:-}" ]; then bench shipped-26 bfloat16 medusa:4,medusa:4:32,medusa:5:64 "" "--per-category 2"; fi
+    bench "${VARIANT:-l3}-26" bfloat16 ${METHODS:-medusa:4,medusa:4:32,medusa:5:64,medusa:5:127} "$WORK/${VARIANT:-l3}" "--per-category 2" ;;
   all)
     bench "$VARIANT-all-bf16" bfloat16 ${METHODS:-medusa:5:64} "$WORK/$VARIANT" ""
     bench "$VARIANT-13-fp32" float32 ${METHODS:-medusa:5:64} "$WORK/$VARIANT" "--per-category 1" ;;
