@@ -10,7 +10,7 @@ import torch
 from specviz import DecodeSettings, SpeculativeRun
 from specviz.api import make_proposer, run_once
 from specviz.bench import aggregate, compare_with_transformers, hf_generate
-from specviz.fast import StaticRunner, cost_curve, make_runner, unsupported_reason
+from specviz.fast import StaticRunner, cost_curve, make_runner, onednn_linear, pack_matrix, unsupported_reason
 from specviz.models import LoadedModel
 from specviz.proposers import PlainProposer
 from specviz.proposers.ngram import NgramIndex, lookup_continuation
@@ -94,6 +94,39 @@ def test_fused_weights_leave_the_model_unchanged(tiny_target):
     torch.testing.assert_close(before, after, atol=0, rtol=0)
     attention = model.model.layers[0].self_attn
     assert attention.q_proj.weight.untyped_storage().data_ptr() == attention.v_proj.weight.untyped_storage().data_ptr()
+
+
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs PyTorch's oneDNN")
+
+
+@needs_onednn
+def test_prepacked_products_do_not_depend_on_the_rows_beside():
+    """Packed for oneDNN, a row's product is bitwise the same alone or among others: a K-position verify
+    computes what K one-position forwards would (the attention apart)."""
+    generator = torch.Generator().manual_seed(3)
+    weight, bias = torch.randn(300, 96, generator=generator), torch.randn(300, generator=generator)
+    packed = pack_matrix(weight)
+    for rows in (2, 5, 9, 17, 33):
+        x = torch.randn(rows, 96, generator=generator)
+        together = onednn_linear(x, packed, bias)
+        alone = torch.cat([onednn_linear(x[i:i + 1], packed, bias) for i in range(rows)])
+        assert torch.equal(together, alone)
+        torch.testing.assert_close(together, torch.nn.functional.linear(x, weight, bias), atol=1e-4, rtol=1e-4)
+
+
+@needs_onednn
+def test_cpu_runner_prepacks_in_float32_only_and_can_be_switched_off(tiny_target, monkeypatch):
+    model = tiny_target.model
+    assert StaticRunner(model).use_onednn  # and the agreement tests above ran through it
+    monkeypatch.setenv("SPECVIZ_ONEDNN", "0")
+    plain = StaticRunner(model)
+    assert not plain.use_onednn
+    monkeypatch.delenv("SPECVIZ_ONEDNN")
+    packed = StaticRunner(model)
+    ids = torch.tensor(PROMPT)
+    torch.testing.assert_close(packed.forward(ids)[0], plain.forward(ids)[0], atol=1e-5, rtol=1e-4)
+    half = tiny_model("llama-bias").to(torch.bfloat16)
+    assert not StaticRunner(half).use_onednn
 
 
 def test_unsupported_models_fall_back_to_transformers():

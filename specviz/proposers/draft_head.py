@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..fast import onednn_allowed, onednn_linear, pack_matrix
+
 
 class DefaultRotary:
     """Rotary embedding with base theta (when the target has no rotary module to borrow)."""
@@ -68,6 +70,10 @@ class DraftHead:
             bias = bias[token_ids] if bias is not None else None
         self.weight = weight.detach()
         self.bias = bias.detach() if bias is not None else None
+        # on a CPU in float32, prepacked for oneDNN like the target's matrices (specviz.fast): a draft head
+        # is most of a small drafter's cost there
+        packable = onednn_allowed(self.weight.device, self.weight.dtype, self.weight.numel() * 4)
+        self.packed = pack_matrix(self.weight) if packable else None
 
     @classmethod
     def from_target(cls, parts: TargetParts, token_ids: torch.Tensor | None) -> "DraftHead":
@@ -76,7 +82,10 @@ class DraftHead:
 
     def sub_logits(self, features: torch.Tensor) -> torch.Tensor:
         """features [..., H] -> [..., K] float32."""
-        return torch.nn.functional.linear(features, self.weight, self.bias).float()
+        if self.packed is None:
+            return torch.nn.functional.linear(features, self.weight, self.bias).float()
+        rows = features.reshape(-1, features.shape[-1]).contiguous()
+        return onednn_linear(rows, self.packed, self.bias).reshape(*features.shape[:-1], -1).float()
 
     def top_tokens(self, features: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """features [..., H] -> the k likeliest tokens (ids in the full vocabulary) and their log
