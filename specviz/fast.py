@@ -253,6 +253,35 @@ def packed_tensors(module: torch.nn.Module, dense: tuple) -> tuple:
     return entry[1]
 
 
+class PackedLinear(torch.nn.Module):
+    """An inference-only nn.Linear whose weight is prepacked for oneDNN (same parameters, same state dict)."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        self.weight, self.bias = linear.weight, linear.bias
+        self.packed = pack_matrix(linear.weight.detach())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        return onednn_linear(rows, self.packed, self.bias).reshape(*x.shape[:-1], -1)
+
+
+def pack_linears(module: torch.nn.Module) -> int:
+    """Swap every nn.Linear of an inference-only module (a trained drafter) for a PackedLinear, where
+    onednn_allowed. Returns how many were swapped."""
+    parameter = next(module.parameters(), None)
+    size = sum(p.numel() * p.element_size() for p in module.parameters())
+    if parameter is None or not onednn_allowed(parameter.device, parameter.dtype, size):
+        return 0
+    swapped = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear:
+                setattr(parent, name, PackedLinear(child))
+                swapped += 1
+    return swapped
+
+
 def attention_mask(positions: torch.Tensor, span: int, window: int | None) -> torch.Tensor:
     """[K, span]: token i may attend to cache positions j <= positions[i] (and within the sliding window)."""
     keys = torch.arange(span, device=positions.device)

@@ -10,7 +10,8 @@ import torch
 from specviz import DecodeSettings, SpeculativeRun
 from specviz.api import make_proposer, run_once
 from specviz.bench import aggregate, compare_with_transformers, hf_generate
-from specviz.fast import StaticRunner, cost_curve, make_runner, onednn_linear, pack_matrix, unsupported_reason
+from specviz.fast import (PackedLinear, StaticRunner, cost_curve, make_runner, onednn_linear, pack_linears, pack_matrix,
+                          unsupported_reason)
 from specviz.models import LoadedModel
 from specviz.proposers import PlainProposer
 from specviz.proposers.ngram import NgramIndex, lookup_continuation
@@ -127,6 +128,19 @@ def test_cpu_runner_prepacks_in_float32_only_and_can_be_switched_off(tiny_target
     torch.testing.assert_close(packed.forward(ids)[0], plain.forward(ids)[0], atol=1e-5, rtol=1e-4)
     half = tiny_model("llama-bias").to(torch.bfloat16)
     assert not StaticRunner(half).use_onednn
+
+
+@needs_onednn
+def test_packed_linears_keep_a_drafters_outputs_and_state():
+    torch.manual_seed(5)
+    net = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.SiLU(), torch.nn.Linear(40, 24, bias=False)).eval()
+    x = torch.randn(2, 7, 24)
+    with torch.no_grad():
+        before, state = net(x), {k: v.clone() for k, v in net.state_dict().items()}
+        assert pack_linears(net) == 2 and isinstance(net[0], PackedLinear)
+        torch.testing.assert_close(net(x), before, atol=1e-5, rtol=1e-4)
+    assert net.state_dict().keys() == state.keys()
+    assert pack_linears(torch.nn.Linear(4, 4).to(torch.bfloat16)) == 0  # float32 only
 
 
 def test_unsupported_models_fall_back_to_transformers():
