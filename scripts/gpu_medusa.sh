@@ -10,7 +10,8 @@
 #    losing both: one variant a call, under a timeout, with checkpoints, is the safe way.)
 #   STAGE=bench  VARIANT=l3 bash scripts/gpu_medusa.sh   one variant on 26 prompts (2 per category), chain and
 #                                             trees (SHIPPED=1: the shipped heads beside it)
-#   STAGE=all    VARIANT=l3 bash scripts/gpu_medusa.sh   one variant on all 480 prompts (bf16, tree) and 13 in fp32
+#   STAGE=all    VARIANT=l3|shipped [PROMPTS_FILE=runs/part1.jsonl] [FP32=1] bash scripts/gpu_medusa.sh
+#                                             all 480 prompts or a part (bf16), 13 in float32
 # Results and the weights come back under $OUT.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 WORK=/root/sv3
@@ -38,7 +39,9 @@ case ${STAGE:-data} in
   bench)
     if [ -n "${SHIPPED:-}" ]; then bench shipped-26 bfloat16 medusa:4,medusa:4:32,medusa:5:64 "" "--per-category 2"; fi
     bench "${VARIANT:-l3}-26" bfloat16 ${METHODS:-medusa:4,medusa:4:32,medusa:5:64,medusa:5:127} "$WORK/${VARIANT:-l3}" "--per-category 2" ;;
-  all)
-    bench "$VARIANT-all-bf16" bfloat16 ${METHODS:-medusa:5:64} "$WORK/$VARIANT" ""
-    bench "$VARIANT-13-fp32" float32 ${METHODS:-medusa:5:64} "$WORK/$VARIANT" "--per-category 1" ;;
+  all)  # VARIANT=shipped: the heads in assets/; PROMPTS_FILE=runs/partN.jsonl: a third of the 480; FP32=1: also 13 in float32
+    heads=$([ "$VARIANT" = shipped ] || echo "$WORK/$VARIANT")
+    part=$(basename "${PROMPTS_FILE:-question.jsonl}" .jsonl)
+    bench "$VARIANT-$part-bf16" bfloat16 ${METHODS:-medusa:5:64} "$heads" ""
+    if [ -n "${FP32:-}" ]; then bench "$VARIANT-13-fp32" float32 ${METHODS:-medusa:5:64} "$heads" "--per-category 1"; fi ;;
 esac
