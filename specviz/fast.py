@@ -173,9 +173,9 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 def decoder_layer(x, weights: tuple, eps: float, keys, values, cos, sin, positions, mask,
                   heads: int, kv_heads: int, head_dim: int, linear=F.linear):
-    """One Llama decoder layer over K new tokens. x [K, H]; keys/values [kv_heads, capacity, head_dim] (this
-    layer's cache, written in place at `positions` [K]); cos/sin [K, head_dim]; mask [K, span] (True = may
-    attend); linear: F.linear, or onednn_linear for prepacked weights. Returns x [K, H]."""
+    """One Llama decoder layer over K new tokens. x [K, H]; keys/values [kv_heads, span, head_dim] (this
+    layer's cache up to the span attended, a view written in place at `positions` [K]); cos/sin [K, head_dim];
+    mask [K, span] (True = may attend); linear: F.linear, or onednn_linear for prepacked weights. Returns x [K, H]."""
     qkv_w, qkv_b, o_w, o_b, gate_up_w, gate_up_b, down_w, down_b, norm1, norm2 = weights
     count = x.shape[0]
     group = heads // kv_heads
@@ -186,12 +186,11 @@ def decoder_layer(x, weights: tuple, eps: float, keys, values, cos, sin, positio
     q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads:]
     keys.index_copy_(1, positions, k.transpose(0, 1))
     values.index_copy_(1, positions, v.transpose(0, 1))
-    span = mask.shape[-1]
     # Grouped-query attention as one call: the `group` query heads that share a kv head become extra rows.
     # q [K, kv_heads * group, D] -> [kv_heads, group * K, D]; row g * K + i is query head (kv, g) at token i.
     q = q.reshape(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(1, kv_heads, group * count, head_dim)
     rows_mask = mask.repeat(group, 1)[None, None]  # [1, 1, group * K, span]
-    attended = F.scaled_dot_product_attention(q, keys[None, :, :span], values[None, :, :span], attn_mask=rows_mask)
+    attended = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=rows_mask)
     attended = attended.reshape(kv_heads, group, count, head_dim).permute(2, 0, 1, 3).reshape(count, heads * head_dim)
     x = x + linear(attended, o_w, o_b)
     gate, up = linear(rms_norm(x, norm2, eps), gate_up_w, gate_up_b).chunk(2, dim=-1)
@@ -522,8 +521,10 @@ class StaticRunner:
             mask = tree_attention_mask(start, visible, span)
         layer_fn = self._layer_fn if compiled or self.use_onednn else decoder_layer
         for i, layer in enumerate(self.layers):
-            x = layer_fn(x, self.layer_tensors[i], layer.eps, space.keys[i], space.values[i], cos, sin, positions,
-                         mask, self.heads, self.kv_heads, self.head_dim)
+            # the cache sliced to the span here, not inside the compiled layer: traced first with the span equal
+            # to the capacity, torch.compile took them for one size and failed on every shorter span after
+            x = layer_fn(x, self.layer_tensors[i], layer.eps, space.keys[i, :, :span], space.values[i, :, :span], cos,
+                         sin, positions, mask, self.heads, self.kv_heads, self.head_dim)
         hidden = rms_norm(x, self.final_norm, self.final_eps)
         logits = self._linear(hidden[-1:] if last_only else hidden, self.head_matrix, self.head_bias).float()
         return logits, hidden

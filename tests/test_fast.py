@@ -3,6 +3,7 @@ back is free and exact, the engine gives the same output with it, and the benchm
 baselines agree with specviz. Correctness only: no timing is asserted (timings are reported by the bench).
 The CUDA tests (graphs, compile) run where a GPU is present and are skipped elsewhere."""
 import random
+import shutil
 
 import pytest
 import torch
@@ -141,6 +142,26 @@ def test_packed_linears_keep_a_drafters_outputs_and_state():
         torch.testing.assert_close(net(x), before, atol=1e-5, rtol=1e-4)
     assert net.state_dict().keys() == state.keys()
     assert pack_linears(torch.nn.Linear(4, 4).to(torch.bfloat16)) == 0  # float32 only
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                    reason="torch.compile on a CPU needs a C++ compiler")
+def test_compiled_layers_serve_spans_shorter_than_the_one_first_traced(tiny_target, recwarn):
+    """torch.compile once took the cache and the span for one size when it first traced them equal (a span
+    that fills the cache), then failed on every shorter span (seen on the GPU in float32). Here a first
+    forward fills the cache exactly, the next ones do not; compiled must agree with eager, without falling back."""
+    import specviz.fast as fast
+
+    model = tiny_target.model
+    compiled = StaticRunner(model, compile=True, onednn=False)
+    eager = StaticRunner(model, compile=False, onednn=False)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    generator = torch.Generator().manual_seed(1)
+    for count in (64, 3, 1, 5):  # 64: the first capacity exactly
+        ids = torch.randint(0, vocab, (count,), generator=generator)
+        torch.testing.assert_close(compiled.forward(ids)[0], eager.forward(ids)[0], atol=1e-4, rtol=1e-4)
+    assert compiled.use_compile and not fast._compile_failed
+    assert not [w for w in recwarn if "torch.compile failed" in str(w.message)]
 
 
 def test_unsupported_models_fall_back_to_transformers():
