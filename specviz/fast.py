@@ -207,15 +207,20 @@ MAX_PACKED_BYTES = 2 << 30  # packing copies the matrices: larger models keep F.
 
 
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear for a weight prepacked by pack_matrix."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    """F.linear for a weight prepacked by pack_matrix: x [..., in] -> [..., out]."""
+    rows = x.reshape(-1, x.shape[-1]).contiguous()  # a view of a contiguous [K, in]: no copy
+    return torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "").reshape(*x.shape[:-1], -1)
 
 
 def pack_matrix(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), PACK_ROWS_HINT)
 
 
-_onednn_checked: dict[torch.dtype, bool] = {}
+def parameter_bytes(module: torch.nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+_onednn_works: bool | None = None  # checked once per process
 
 
 def onednn_allowed(device: torch.device, dtype: torch.dtype, weight_bytes: int) -> bool:
@@ -225,17 +230,18 @@ def onednn_allowed(device: torch.device, dtype: torch.dtype, weight_bytes: int) 
         return False
     if os.environ.get("SPECVIZ_ONEDNN", "1") == "0" or not torch.backends.mkldnn.is_available():
         return False
-    if dtype not in _onednn_checked:
+    global _onednn_works
+    if _onednn_works is None:
         try:
             generator = torch.Generator().manual_seed(0)
-            weight = torch.randn(96, 64, generator=generator, dtype=dtype)
-            bias = torch.randn(96, generator=generator, dtype=dtype)
-            x = torch.randn(5, 64, generator=generator, dtype=dtype)
+            weight = torch.randn(96, 64, generator=generator)
+            bias = torch.randn(96, generator=generator)
+            x = torch.randn(5, 64, generator=generator)
             product = onednn_linear(x, pack_matrix(weight), bias)
-            _onednn_checked[dtype] = torch.allclose(product, F.linear(x, weight, bias), rtol=1e-4, atol=1e-4)
+            _onednn_works = torch.allclose(product, F.linear(x, weight, bias), rtol=1e-4, atol=1e-4)
         except Exception:  # an optimisation: a build without these operators keeps F.linear
-            _onednn_checked[dtype] = False
-    return _onednn_checked[dtype]
+            _onednn_works = False
+    return _onednn_works
 
 
 _packed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> (dense data pointers, packed)
@@ -261,16 +267,14 @@ class PackedLinear(torch.nn.Module):
         self.packed = pack_matrix(linear.weight.detach())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, x.shape[-1]).contiguous()
-        return onednn_linear(rows, self.packed, self.bias).reshape(*x.shape[:-1], -1)
+        return onednn_linear(x, self.packed, self.bias)
 
 
 def pack_linears(module: torch.nn.Module) -> int:
     """Swap every nn.Linear of an inference-only module (a trained drafter) for a PackedLinear, where
     onednn_allowed. Returns how many were swapped."""
     parameter = next(module.parameters(), None)
-    size = sum(p.numel() * p.element_size() for p in module.parameters())
-    if parameter is None or not onednn_allowed(parameter.device, parameter.dtype, size):
+    if parameter is None or not onednn_allowed(parameter.device, parameter.dtype, parameter_bytes(module)):
         return 0
     swapped = 0
     for parent in list(module.modules()):
@@ -409,19 +413,20 @@ class StaticRunner:
         self.rotary = decoder.rotary_emb
         cuda = self.device.type == "cuda"
         self.use_graphs = (cuda and graphs_allowed()) if graphs is None else (graphs and cuda)
+        self.use_onednn = onednn_allowed(self.device, self.dtype, parameter_bytes(model)) if onednn is None else onednn
         self.use_compile = (cuda and compile_allowed() and not _compile_failed) if compile is None else compile
-        self._layer_fn = _compiled_layer() if self.use_compile else decoder_layer
-        weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-        self.use_onednn = onednn_allowed(self.device, self.dtype, weight_bytes) if onednn is None else onednn
+        self.use_compile = self.use_compile and not self.use_onednn  # compile traces F.linear, not prepacked weights
         if self.use_onednn:
             self.layer_tensors = [packed_tensors(module, weights.tensors())
                                   for module, weights in zip(decoder.layers, self.layers)]
             (self.head_matrix,) = packed_tensors(head, (self.head,))
             self._linear = onednn_linear
-            self._layer_fn = partial(decoder_layer, linear=onednn_linear)
         else:
             self.layer_tensors = [weights.tensors() for weights in self.layers]
             self.head_matrix, self._linear = self.head, F.linear
+        # the layer as run outside compile (prefills, CPU), and as run where compile is on
+        self._eager_layer_fn = partial(decoder_layer, linear=onednn_linear) if self.use_onednn else decoder_layer
+        self._layer_fn = _compiled_layer() if self.use_compile else self._eager_layer_fn
         # one pool per (layers, head, dtype, options): an early-exit cut and the full model differ
         key = (len(self.layers), self.head.data_ptr(), self.dtype, self.use_graphs, self.use_compile)
         first = decoder.layers[0]
@@ -519,7 +524,7 @@ class StaticRunner:
             mask = attention_mask(positions, span, self.window)
         else:
             mask = tree_attention_mask(start, visible, span)
-        layer_fn = self._layer_fn if compiled or self.use_onednn else decoder_layer
+        layer_fn = self._layer_fn if compiled else self._eager_layer_fn
         for i, layer in enumerate(self.layers):
             # the cache sliced to the span here, not inside the compiled layer: traced first with the span equal
             # to the capacity, torch.compile took them for one size and failed on every shorter span after
@@ -607,7 +612,7 @@ class StaticRunner:
         warnings.warn(f"specviz: torch.compile failed ({type(error).__name__}: {str(error)[:200]}); "
                       "the fast path goes on without it (CUDA graphs of the eager forward)")
         self.use_compile = False
-        self._layer_fn = decoder_layer
+        self._layer_fn = self._eager_layer_fn
 
     def _replay(self, token_ids: torch.Tensor, span: int, depths: torch.Tensor | None = None,
                 visible: torch.Tensor | None = None):

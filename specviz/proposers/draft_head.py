@@ -72,7 +72,7 @@ class DraftHead:
         self.bias = bias.detach() if bias is not None else None
         # on a CPU in float32, prepacked for oneDNN like the target's matrices (specviz.fast): a draft head
         # is most of a small drafter's cost there
-        packable = onednn_allowed(self.weight.device, self.weight.dtype, self.weight.numel() * 4)
+        packable = onednn_allowed(self.weight.device, self.weight.dtype, self.weight.numel() * self.weight.element_size())
         self.packed = pack_matrix(self.weight) if packable else None
 
     @classmethod
@@ -84,8 +84,7 @@ class DraftHead:
         """features [..., H] -> [..., K] float32."""
         if self.packed is None:
             return torch.nn.functional.linear(features, self.weight, self.bias).float()
-        rows = features.reshape(-1, features.shape[-1]).contiguous()
-        return onednn_linear(rows, self.packed, self.bias).reshape(*features.shape[:-1], -1).float()
+        return onednn_linear(features, self.packed, self.bias).float()
 
     def top_tokens(self, features: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """features [..., H] -> the k likeliest tokens (ids in the full vocabulary) and their log
