@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from . import gpu_attention
 from .settings import MAX_GAMMA, MAX_TREE
 from .tree import check_tree, depths as tree_depths, visibility
 
@@ -171,14 +172,14 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def decoder_layer(x, weights: tuple, eps: float, keys, values, cos, sin, positions, mask,
-                  heads: int, kv_heads: int, head_dim: int, linear=F.linear):
-    """One Llama decoder layer over K new tokens. x [K, H]; keys/values [kv_heads, span, head_dim] (this
-    layer's cache up to the span attended, a view written in place at `positions` [K]); cos/sin [K, head_dim];
-    mask [K, span] (True = may attend); linear: F.linear, or onednn_linear for prepacked weights. Returns x [K, H]."""
-    qkv_w, qkv_b, o_w, o_b, gate_up_w, gate_up_b, down_w, down_b, norm1, norm2 = weights
+def layer_input(x, weights: tuple, eps: float, keys, values, cos, sin, positions, heads: int, kv_heads: int,
+                head_dim: int, linear=F.linear):
+    """A decoder layer up to attention, over K new tokens: x [K, H] -> q [K, heads, head_dim], RoPE applied;
+    writes the tokens' keys and values into keys/values [kv_heads, span, head_dim] (this layer's cache up to
+    the span attended, a view) at `positions` [K]. cos/sin [K, head_dim]; linear: F.linear, or
+    onednn_linear for prepacked weights."""
+    qkv_w, qkv_b, _, _, _, _, _, _, norm1, _ = weights
     count = x.shape[0]
-    group = heads // kv_heads
     h = rms_norm(x, norm1, eps)
     qkv = linear(h, qkv_w, qkv_b).view(count, heads + 2 * kv_heads, head_dim)
     qk = qkv[:, : heads + kv_heads]
@@ -186,15 +187,36 @@ def decoder_layer(x, weights: tuple, eps: float, keys, values, cos, sin, positio
     q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads:]
     keys.index_copy_(1, positions, k.transpose(0, 1))
     values.index_copy_(1, positions, v.transpose(0, 1))
-    # Grouped-query attention as one call: the `group` query heads that share a kv head become extra rows.
-    # q [K, kv_heads * group, D] -> [kv_heads, group * K, D]; row g * K + i is query head (kv, g) at token i.
+    return q
+
+
+def sdpa_attention(q, keys, values, mask, kv_heads: int):
+    """q [K, heads, D] over keys/values [kv_heads, span, D] with mask [K, span] (True = may attend) ->
+    [K, heads * D]. Grouped-query attention as one call: the `group` query heads that share a kv head
+    become extra rows: q -> [kv_heads, group * K, D], row g * K + i is query head (kv, g) at token i."""
+    count, heads, head_dim = q.shape
+    group = heads // kv_heads
     q = q.reshape(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(1, kv_heads, group * count, head_dim)
     rows_mask = mask.repeat(group, 1)[None, None]  # [1, 1, group * K, span]
     attended = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=rows_mask)
-    attended = attended.reshape(kv_heads, group, count, head_dim).permute(2, 0, 1, 3).reshape(count, heads * head_dim)
+    return attended.reshape(kv_heads, group, count, head_dim).permute(2, 0, 1, 3).reshape(count, heads * head_dim)
+
+
+def layer_output(x, attended, weights: tuple, eps: float, linear=F.linear):
+    """The rest of a decoder layer: attended [K, heads * head_dim] -> x [K, H] (attention residual, MLP)."""
+    _, _, o_w, o_b, gate_up_w, gate_up_b, down_w, down_b, _, norm2 = weights
     x = x + linear(attended, o_w, o_b)
     gate, up = linear(rms_norm(x, norm2, eps), gate_up_w, gate_up_b).chunk(2, dim=-1)
     return x + linear(F.silu(gate) * up, down_w, down_b)
+
+
+def decoder_layer(x, weights: tuple, eps: float, keys, values, cos, sin, positions, mask,
+                  heads: int, kv_heads: int, head_dim: int, linear=F.linear):
+    """One Llama decoder layer over K new tokens. x [K, H]; keys/values [kv_heads, span, head_dim] (this
+    layer's cache up to the span attended, a view written in place at `positions` [K]); cos/sin [K, head_dim];
+    mask [K, span] (True = may attend); linear: F.linear, or onednn_linear for prepacked weights. Returns x [K, H]."""
+    q = layer_input(x, weights, eps, keys, values, cos, sin, positions, heads, kv_heads, head_dim, linear)
+    return layer_output(x, sdpa_attention(q, keys, values, mask, kv_heads), weights, eps, linear)
 
 
 # Weights prepacked for oneDNN (CPU) ------------------------------------------------------------------------
@@ -386,7 +408,7 @@ class StaticRunner:
     is garbage-collected or release() is called."""
 
     def __init__(self, model: torch.nn.Module, graphs: bool | None = None, compile: bool | None = None,
-                 onednn: bool | None = None):
+                 onednn: bool | None = None, triton_attention: bool | None = None):
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"the fast path does not support this model: {reason}")
@@ -426,13 +448,25 @@ class StaticRunner:
             self.head_matrix, self._linear = self.head, F.linear
         # the layer as run outside compile (prefills, CPU), and as run where compile is on
         self._eager_layer_fn = partial(decoder_layer, linear=onednn_linear) if self.use_onednn else decoder_layer
-        self._layer_fn = _compiled_layer() if self.use_compile else self._eager_layer_fn
+        # gpu_attention's kernel in captured graphs only: their shapes are fixed, so its Triton code compiles
+        # while they are captured; eager forwards of new lengths would compile new specialisations mid-run
+        self.use_triton_attention = self.use_graphs and (
+            gpu_attention.supported(self.device, self.dtype, self.head_dim) if triton_attention is None
+            else triton_attention)
+        self._layer_fn = self._captured_layer_fn(self.use_compile)
         # one pool per (layers, head, dtype, options): an early-exit cut and the full model differ
-        key = (len(self.layers), self.head.data_ptr(), self.dtype, self.use_graphs, self.use_compile)
+        key = (len(self.layers), self.head.data_ptr(), self.dtype, self.use_graphs, self.use_compile,
+               self.use_triton_attention)
         first = decoder.layers[0]
         self.workspace = take_workspace(first, key, self.device, self.dtype)
         self._finalizer = weakref.finalize(self, return_workspace, weakref.ref(first), key, self.workspace)
         self.length = 0
+
+    def _captured_layer_fn(self, compiled: bool):
+        """The layer as graphs capture it (and as eager CUDA forwards run it where graphs are off)."""
+        if self.use_triton_attention:
+            return partial(triton_decoder_layer, compiled=compiled)
+        return _compiled_fn(decoder_layer) if compiled else self._eager_layer_fn
 
     def release(self) -> None:
         """Give the workspace back to the pool now (the engine calls this when a run ends); the runner
@@ -612,7 +646,7 @@ class StaticRunner:
         warnings.warn(f"specviz: torch.compile failed ({type(error).__name__}: {str(error)[:200]}); "
                       "the fast path goes on without it (CUDA graphs of the eager forward)")
         self.use_compile = False
-        self._layer_fn = self._eager_layer_fn
+        self._layer_fn = self._captured_layer_fn(False)
 
     def _replay(self, token_ids: torch.Tensor, span: int, depths: torch.Tensor | None = None,
                 visible: torch.Tensor | None = None):
@@ -705,25 +739,36 @@ def graph_span(end: int, context_length: int) -> int:
     return min(context_length, max(MIN_SPAN, _next_power_of_two(end)))
 
 
-_compiled = None
+_compiled: dict = {}
 _compile_failed = False
 
 
-def _compiled_layer():
-    """decoder_layer through torch.compile, compiled once per process: every layer of every model calls the
-    same function with its own tensors, so it compiles twice per dtype: for K = 1 and for K > 1 (sizes
-    dynamic). Duck sizing is off while it compiles: otherwise a K that happens to equal a head count or
-    the head size (3, 9, 64 for the default model) gets a specialised graph of its own, tens of seconds each."""
-    global _compiled
-    if _compiled is None:
-        compiled = torch.compile(decoder_layer, dynamic=True, fullgraph=True)
+def _compiled_fn(fn):
+    """`fn` (a layer function) through torch.compile, compiled once per process: every layer of every model
+    calls the same function with its own tensors, so it compiles twice per dtype: for K = 1 and for K > 1
+    (sizes dynamic). Duck sizing is off while it compiles: otherwise a K that happens to equal a head count
+    or the head size (3, 9, 64 for the default model) gets a specialised graph of its own, tens of seconds
+    each."""
+    if fn not in _compiled:
+        compiled = torch.compile(fn, dynamic=True, fullgraph=True)
 
         def call(*args):
             with _no_duck_shapes():
                 return compiled(*args)
 
-        _compiled = call
-    return _compiled
+        _compiled[fn] = call
+    return _compiled[fn]
+
+
+def triton_decoder_layer(x, weights: tuple, eps: float, keys, values, cos, sin, positions, mask,
+                         heads: int, kv_heads: int, head_dim: int, compiled: bool = True):
+    """decoder_layer with gpu_attention's kernel in place of scaled_dot_product_attention (same arguments);
+    the parts before and after it compiled (where compiled), the kernel called between them."""
+    before = _compiled_fn(layer_input) if compiled else layer_input
+    after = _compiled_fn(layer_output) if compiled else layer_output
+    q = before(x, weights, eps, keys, values, cos, sin, positions, heads, kv_heads, head_dim)
+    attended = gpu_attention.attention(q, keys, values, mask, positions[-1:])  # the last slot written
+    return after(x, attended, weights, eps)
 
 
 def _no_duck_shapes():

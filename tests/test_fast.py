@@ -330,3 +330,75 @@ def test_graphs_survive_the_cache_growing(tiny_target):
         b, _ = eager.forward(ids[start:start + 4])
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     assert graphed.capacity >= 1400
+
+
+def _triton_ready() -> bool:
+    from specviz import gpu_attention
+
+    return torch.cuda.is_available() and gpu_attention.supported(torch.device("cuda"), torch.float32, 16)
+
+
+triton_cuda = pytest.mark.skipif(not _triton_ready(), reason="needs a CUDA GPU and Triton")
+
+
+@triton_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_triton_attention_matches_scaled_dot_product_attention(dtype):
+    from specviz import gpu_attention
+    from specviz.fast import sdpa_attention, tree_attention_mask
+
+    torch.manual_seed(0)
+    heads, kv_heads, head_dim, capacity = 9, 3, 64, 1024
+    keys = torch.randn(kv_heads, capacity, head_dim, device="cuda", dtype=dtype)
+    values = torch.randn(kv_heads, capacity, head_dim, device="cuda", dtype=dtype)
+    for count, span, start, tree in [(1, 128, 40, False), (9, 512, 300, False), (33, 512, 257, True),
+                                     (200, 256, 0, False)]:
+        q = torch.randn(count, heads + kv_heads, head_dim, device="cuda", dtype=dtype)[:, :heads]  # strided, as in a layer
+        positions = start + torch.arange(count, device="cuda")
+        if tree:
+            visible = (torch.rand(count, count, device="cuda") < 0.3) | torch.eye(count, dtype=torch.bool, device="cuda")
+            mask = tree_attention_mask(positions[:1], visible, span)
+        else:
+            mask = torch.arange(span, device="cuda")[None, :] <= positions[:, None]
+        expected = sdpa_attention(q, keys[:, :span], values[:, :span], mask, kv_heads)
+        got = gpu_attention.attention(q, keys[:, :span], values[:, :span], mask, positions[-1:])
+        tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(got, expected, atol=tolerance, rtol=tolerance)
+
+
+@triton_cuda
+def test_triton_attention_rows_do_not_depend_on_the_rows_beside_them():
+    """A token's result is bitwise the same alone or among others and over a shorter span (what makes greedy
+    speculation give plain greedy output): the slots it may not see add exactly zero."""
+    from specviz import gpu_attention
+
+    torch.manual_seed(1)
+    keys, values = torch.randn(2, 2, 256, 16, device="cuda").unbind(0)
+    q = torch.randn(6, 4, 16, device="cuda")
+    positions = 100 + torch.arange(6, device="cuda")
+    mask = torch.arange(256, device="cuda")[None, :] <= positions[:, None]
+    together = gpu_attention.attention(q, keys, values, mask, positions[-1:])
+    for i in range(6):
+        span = 128 + 64 * (i % 3)  # and whatever the span: the chunks are fixed by slot
+        alone = gpu_attention.attention(q[i:i + 1], keys[:, :span], values[:, :span], mask[i:i + 1, :span],
+                                        positions[i:i + 1])
+        assert torch.equal(alone[0], together[i])
+
+
+@triton_cuda
+def test_runner_with_triton_attention_equals_sdpa_runner():
+    """Chains and trees, graphs on, float32: the same logits as with scaled_dot_product_attention."""
+    model = tiny_causal_lm(vocab_size=32, seed=7, hidden=64).model.cuda()  # head size 16: the kernel's smallest
+    triton_runner = StaticRunner(model, compile=False)
+    sdpa_runner = StaticRunner(model, compile=False, triton_attention=False)
+    assert triton_runner.use_triton_attention and not sdpa_runner.use_triton_attention
+    ids = torch.randint(0, 32, (80,))
+    for runner in (triton_runner, sdpa_runner):
+        runner.forward(ids[:30], logits_for="last")
+    for start, count in [(30, 1), (31, 5), (36, 1)]:
+        a, _ = triton_runner.forward(ids[start:start + count])
+        b, _ = sdpa_runner.forward(ids[start:start + count])
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    a, _ = triton_runner.forward(ids[37:43], parents=[-1, 0, 0, 1, 2])
+    b, _ = sdpa_runner.forward(ids[37:43], parents=[-1, 0, 0, 1, 2])
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

@@ -1,0 +1,207 @@
+"""Attention for a few new tokens over a static KV cache, in Triton kernels (CUDA only).
+
+Why: in a captured decode step of the default model, cuDNN's attention took 10 us a layer for one query row
+(a quarter of the forward's kernel time) and the layout around it two more kernels: the grouped query heads
+were packed into rows and the mask repeated for them, then unpacked. These kernels read q in the layer's own
+[K, heads, D] layout, the mask as the forward built it ([K, span], shared by every layer), and writes [K,
+heads * D] for the output projection; it stops at the last slot any token may see (read from the device, so
+one captured graph serves every length up to its span). Measured in a captured forward of the default model
+(H100, bfloat16, 300 cached tokens; scripts/gpu_profile.py): see README's fast-path section.
+
+One program serves BLOCK_M rows of one key-value head: row r is query head kv * group + r // K at token
+r % K (the `group` query heads that share the kv head), so the keys and values are read once for all of
+them. Online softmax over key blocks in float32 (Flash-Attention's recurrence); a masked key adds exactly
+zero, so a row's result does not depend on the span or on the rows beside it.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+BLOCK_M = 16  # rows a program serves (tl.dot needs 16)
+BLOCK_N = 64  # keys a loop iteration reads, and the chunk of slots a program serves in a decode pass
+SPLITS_BLOCK = 32  # chunks a combining program reads at once
+MAX_SPLIT_TOKENS = 256  # inputs of up to this many tokens (decode and verify passes) split the keys in chunks
+
+_kernel = None
+_available: bool | None = None
+
+
+def supported(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
+    """On CUDA where Triton imports, for a power-of-two head size of 16 to 256 (tl.arange's and tl.dot's
+    limits), unless SPECVIZ_TRITON_ATTENTION=0."""
+    global _available
+    if device.type != "cuda" or os.environ.get("SPECVIZ_TRITON_ATTENTION", "1") == "0":
+        return False
+    if dtype not in (torch.float16, torch.bfloat16, torch.float32) or head_dim & (head_dim - 1) or not 16 <= head_dim <= 256:
+        return False
+    if _available is None:
+        try:
+            _build_kernel()
+            _available = True
+        except Exception:  # no Triton (a CPU build of torch, some Spaces images): scaled_dot_product_attention then
+            _available = False
+    return _available
+
+
+def _build_kernel():
+    global _kernel
+    if _kernel is not None:
+        return _kernel
+    import triton
+    import triton.language as tl
+
+    # lengths vary from call to call: no specialisation on them (each would be a compile of its own)
+    @triton.jit(do_not_specialize=["count", "span"])
+    def partial_kernel(Q, K, V, Mask, Out, Best, Total, Acc, Last, count, span, scale,
+                       q_token, q_head, k_head, k_slot, v_head, v_slot, o_token, o_head, mask_row,
+                       GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                       SPLIT: tl.constexpr, IEEE: tl.constexpr):
+        """Rows BLOCK_M * program_id(1) ... of kv head program_id(0) over the keys of chunk program_id(2)
+        (BLOCK_N slots) when SPLIT, else over all keys. SPLIT: writes the chunk's running max, sum and
+        unnormalised output for combine_kernel; else the normalised output."""
+        kv = tl.program_id(0)
+        block = tl.program_id(1)
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < GROUP * count
+        token = rows % count
+        head = kv * GROUP + rows // count
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + token[:, None] * q_token + head[:, None] * q_head + dims[None, :], mask=row_ok[:, None],
+                    other=0.0)
+        best = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        total = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        end = tl.minimum(tl.load(Last) + 1, span)  # no token sees a slot past the last one written
+        if SPLIT:
+            low = tl.program_id(2) * BLOCK_N
+            high = tl.minimum(low + BLOCK_N, end)
+        else:
+            low = 0
+            high = end
+        for first in range(low, high, BLOCK_N):
+            keys_at = first + tl.arange(0, BLOCK_N)
+            key_ok = keys_at < high
+            k = tl.load(K + kv * k_head + keys_at[:, None] * k_slot + dims[None, :], mask=key_ok[:, None], other=0.0)
+            if IEEE:
+                scores = tl.dot(q, tl.trans(k), input_precision="ieee")
+            else:
+                scores = tl.dot(q, tl.trans(k))
+            allowed = tl.load(Mask + token[:, None] * mask_row + keys_at[None, :],
+                              mask=row_ok[:, None] & key_ok[None, :], other=0) != 0
+            scores = tl.where(allowed, scores * scale, float("-inf"))
+            new_best = tl.maximum(best, tl.max(scores, 1))
+            safe = tl.where(new_best == float("-inf"), 0.0, new_best)  # a row that has seen nothing yet
+            weights = tl.exp(scores - safe[:, None])
+            rescale = tl.exp(best - safe)
+            total = total * rescale + tl.sum(weights, 1)
+            v = tl.load(V + kv * v_head + keys_at[:, None] * v_slot + dims[None, :], mask=key_ok[:, None], other=0.0)
+            if IEEE:
+                acc = acc * rescale[:, None] + tl.dot(weights, v, input_precision="ieee")
+            else:
+                acc = acc * rescale[:, None] + tl.dot(weights.to(v.dtype), v)
+            best = new_best
+        if SPLIT:
+            blocks = tl.num_programs(1)
+            at = (tl.program_id(2) * tl.num_programs(0) + kv) * blocks * BLOCK_M + block * BLOCK_M + tl.arange(0, BLOCK_M)
+            tl.store(Best + at, best)
+            tl.store(Total + at, total)
+            tl.store(Acc + at[:, None] * HEAD_DIM + dims[None, :], acc)
+        else:
+            out = acc / tl.where(total == 0.0, 1.0, total)[:, None]
+            tl.store(Out + token[:, None] * o_token + head[:, None] * o_head + dims[None, :],
+                     out.to(Out.dtype.element_ty), mask=row_ok[:, None])
+
+    @triton.jit(do_not_specialize=["count", "rows_written"])
+    def combine_kernel(Out, Best, Total, Acc, Last, count, o_token, o_head, rows_written,
+                       GROUP: tl.constexpr, SPLITS_BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr,
+                       CHUNK: tl.constexpr):
+        """One row's chunks merged, SPLITS_BLOCK at a time, up to the last chunk holding a slot any token may
+        see. A token's result is the same whatever the span: chunks are fixed by slot, and a chunk that
+        holds no slot the row may see adds exactly nothing."""
+        kv = tl.program_id(0)
+        row = tl.program_id(1)
+        kv_heads = tl.num_programs(0)
+        dims = tl.arange(0, HEAD_DIM)
+        used = tl.cdiv(tl.load(Last) + 1, CHUNK)
+        best = float("-inf")
+        total = 0.0
+        acc = tl.zeros([HEAD_DIM], tl.float32)
+        for first in range(0, used, SPLITS_BLOCK):
+            splits = first + tl.arange(0, SPLITS_BLOCK)
+            ok = splits < used
+            at = (splits * kv_heads + kv) * rows_written + row
+            chunk_best = tl.load(Best + at, mask=ok, other=float("-inf"))
+            new_best = tl.maximum(best, tl.max(chunk_best, 0))
+            safe = tl.where(new_best == float("-inf"), 0.0, new_best)
+            weight = tl.exp(chunk_best - safe)
+            rescale = tl.exp(best - safe)
+            total = total * rescale + tl.sum(weight * tl.load(Total + at, mask=ok, other=0.0), 0)
+            chunk_acc = tl.load(Acc + at[:, None] * HEAD_DIM + dims[None, :], mask=ok[:, None], other=0.0)
+            acc = acc * rescale + tl.sum(weight[:, None] * chunk_acc, 0)
+            best = new_best
+        out = acc / tl.where(total == 0.0, 1.0, total)
+        token = row % count
+        head = kv * GROUP + row // count
+        tl.store(Out + token * o_token + head * o_head + dims, out.to(Out.dtype.element_ty))
+
+    _kernel = (triton, partial_kernel, combine_kernel)
+    return _kernel
+
+
+def launch(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
+           last: torch.Tensor) -> torch.Tensor:
+    """q [K, heads, D] (the last dimension contiguous); keys, values [kv_heads, span, D] (the cache up to the
+    span); mask [K, span] bool (True = may attend); last [1] long (on the device): the last slot any token
+    may see (the slots after it are not read). Returns [K, heads * D] in q's dtype.
+
+    Up to MAX_SPLIT_TOKENS tokens (every decode and verify pass), the keys are split into chunks of BLOCK_N
+    slots, one program each, merged by a second kernel (flash-decoding: a few rows over a short cache are
+    otherwise a handful of programs in a loop); the chunks are fixed by slot, so a token's result does not
+    depend on the span either. Longer inputs (prefills) take one pass over all keys."""
+    triton, partial_kernel, combine_kernel = _build_kernel()
+    q = q if q.stride(-1) == 1 else q.contiguous()
+    count, heads, head_dim = q.shape
+    kv_heads, span, _ = keys.shape
+    group = heads // kv_heads
+    out = torch.empty(count, heads, head_dim, device=q.device, dtype=q.dtype)
+    blocks = triton.cdiv(group * count, BLOCK_M)
+    split = count <= MAX_SPLIT_TOKENS
+    splits = triton.cdiv(span, BLOCK_N) if split else 1
+    if split:
+        best = torch.empty(splits * kv_heads * blocks * BLOCK_M, device=q.device, dtype=torch.float32)
+        total = torch.empty_like(best)
+        acc = torch.empty(best.shape[0], head_dim, device=q.device, dtype=torch.float32)
+    else:
+        best = total = acc = out  # not written
+    partial_kernel[(kv_heads, blocks, splits)](
+        q, keys, values, mask, out, best, total, acc, last, count, span, 1.0 / math.sqrt(head_dim),
+        q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
+        out.stride(0), out.stride(1), mask.stride(0),
+        GROUP=group, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=head_dim, SPLIT=split,
+        IEEE=q.dtype == torch.float32, num_warps=4)
+    if split:
+        combine_kernel[(kv_heads, group * count)](out, best, total, acc, last, count, out.stride(0), out.stride(1),
+                                                  blocks * BLOCK_M, GROUP=group, SPLITS_BLOCK=SPLITS_BLOCK,
+                                                  HEAD_DIM=head_dim, CHUNK=BLOCK_N, num_warps=2)
+    return out.view(count, heads * head_dim)
+
+
+def _custom_op(fn):
+    """torch.library.custom_op where this torch has it (2.4 and later), else the plain function."""
+    if not hasattr(torch.library, "custom_op"):
+        return fn
+    op = torch.library.custom_op("specviz::attention", mutates_args=(), device_types="cuda")(fn)
+    op.register_fake(lambda q, keys, values, mask, last: q.new_empty(q.shape[0], q.shape[1] * q.shape[2]))
+    return op
+
+
+@_custom_op
+def attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
+              last: torch.Tensor) -> torch.Tensor:
+    """launch() as a custom op: compiled code that calls it (EAGLE's tree drafting) treats it as one opaque
+    call (Inductor failed to compile the Triton kernels inside a compiled function)."""
+    return launch(q, keys, values, mask, last)
+
