@@ -100,6 +100,7 @@ class SpeculativeRun:
         finally:  # also when the caller stops early: the runner's cache and graphs go back to the pool
             if self._owns_runner and hasattr(self.runner, "release"):
                 self.runner.release()
+            self.proposer.release()  # and the proposer's (a tree drafter's cache and graphs), for the next run
 
     def _run(self) -> Iterator[StepRecord]:
         settings, target, runner, proposer = self.settings, self.target, self.runner, self.proposer

@@ -412,3 +412,44 @@ def test_our_saved_files_round_trip(tiny_target, tmp_path):
         a, b = run_once(tiny_target, original, PROMPT, settings), run_once(tiny_target, loaded, PROMPT, settings)
         assert [s.positions[0].token_id for s in a.steps if s.positions] == \
                [s.positions[0].token_id for s in b.steps if s.positions]
+
+
+def test_top_k_in_two_stages_equals_topk():
+    from specviz.proposers.draft_head import top_k
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 8, 16384)
+    for k in (1, 8, 10):
+        values, indices = top_k(x, k, two_stage=True)
+        expected = x.topk(k, dim=-1)
+        assert torch.equal(values, expected.values) and torch.equal(indices, expected.indices)
+    head = DraftHead(torch.randn(4096, 16), vocab_size=4096)
+    features = torch.randn(5, 16)
+    ids, log_probs = head.top_tokens(features, 6)
+    expected = torch.log_softmax(head.sub_logits(features), -1).topk(6)
+    assert torch.equal(ids, expected.indices)
+    torch.testing.assert_close(log_probs, expected.values)
+
+
+def test_eagle_tree_drafts_at_the_runs_depth_up_to_the_last_step(tiny_target, monkeypatch):
+    """Near max_new_tokens the engine asks for fewer drafts: the tree is still drafted at the run's depth (one
+    graph, one compile on a GPU) and cut, and the output is still plain greedy output."""
+    from specviz.proposers.eagle_tree import TreeDrafting
+
+    depths_asked = []
+    step = TreeDrafting.step
+
+    def recording(self, features, token_ids, gamma, width, budget):
+        depths_asked.append(gamma)
+        return step(self, features, token_ids, gamma, width, budget)
+
+    monkeypatch.setattr(TreeDrafting, "step", recording)
+    settings = DecodeSettings(max_new_tokens=23, gamma=5, tree=31, stop_at_eos=False)
+    plain = run_once(tiny_target, PlainProposer(), PROMPT, settings)
+    result = run_once(tiny_target, EagleProposer(random_eagle(tiny_target, seed=2)), PROMPT, settings)
+    assert result.token_ids == plain.token_ids
+    assert set(depths_asked) == {5}
+    room = [settings.max_new_tokens - (s.total_emitted - s.emitted) for s in result.steps]  # before each step
+    assert any(left < 5 for left in room)  # the run did reach steps with less room than gamma
+    for step_record, left in zip(result.steps, room):
+        assert len(step_record.positions) <= min(5, left)  # the line shown: no deeper than the room left

@@ -114,6 +114,9 @@ class AdaptiveProposer(Proposer):
         self.last_key = None
         self.last_from_lookup = False  # the last draft came from the lookup, not the base drafter
 
+    def release(self) -> None:
+        self.base.release()
+
     def alpha(self, key=None) -> float:
         accepted, rejected = self.counts.get(key, (1.0, 1.0))
         return accepted / (accepted + rejected)

@@ -61,6 +61,10 @@ class Proposer:
     def observe(self, feedback: Feedback) -> None:
         """Called after every verification."""
 
+    def release(self) -> None:
+        """Called when a run ends: give back what the run held (a tree drafter's static cache); the next
+        reset() takes what it needs again."""
+
     def choose(self, logits: torch.Tensor) -> tuple[int, torch.Tensor]:
         """A drafter's logits [V] -> (its draft token, q [V]): the argmax when greedy, else a draw from q."""
         probs = warp_probs(logits, self.settings)

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..fast import no_cudnn_attention
+from ..tree import depths as tree_depths
 from .base import Draft, Feedback, Proposer
 from .draft_head import DraftHead, TargetParts
 
@@ -132,7 +133,11 @@ class DecoderLayer(nn.Module):
     def finish(self, x, attended):
         """attended [B, nh, T, d] -> the layer's output [B, T, H] (attention residual, then the MLP's)."""
         B, _, T, _ = attended.shape
-        x = x + self.self_attn.o_proj(attended.transpose(1, 2).reshape(B, T, -1))
+        return self.finish_rows(x, attended.transpose(1, 2).reshape(B, T, -1))
+
+    def finish_rows(self, x, attended):
+        """finish() for attended laid out [B, T, nh * d]."""
+        x = x + self.self_attn.o_proj(attended)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -300,7 +305,12 @@ class EagleProposer(Proposer):
             trees.prefill(features[:-1], token_ids[:-1])
             features, token_ids = features[-1:], token_ids[-1:]
         self.pending = self.pending[:0]
-        ids, parents = trees.step(features, token_ids, gamma, TREE_WIDTH, self.tree_budget())
+        # always the run's own depth: a shallower one (the last steps before max_new_tokens) would be a new
+        # graph, and a new compile of seconds, in the middle of a timed run; the nodes too deep are dropped
+        ids, parents = trees.step(features, token_ids, self.settings.gamma, TREE_WIDTH, self.tree_budget())
+        if gamma < self.settings.gamma:
+            kept = sum(depth <= gamma for depth in tree_depths(parents))  # nodes come by depth, parents first
+            ids, parents = ids[:kept], parents[:kept]
         return Draft(torch.tensor(ids, dtype=torch.long), None, None, parents)  # on the host, where the engine reads it
 
     def observe(self, feedback: Feedback) -> None:

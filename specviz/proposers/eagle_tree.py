@@ -19,13 +19,27 @@ width, budget, rows fed, cache capacity), so one graph per such key serves every
 from __future__ import annotations
 
 import threading
+from typing import NamedTuple
+import warnings
 
 import torch
 
-from ..fast import capture_graph, graphs_allowed, no_cudnn_attention
+from .. import gpu_attention
+from ..fast import capture_graph, compile_allowed, graphs_allowed, no_cudnn_attention
 from .eagle import attend
 
 MIN_CAPACITY = 512  # smallest drafter cache on a GPU (a power of two: few graphs serve every length)
+KERNEL_MIN_CAPACITY = 4096  # the same where gpu_attention's kernel attends (it reads no slot past the last written)
+
+
+class CacheTensors(NamedTuple):
+    """What drafting reads and writes of a workspace, passed as tensors (and a flag), not as the workspace: a
+    compiled function guards on the objects it is given, so every new workspace would compile it again."""
+    keys: torch.Tensor  # [layers, kv heads, capacity, head dim]
+    values: torch.Tensor
+    cos: torch.Tensor  # [capacity, head dim]
+    sin: torch.Tensor
+    attention_kernel: bool  # gpu_attention's kernel (CUDA), else scaled_dot_product_attention
 
 
 class TreeWorkspace:
@@ -43,8 +57,15 @@ class TreeWorkspace:
             cos, sin = parts.rotary(torch.arange(capacity, device=device))
         self.cos, self.sin = cos[0].to(dtype).contiguous(), sin[0].to(dtype).contiguous()
         self.capacity = capacity
+        # in graphs on CUDA, gpu_attention's kernel: the span is the whole cache, which SDPA reads to the end
+        self.attention_kernel = gpu_attention.supported(device, dtype, config.head_dim)
         self.graphs: dict[tuple, "_TreeGraph"] = {}
         self.pool = None
+
+    def tensors(self, captured: bool = False) -> CacheTensors:
+        """captured: for a graph being captured, the only place gpu_attention's kernel runs (its shapes are
+        fixed there; eager calls of new lengths would compile new Triton specialisations mid-run)."""
+        return CacheTensors(self.keys, self.values, self.cos, self.sin, captured and self.attention_kernel)
 
 
 class _TreeGraph:
@@ -57,22 +78,26 @@ class _TreeGraph:
         self.out: torch.Tensor | None = None  # [2, budget]: token ids, parents
 
 
-def feed(drafter, space: TreeWorkspace, features, token_ids, slots, positions, mask):
+def feed(drafter, cache: CacheTensors, features, token_ids, slots, positions, mask):
     """Run the drafter over K inputs: features [K, H] (f_i), token_ids [K] (x_{i+1}); their keys and values are
     written at cache `slots` [K]; rotary `positions` [K]; mask [K, span] (True = may attend). Returns [K, H]."""
     net, parts = drafter.net, drafter.parts
     x = net.fc(torch.cat([parts.embed(token_ids), features], dim=-1))[None]  # [1, K, H]
-    cos, sin = space.cos[positions][None], space.sin[positions][None]
+    cos, sin = cache.cos[positions][None], cache.sin[positions][None]
     span = mask.shape[-1]
     for index, layer in enumerate(net.layers):
         q, k, v = layer.project(x, cos, sin)
-        space.keys[index].index_copy_(1, slots, k[0])
-        space.values[index].index_copy_(1, slots, v[0])
-        x = layer.finish(x, attend(q, space.keys[index][None, :, :span], space.values[index][None, :, :span], mask))
+        cache.keys[index].index_copy_(1, slots, k[0])
+        cache.values[index].index_copy_(1, slots, v[0])
+        keys, values = cache.keys[index][:, :span], cache.values[index][:, :span]
+        if cache.attention_kernel:  # slots ascend: none is seen past the last one written
+            x = layer.finish_rows(x, gpu_attention.attention(q[0].transpose(0, 1), keys, values, mask, slots[-1:])[None])
+        else:
+            x = layer.finish(x, attend(q, keys[None], values[None], mask))
     return x[0]
 
 
-def draft_tree(drafter, space: TreeWorkspace, features, token_ids, count, start, gamma: int, width: int,
+def draft_tree(drafter, cache: CacheTensors, features, token_ids, count, start, gamma: int, width: int,
                budget: int, span: int) -> torch.Tensor:
     """One tree step, tensors only (what a graph captures). features [R, H] and token_ids [R]: the pending
     positions start .. start + count - 1 (rows past `count` are padding: written past the prefix, seen by
@@ -83,7 +108,7 @@ def draft_tree(drafter, space: TreeWorkspace, features, token_ids, count, start,
     rows = features.shape[0]
     columns = torch.arange(span, device=device)
     slots = start + torch.arange(rows, device=device)
-    out = feed(drafter, space, features, token_ids, slots, slots, columns[None, :] <= slots[:, None])
+    out = feed(drafter, cache, features, token_ids, slots, slots, columns[None, :] <= slots[:, None])
     root_feature = out.index_select(0, count - 1)  # predicts the feature of the position after the prefix
     prefix = start + count
 
@@ -109,7 +134,7 @@ def draft_tree(drafter, space: TreeWorkspace, features, token_ids, count, start,
         own = (depth - 1) * width + rows_index  # the tree slots these nodes are written at
         visible = frontier_visible[chosen] | (slot_index[None, :] == own[:, None])
         mask = (offset < 0)[None, :] | (in_tree[None, :] & visible[:, offset.clamp(0, tree_slots - 1)])
-        out = feed(drafter, space, frontier_features[chosen], node_ids[expand], prefix + own,
+        out = feed(drafter, cache, frontier_features[chosen], node_ids[expand], prefix + own,
                    (prefix - 1 + depth).expand(width), mask)
         ids, scores = head.top_tokens(out, width)  # [width, width]: each expanded node's children
         low = width + (depth - 1) * width * width
@@ -143,7 +168,11 @@ class TreeDrafting:
         self.device = drafter.parts.device
         self.use_graphs = self.device.type == "cuda" and graphs_allowed()
         self.max_rows = max_rows  # pending positions a graph feeds (gamma + 1: a step's accepted ones)
-        floor = MIN_CAPACITY if self.use_graphs else 64
+        floor = 64
+        if self.use_graphs:  # with the kernel, a slot past the last one written costs nothing: one size serves
+            config = drafter.net.config  # nearly every run (one graph, one compile)
+            kernel = gpu_attention.supported(self.device, drafter.parts.dtype, config.head_dim)
+            floor = KERNEL_MIN_CAPACITY if kernel else MIN_CAPACITY
         self.space = take_workspace(drafter, max(floor, 1 << (needed - 1).bit_length()))
         self.length = 0  # slots holding positions computed from the target's features
 
@@ -166,7 +195,7 @@ class TreeDrafting:
         end = self.length + count
         mask = torch.arange(end, device=self.device)[None, :] <= slots[:, None]
         with no_cudnn_attention():
-            feed(self.drafter, self.space, features, token_ids.to(self.device), slots, slots, mask)
+            feed(self.drafter, self.space.tensors(), features, token_ids.to(self.device), slots, slots, mask)
         self.length = end
 
     @torch.inference_mode()
@@ -182,7 +211,7 @@ class TreeDrafting:
             start = torch.full((1,), self.length, dtype=torch.long, device=self.device)
             span = self.length + count + tree_slots
             with no_cudnn_attention():
-                out = draft_tree(self.drafter, self.space, features, token_ids.to(self.device),
+                out = draft_tree(self.drafter, self.space.tensors(), features, token_ids.to(self.device),
                                  torch.full((1,), count, dtype=torch.long, device=self.device), start, gamma, width,
                                  budget, span)
         self.length += count
@@ -208,17 +237,43 @@ class TreeDrafting:
         return graph.out
 
     def _capture(self, graph: _TreeGraph, gamma: int, width: int, budget: int) -> None:
-        """Capture on the real inputs (the cache writes are idempotent)."""
+        """Capture on the real inputs (the cache writes are idempotent), through torch.compile where it is
+        allowed and has not failed in this process."""
+        global _compile_failed
         space = self.space
-
-        def run():
-            with no_cudnn_attention():
-                return draft_tree(self.drafter, space, graph.features, graph.token_ids, graph.count, graph.start,
-                                  gamma, width, budget, space.capacity)
-
         if space.pool is None:
             space.pool = torch.cuda.graph_pool_handle()
-        graph.out = capture_graph(graph.graph, run, self.device, space.pool)
+
+        def capture(draft):
+            def run():
+                with no_cudnn_attention():
+                    return draft(self.drafter, space.tensors(captured=True), graph.features, graph.token_ids,
+                                 graph.count, graph.start, gamma, width, budget, space.capacity)
+
+            graph.out = capture_graph(graph.graph, run, self.device, space.pool)
+
+        if compile_allowed() and not _compile_failed:
+            try:
+                return capture(_compiled_draft_tree())
+            except Exception as error:  # compile is an optimisation: never fail a run over it
+                _compile_failed = True
+                warnings.warn(f"specviz: torch.compile of EAGLE tree drafting failed ({type(error).__name__}: "
+                              f"{str(error)[:200]}); it goes on uncompiled")
+                graph.graph = torch.cuda.CUDAGraph()
+        capture(draft_tree)
+
+
+_compiled = None
+_compile_failed = False
+
+
+def _compiled_draft_tree():
+    """draft_tree through torch.compile (shapes static: a graph captures one (gamma, width, budget, capacity)):
+    uncompiled, a step of seven depths was ~2 ms of small kernels on an H100, as long as the verify pass."""
+    global _compiled
+    if _compiled is None:
+        _compiled = torch.compile(draft_tree, dynamic=False)
+    return _compiled
 
 
 _pool_lock = threading.Lock()
