@@ -79,7 +79,8 @@ def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024,
     """Untimed work before anything is measured: one short run per model (allocator, kernels, lazy
     imports), and on the fast path the CUDA graphs (and compiled kernels) for forwards of up to
     `max_positions` positions in sequences of up to `max_length` tokens, for the target and for the
-    runners of the given proposers (and with tree > 0 the target's for draft trees of up to `tree` tokens).
+    runners of the given proposers (and with tree > 0 the target's for draft trees of up to `tree` tokens, and
+    the proposers' own: EAGLE's tree drafting at gamma = max_positions - 1).
     Graphs already captured are kept, so calling it again is cheap."""
     if id(target.model) not in _warmed:
         ids = list(range(1, 9))
@@ -92,6 +93,8 @@ def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024,
     for each in (r for p in proposers for r in runners_of(p)):
         if hasattr(each, "warm_up"):
             each.warm_up(max_positions, max_length)
+    for proposer in proposers:  # what proposers capture themselves (EAGLE's tree drafting)
+        proposer.warm_up(max_length, max_positions - 1, tree)
     if hasattr(runner, "release"):
         runner.release()
 

@@ -281,9 +281,11 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     biggest_tree = max([0, *(s.tree for _, s in entries.values())])
     longest = max(len(ids) for ids in encoded.values()) + settings.max_new_tokens + max(widest, biggest_tree + 1)
     # fail on a bad method/drafter before the long run, and capture every graph before anything is timed
-    warm = [make_proposer(m, target_model, draft_model, exit_layer, heads=heads) for m, _ in entries.values()]
-    warm_up(target_model, widest, min(longest, target_model.context_length), warm, tree=biggest_tree)
-    del warm
+    length = min(longest, target_model.context_length)
+    warm_up(target_model, widest, length, tree=biggest_tree)
+    for method, method_settings in entries.values():  # each method's own graphs (EAGLE's drafting: its gamma, tree)
+        proposer = make_proposer(method, target_model, draft_model, exit_layer, heads=heads)
+        warm_up(target_model, method_settings.gamma + 1, length, [proposer], tree=method_settings.tree)
     first = prompts[0]
     for method, method_settings in [("plain", settings), *entries.values()]:  # one untimed run each: first calls
         run_once(target_model, make_proposer(method, target_model, draft_model, exit_layer, heads=heads),

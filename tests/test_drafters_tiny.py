@@ -8,7 +8,7 @@ import torch
 
 from specviz import DecodeSettings, DrafterMismatchError, ModelLoadError
 from specviz.api import make_proposer, run_once
-from specviz.proposers import EagleProposer, MedusaProposer, PlainProposer
+from specviz.proposers import AdaptiveProposer, EagleProposer, MedusaProposer, PlainProposer
 from specviz.proposers.draft_head import DraftHead, TargetParts
 from specviz.proposers.eagle import DraftCache, EagleConfig, EagleDrafter, EagleNet
 from specviz.proposers.medusa import MedusaDrafter, MedusaHeads
@@ -238,6 +238,29 @@ def test_eagle_tree_graphs_draft_what_eager_drafting_does(tiny_target, monkeypat
     assert same >= 0.9 * len(eager.steps)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_warm_up_captures_the_tree_drafting_graph_a_run_replays(tiny_target, monkeypatch):
+    """api.warm_up captures (and compiles) EAGLE's tree-drafting graph: the run after it captures none, so no
+    compile lands inside a timed run or the app's first steps."""
+    from specviz.api import warm_up
+    from specviz.models import LoadedModel
+    from specviz.proposers.eagle_tree import TreeDrafting
+    from specviz.testing import perturbed_copy
+
+    target = LoadedModel(name="tiny-cuda-warm", model=perturbed_copy(tiny_target, 0.0).model.cuda(), tokenizer=None,
+                         device=torch.device("cuda"), dtype=torch.float32)
+    drafter = random_eagle(target, seed=4)
+    drafter.net.cuda()
+    settings = DecodeSettings(max_new_tokens=40, gamma=4, tree=16)
+    warm_up(target, settings.gamma + 1, len(PROMPT) + settings.max_new_tokens + settings.tree + 1,
+            [EagleProposer(drafter)], tree=settings.tree)
+    captures = []
+    capture = TreeDrafting._capture
+    monkeypatch.setattr(TreeDrafting, "_capture", lambda self, *args: captures.append(args) or capture(self, *args))
+    run_once(target, EagleProposer(drafter), PROMPT, settings)
+    assert captures == []
+
+
 # Published formats, written by the test ------------------------------------------------------------------
 
 def write_medusa_published(folder, target, heads=2, layers=1, vocab=None, hidden=None, seed=0):
@@ -429,6 +452,16 @@ def test_top_k_in_two_stages_equals_topk():
     expected = torch.log_softmax(head.sub_logits(features), -1).topk(6)
     assert torch.equal(ids, expected.indices)
     torch.testing.assert_close(log_probs, expected.values)
+
+
+def test_warm_up_of_an_eagle_tree_proposer_runs_on_the_cpu(tiny_target):
+    from specviz.api import warm_up
+
+    proposer = AdaptiveProposer(EagleProposer(random_eagle(tiny_target, seed=5)))
+    warm_up(tiny_target, 5, 80, [proposer], tree=16)  # nothing to capture here: it must not fail
+    settings = DecodeSettings(max_new_tokens=30, gamma=4, tree=16)
+    assert run_once(tiny_target, proposer, PROMPT, settings).token_ids == run_once(
+        tiny_target, PlainProposer(), PROMPT, settings).token_ids
 
 
 def test_eagle_tree_drafts_at_the_runs_depth_up_to_the_last_step(tiny_target, monkeypatch):

@@ -117,6 +117,9 @@ class AdaptiveProposer(Proposer):
     def release(self) -> None:
         self.base.release()
 
+    def warm_up(self, max_length: int, gamma: int, tree: int) -> None:
+        self.base.warm_up(max_length, gamma, tree)
+
     def alpha(self, key=None) -> float:
         accepted, rejected = self.counts.get(key, (1.0, 1.0))
         return accepted / (accepted + rejected)

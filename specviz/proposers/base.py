@@ -61,6 +61,10 @@ class Proposer:
     def observe(self, feedback: Feedback) -> None:
         """Called after every verification."""
 
+    def warm_up(self, max_length: int, gamma: int, tree: int) -> None:
+        """Untimed preparation for runs of up to max_length tokens with these settings (api.warm_up calls it):
+        graphs to capture, code to compile. Most proposers have none."""
+
     def release(self) -> None:
         """Called when a run ends: give back what the run held (a tree drafter's static cache); the next
         reset() takes what it needs again."""

@@ -242,11 +242,28 @@ class EagleProposer(Proposer):
         self.head_feature = None  # the drafter's output at position cache.length - 1, once pending is fed
         self.release()
         if self.tree_budget():  # trees draft on the device over a static cache (eagle_tree.py)
-            from .eagle_tree import TreeDrafting  # it builds on this module
-            rows = settings.gamma + 1  # what a step feeds: the accepted drafts and the token before them
-            needed = prompt_ids.shape[0] + settings.max_new_tokens + rows + (settings.gamma - 1) * TREE_WIDTH + 1
-            self.trees = TreeDrafting(self.drafter, needed, rows)
+            self.trees = self._tree_drafting(prompt_ids.shape[0] + settings.max_new_tokens, settings.gamma)
             self._finalizer = weakref.finalize(self, self.trees.release)
+
+    def _tree_drafting(self, length: int, gamma: int):
+        from .eagle_tree import TreeDrafting  # it builds on this module
+
+        rows = gamma + 1  # what a step feeds: the accepted drafts and the token before them
+        return TreeDrafting(self.drafter, length + rows + (gamma - 1) * TREE_WIDTH + 1, rows)
+
+    @torch.inference_mode()
+    def warm_up(self, max_length: int, gamma: int, tree: int) -> None:
+        """Capture (on a CUDA GPU, and compile) the tree-drafting graph that runs of up to max_length tokens
+        with this gamma and tree will replay, before anything is timed: compiling it takes 15-30 s. The graph
+        stays with the drafter's pool of caches for the runs after."""
+        if not tree or gamma < 1:
+            return
+        trees = self._tree_drafting(max_length, gamma)
+        if trees.use_graphs:
+            features = torch.zeros(1, self.drafter.net.config.hidden_size, device=trees.device,
+                                   dtype=self.drafter.parts.dtype)
+            trees.step(features, torch.zeros(1, dtype=torch.long, device=trees.device), gamma, TREE_WIDTH, tree)
+        trees.release()
 
     def release(self) -> None:
         """Give a tree run's static cache (and its graphs) back to the drafter's pool."""
