@@ -446,7 +446,7 @@ class StaticRunner:
         else:
             self.layer_tensors = [weights.tensors() for weights in self.layers]
             self.head_matrix, self._linear = self.head, F.linear
-        # the layer as run outside compile (prefills, CPU), and as run where compile is on
+        # the layer as eager forwards run it (prefills, CPU); _layer_fn below: as graphs capture it
         self._eager_layer_fn = partial(decoder_layer, linear=onednn_linear) if self.use_onednn else decoder_layer
         # gpu_attention's kernel in captured graphs only: their shapes are fixed, so its Triton code compiles
         # while they are captured; eager forwards of new lengths would compile new specialisations mid-run
@@ -684,11 +684,9 @@ class StaticRunner:
         """Capture on the real inputs (writing the cache at the real positions is idempotent: the replay
         writes the same values)."""
         space = self.workspace
-        if space.pool is None:
-            space.pool = torch.cuda.graph_pool_handle()
         graph.logits, graph.hidden = capture_graph(
             graph.graph, lambda: self._decode(graph.ids, graph.start, span, False, graph.depths, graph.visible),
-            self.device, space.pool)
+            self.device, space)
 
     @torch.inference_mode()
     def warm_up(self, max_positions: int, max_length: int, tree: int = 0) -> int:
@@ -718,17 +716,20 @@ class StaticRunner:
         return len(self.workspace.graphs)
 
 
-def capture_graph(graph: torch.cuda.CUDAGraph, run, device: torch.device, pool):
+def capture_graph(graph: torch.cuda.CUDAGraph, run, device: torch.device, owner):
     """Run `run` twice on a side stream (lazy initialisation and allocations happen outside the capture; its
-    writes must be idempotent), then capture it into `graph`, in the memory `pool` that a workspace's graphs
-    share. Returns what the captured call returned: the graph's static outputs."""
+    writes must be idempotent), then capture it into `graph`, in the memory pool that the graphs of `owner`
+    (a workspace: `.pool`, None until its first capture) share. Returns what the captured call returned: the
+    graph's static outputs."""
+    if owner.pool is None:
+        owner.pool = torch.cuda.graph_pool_handle()
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
         for _ in range(2):
             run()
     torch.cuda.current_stream(device).wait_stream(stream)
-    with torch.cuda.graph(graph, pool=pool):
+    with torch.cuda.graph(graph, pool=owner.pool):
         outputs = run()
     return outputs
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..fast import no_cudnn_attention
+from ..fast import graphs_allowed, no_cudnn_attention
 from ..tree import depths as tree_depths
 from .base import Draft, Feedback, Proposer
 from .draft_head import DraftHead, TargetParts
@@ -256,13 +256,12 @@ class EagleProposer(Proposer):
         """Capture (on a CUDA GPU, and compile) the tree-drafting graph that runs of up to max_length tokens
         with this gamma and tree will replay, before anything is timed: compiling it takes 15-30 s. The graph
         stays with the drafter's pool of caches for the runs after."""
-        if not tree or gamma < 1:
-            return
+        parts = self.drafter.parts
+        if not tree or gamma < 1 or parts.device.type != "cuda" or not graphs_allowed():
+            return  # nothing is captured: no cache to make
         trees = self._tree_drafting(max_length, gamma)
-        if trees.use_graphs:
-            features = torch.zeros(1, self.drafter.net.config.hidden_size, device=trees.device,
-                                   dtype=self.drafter.parts.dtype)
-            trees.step(features, torch.zeros(1, dtype=torch.long, device=trees.device), gamma, TREE_WIDTH, tree)
+        features = torch.zeros(1, self.drafter.net.config.hidden_size, device=parts.device, dtype=parts.dtype)
+        trees.step(features, torch.zeros(1, dtype=torch.long, device=parts.device), gamma, TREE_WIDTH, tree)
         trees.release()
 
     def release(self) -> None:

@@ -32,6 +32,11 @@ MIN_CAPACITY = 512  # smallest drafter cache on a GPU (a power of two: few graph
 KERNEL_MIN_CAPACITY = 4096  # the same where gpu_attention's kernel attends (it reads no slot past the last written)
 
 
+def attention_kernel_for(drafter) -> bool:
+    """Whether gpu_attention's kernel can serve this drafter (CUDA, Triton, its head size)."""
+    return gpu_attention.supported(drafter.parts.device, drafter.parts.dtype, drafter.net.config.head_dim)
+
+
 class CacheTensors(NamedTuple):
     """What drafting reads and writes of a workspace, passed as tensors (and a flag), not as the workspace: a
     compiled function guards on the objects it is given, so every new workspace would compile it again."""
@@ -58,7 +63,7 @@ class TreeWorkspace:
         self.cos, self.sin = cos[0].to(dtype).contiguous(), sin[0].to(dtype).contiguous()
         self.capacity = capacity
         # in graphs on CUDA, gpu_attention's kernel: the span is the whole cache, which SDPA reads to the end
-        self.attention_kernel = gpu_attention.supported(device, dtype, config.head_dim)
+        self.attention_kernel = attention_kernel_for(drafter)
         self.graphs: dict[tuple, "_TreeGraph"] = {}
         self.pool = None
 
@@ -170,9 +175,7 @@ class TreeDrafting:
         self.max_rows = max_rows  # pending positions a graph feeds (gamma + 1: a step's accepted ones)
         floor = 64
         if self.use_graphs:  # with the kernel, a slot past the last one written costs nothing: one size serves
-            config = drafter.net.config  # nearly every run (one graph, one compile)
-            kernel = gpu_attention.supported(self.device, drafter.parts.dtype, config.head_dim)
-            floor = KERNEL_MIN_CAPACITY if kernel else MIN_CAPACITY
+            floor = KERNEL_MIN_CAPACITY if attention_kernel_for(drafter) else MIN_CAPACITY  # nearly every run
         self.space = take_workspace(drafter, max(floor, 1 << (needed - 1).bit_length()))
         self.length = 0  # slots holding positions computed from the target's features
 
@@ -241,8 +244,6 @@ class TreeDrafting:
         allowed and has not failed in this process."""
         global _compile_failed
         space = self.space
-        if space.pool is None:
-            space.pool = torch.cuda.graph_pool_handle()
 
         def capture(draft):
             def run():
@@ -250,7 +251,7 @@ class TreeDrafting:
                     return draft(self.drafter, space.tensors(captured=True), graph.features, graph.token_ids,
                                  graph.count, graph.start, gamma, width, budget, space.capacity)
 
-            graph.out = capture_graph(graph.graph, run, self.device, space.pool)
+            graph.out = capture_graph(graph.graph, run, self.device, space)
 
         if compile_allowed() and not _compile_failed:
             try:

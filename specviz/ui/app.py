@@ -188,9 +188,14 @@ def trace_file(run: LiveRun) -> str | None:
 
 # -- streaming -----------------------------------------------------------------------------------------------
 
-def _until_loaded(job: threading.Thread, what: str, started: float):
+def _until_loaded(job: threading.Thread, what: str, started: float, loaded: dict):
     while job.is_alive():
-        yield f"Loading {what}… {time.monotonic() - started:.0f} s (a first load from the Hub downloads it)"
+        seconds = time.monotonic() - started
+        if "models" in loaded:
+            yield (f"Preparing the run… {seconds:.0f} s (on a GPU the first run of a method captures CUDA graphs and "
+                   "compiles: up to a minute)")
+        else:
+            yield f"Loading {what}… {seconds:.0f} s (a first load from the Hub downloads it)"
         job.join(0.5)
 
 
@@ -302,9 +307,10 @@ class SpecvizApp:
 
         loaded: dict = {}
 
-        def load():
+        def load():  # the models, then the run (on a GPU its warm-up captures graphs and compiles)
             try:
                 loaded["models"] = load_models(run_request)
+                loaded["run"] = LiveRun(run_request, *loaded["models"])
             except Exception as error:  # shown to the user below; the app stays up
                 loaded["error"] = error
 
@@ -312,13 +318,12 @@ class SpecvizApp:
         job = threading.Thread(target=load, daemon=True)
         started = time.monotonic()
         job.start()
-        for message in _until_loaded(job, what, started):
+        for message in _until_loaded(job, what, started, loaded):
             yield {self.status: render.status_html(message, "info")}
         try:
             if "error" in loaded:
                 raise loaded["error"]
-            target_model, draft_model = loaded["models"]
-            run = LiveRun(run_request, target_model, draft_model)
+            run = loaded["run"]
         except SpecvizError as error:
             yield {self.status: render.status_html(str(error), "error")}
             return
