@@ -83,7 +83,9 @@ class SpeculativeRun:
         self._owns_runner = runner is None
         self.runner = runner or make_runner(target.model)
         if self.settings.tree and not proposer.drafts_trees:
-            warnings.warn(f"specviz: {proposer.name} drafts chains; draft trees are for ngram, medusa and eagle")
+            if proposer.name != "plain":  # plain drafts nothing: nothing to say
+                warnings.warn(f"specviz: {proposer.name} drafts chains; draft trees are for ngram, medusa, eagle "
+                              "and adaptive on medusa or eagle")
             self.settings = dataclasses.replace(self.settings, tree=0)
         if self.settings.tree and not getattr(self.runner, "supports_tree", False):
             warnings.warn(f"specviz: {type(self.runner).__name__} cannot verify draft trees; drafting chains")

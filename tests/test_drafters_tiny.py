@@ -8,7 +8,7 @@ import torch
 
 from specviz import DecodeSettings, DrafterMismatchError, ModelLoadError
 from specviz.api import make_proposer, run_once
-from specviz.proposers import AdaptiveProposer, EagleProposer, MedusaProposer, PlainProposer
+from specviz.proposers import AdaptiveProposer, EagleProposer, MedusaProposer, NgramProposer, PlainProposer
 from specviz.proposers.draft_head import DraftHead, TargetParts
 from specviz.proposers.eagle import DraftCache, EagleConfig, EagleDrafter, EagleNet
 from specviz.proposers.medusa import MedusaDrafter, MedusaHeads
@@ -486,3 +486,44 @@ def test_eagle_tree_drafts_at_the_runs_depth_up_to_the_last_step(tiny_target, mo
     assert any(left < 5 for left in room)  # the run did reach steps with less room than gamma
     for step_record, left in zip(result.steps, room):
         assert len(step_record.positions) <= min(5, left)  # the line shown: no deeper than the room left
+
+
+def test_adaptive_on_an_eagle_tree_weighs_the_lookup_chain_against_the_tree(tiny_target):
+    """With a draft tree, adaptive on EAGLE picks each step's kind: a lookup that knows the output wins the
+    steps once its alpha is learnt (also from the tree steps, where its draft was never verified); a lookup
+    that finds nothing leaves every drafting step to the tree. Greedy output is plain output either way."""
+    from test_engine_tiny import NeverFinds, OracleProposer
+
+    settings = DecodeSettings(max_new_tokens=60, gamma=6, tree=24, stop_at_eos=False)
+    plain = run_once(tiny_target, PlainProposer(), PROMPT, settings)
+    knows_all = AdaptiveProposer(EagleProposer(random_eagle(tiny_target, seed=3)),
+                                 lookup=OracleProposer(PROMPT + plain.token_ids))
+    assert knows_all.drafts_trees
+    result = run_once(tiny_target, knows_all, PROMPT, settings)
+    assert result.token_ids == plain.token_ids
+    trees = [s for s in result.steps if s.tree_size]
+    chains = [s for s in result.steps if not s.tree_size and s.gamma]
+    assert trees and len(chains) > len(trees)  # the tree is measured first, then the lookup takes over
+    assert all(s.n_accepted == s.gamma for s in chains)
+    assert knows_all.alpha(("lookup", None)) > 0.9
+
+    as_shipped = AdaptiveProposer(EagleProposer(random_eagle(tiny_target, seed=3)), lookup=NgramProposer())
+    result = run_once(tiny_target, as_shipped, PROMPT, settings)
+    assert result.token_ids == plain.token_ids
+    assert as_shipped.lookup.tree_budget() == 0 and as_shipped.base.tree_budget() == 24  # the lookup drafts chains
+    assert all(s.gamma <= settings.gamma for s in result.steps if not s.tree_size)
+
+    finds_nothing = AdaptiveProposer(EagleProposer(random_eagle(tiny_target, seed=3)), lookup=NeverFinds())
+    result = run_once(tiny_target, finds_nothing, PROMPT, settings)
+    assert result.token_ids == plain.token_ids
+    assert all(s.tree_size or s.gamma == 0 for s in result.steps)
+    assert any(s.tree_size for s in result.steps)
+
+
+def test_the_lookups_alpha_is_learnt_from_what_a_step_kept():
+    from specviz.proposers.adaptive import matched_prefix
+
+    assert matched_prefix([5, 6, 7], [5, 6, 9, 1]) == (2, True)  # wrong at its third token
+    assert matched_prefix([5, 6, 7], [5, 6]) == (2, False)  # right as far as the step went
+    assert matched_prefix([5, 6], [5, 6, 7]) == (2, False)
+    assert matched_prefix([4], [5]) == (0, True)

@@ -15,13 +15,22 @@ Two refinements that matter in practice:
 - with a `lookup` drafter beside a model drafter (n-gram lookup beside EAGLE), the free lookup goes first and
   the model drafts only where the lookup has nothing worth verifying: text copied from the prompt (extraction,
   summaries, RAG) is looked up, new text is drafted; each keeps its own alpha.
+
+With a draft tree (settings.tree > 0, a base that drafts trees: EAGLE, Medusa) a step is one of three: the
+lookup's chain, the base's tree, or a plain step, whichever promises the most tokens per second. A tree's
+rate is measured whole (tokens per step over drafting and verifying time: its acceptance is not one alpha),
+and the lookup's alpha is learnt on every step, also when its draft was not verified: the tokens the step
+kept say how much of it the target would have accepted.
 """
 from __future__ import annotations
+
+import dataclasses
 
 from ..theory import expected_tokens_per_step
 from .base import Draft, Feedback, Proposer
 
 DECAY = 0.9  # weight of the past per step: recent text matters more (acceptance changes with content)
+MARGIN = 0.05  # how much more than a plain step drafting must promise (measured costs are noisy)
 
 
 class DecayedLine:
@@ -75,15 +84,44 @@ class VerifyCosts:
         return max([self.line.predict(size) or 0.0, *known])
 
 
-def best_draft_length(alpha: float, draft_cost: float, verify_cost, gamma_max: int, margin: float = 0.05) -> int:
+def chain_rate(alpha: float, g: int, draft_cost: float, verify_cost) -> float:
+    """Expected tokens per second of a step drafting a chain of g tokens (g = 0: a plain step)."""
+    seconds = g * draft_cost + verify_cost(g + 1)
+    return expected_tokens_per_step(alpha, g) / max(seconds, 1e-12)  # a fit can extrapolate to 0 s
+
+
+def best_draft_length(alpha: float, draft_cost: float, verify_cost, gamma_max: int, margin: float = MARGIN) -> int:
     """The g in 0..gamma_max with the most expected tokens per second; verify_cost(K) is the time of a
     target forward over K positions. Drafting must promise `margin` more than a plain step: measured
     costs are noisy, and a marginal gain is not worth the risk of a loss."""
     def rate(g: int) -> float:
-        seconds = g * draft_cost + verify_cost(g + 1)
-        return expected_tokens_per_step(alpha, g) / max(seconds, 1e-12)  # a fit can extrapolate to 0 s
+        return chain_rate(alpha, g, draft_cost, verify_cost)
     best = max(range(1, gamma_max + 1), key=rate, default=0)
     return best if best and rate(best) > (1 + margin) * rate(0) else 0
+
+
+def matched_prefix(draft: list[int], kept: list[int]) -> tuple[int, bool]:
+    """How many of a draft's tokens a step's kept tokens confirm, and whether they also show where the draft
+    went wrong (False: it was right as far as the step went)."""
+    matched = 0
+    for drafted, actual in zip(draft, kept):
+        if drafted != actual:
+            return matched, True
+        matched += 1
+    return matched, False
+
+
+class RateMeter:
+    """Tokens per second of one kind of step (a draft tree: drafting and verifying it), decayed."""
+
+    def __init__(self):
+        self.tokens = self.seconds = 0.0
+
+    def add(self, tokens: int, seconds: float) -> None:
+        self.tokens, self.seconds = DECAY * self.tokens + tokens, DECAY * self.seconds + seconds
+
+    def rate(self) -> float | None:
+        return self.tokens / self.seconds if self.seconds > 0 else None
 
 
 def truncate(draft: Draft, length: int) -> Draft:
@@ -97,13 +135,16 @@ class AdaptiveProposer(Proposer):
         self.lookup = lookup  # a free drafter tried before the base (n-gram lookup), or None
         self.name = f"adaptive({base.name})" if lookup is None else f"adaptive({lookup.name}+{base.name})"
         self.needs_target_hidden = base.needs_target_hidden
+        # a base that costs something and drafts trees (EAGLE, Medusa): each step weighs its tree against the
+        # lookup's chain and a plain step; a free base (n-gram lookup) drafts chains: on a GPU trees did not pay
+        self.drafts_trees = base.drafts_trees and not getattr(base, "free_drafts", False)
         self.warmup_steps = warmup_steps
 
     def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:
         super().reset(prompt_ids, settings, generator)
         self.base.reset(prompt_ids, settings, generator, target_hidden)
-        if self.lookup is not None:
-            self.lookup.reset(prompt_ids, settings, generator)
+        if self.lookup is not None:  # the lookup drafts chains, also beside a base that drafts trees
+            self.lookup.reset(prompt_ids, dataclasses.replace(settings, tree=0), generator)
         self.counts: dict = {}  # draft key -> [accepted, rejected]: decayed counts, prior alpha = 0.5
         self.draft_cost = None  # seconds per draft token (decayed mean)
         self.verify_costs = VerifyCosts()
@@ -113,6 +154,10 @@ class AdaptiveProposer(Proposer):
         self.last_choice = 0
         self.last_key = None
         self.last_from_lookup = False  # the last draft came from the lookup, not the base drafter
+        self.tree_rate = RateMeter()  # the base's draft trees, whole steps (tree mode)
+        self.last_was_tree = False
+        self.lookup_draft: list[int] = []  # this step's lookup draft, verified or not (tree mode learns from it)
+        self.lookup_key = None
 
     def release(self) -> None:
         self.base.release()
@@ -146,11 +191,15 @@ class AdaptiveProposer(Proposer):
         return choice
 
     def propose(self, tokens, gamma: int):
+        self.last_was_tree = False
+        self.lookup_draft = []
         if self.steps >= self.warmup_steps and 1 not in self.verify_costs.by_size:
             # one plain step to measure what drafting competes with: never measured, a plain forward's time is
             # extrapolated from the verify passes, and on a CPU that makes it look as slow as they are
             self.last_key, self.last_choice, self.last_from_lookup = None, 0, False
             return self.empty_draft(tokens.device)
+        if self.drafts_trees and self.tree_budget():
+            return self._propose_in_tree_mode(tokens, gamma)
         if self.lookup is not None:
             draft = self.lookup.propose(tokens, gamma)
             key = ("lookup", getattr(self.lookup, "draft_key", None))
@@ -170,11 +219,57 @@ class AdaptiveProposer(Proposer):
             return self.empty_draft(tokens.device)
         return self.base.propose(tokens, self.last_choice)
 
+    def _propose_in_tree_mode(self, tokens, gamma: int):
+        """The lookup's chain, the base's tree or a plain step: the most tokens per second expected."""
+        plain_rate = 1.0 / self.verify_costs.predict(1) if 1 in self.verify_costs.by_size else None
+        tree_rate = self.tree_rate.rate()
+        if self.lookup is not None:
+            draft = self.lookup.propose(tokens, gamma)
+            self.lookup_draft = draft.token_ids.tolist()
+            self.lookup_key = ("lookup", getattr(self.lookup, "draft_key", None))
+            if draft.size and tree_rate is not None:  # the tree is measured first: then the lookup must beat it
+                alpha = min(self.alpha(self.lookup_key), 0.999)
+                length = best_draft_length(alpha, 0.0, self.verify_costs.predict, draft.size)
+                if length and chain_rate(alpha, length, 0.0, self.verify_costs.predict) > tree_rate:
+                    self.last_key, self.last_choice, self.last_from_lookup = self.lookup_key, length, True
+                    return truncate(draft, length)
+        self.last_from_lookup, self.last_key = False, None
+        pays = tree_rate is None or plain_rate is None or tree_rate > (1 + MARGIN) * plain_rate
+        if pays or self.plain_streak >= self.probe_interval:  # else a probe now and then: does it pay again?
+            self.last_was_tree, self.last_choice = True, gamma
+            return self.base.propose(tokens, gamma)
+        self.last_choice = 0
+        return self.empty_draft(tokens.device)
+
+    def _learn_lookup(self, feedback: Feedback) -> None:
+        """The lookup's alpha from what this step kept, whether its draft was verified or not (a draft that was
+        verified: exactly the verifier's verdict, for a resampled token never equals the rejected draft)."""
+        if not self.lookup_draft or feedback.new_ids is None:
+            return
+        matched, went_wrong = matched_prefix(self.lookup_draft, feedback.new_ids)
+        accepted, rejected = self.counts.get(self.lookup_key, (1.0, 1.0))
+        self.counts[self.lookup_key] = (DECAY * accepted + matched, DECAY * rejected + went_wrong)
+
+    def _observe_in_tree_mode(self, feedback: Feedback) -> None:
+        self._learn_lookup(feedback)
+        if self.last_was_tree:
+            self.tree_rate.add(feedback.n_accepted + 1, feedback.draft_seconds + feedback.verify_seconds)
+        else:  # a chain (the lookup's) or a plain step: what a forward over K positions costs
+            self.verify_costs.add(feedback.drafted + 1, feedback.verify_seconds)
+        was_probe = self.last_was_tree and self.plain_streak > 0
+        self.plain_streak = self.plain_streak + 1 if feedback.drafted == 0 else 0
+        if was_probe:
+            plain_rate = 1.0 / self.verify_costs.predict(1)
+            self.probe_interval = 4 if self.tree_rate.rate() > (1 + MARGIN) * plain_rate else min(64, 2 * self.probe_interval)
+
     def observe(self, feedback: Feedback) -> None:
         self.base.observe(feedback)
         if self.lookup is not None:
             self.lookup.observe(feedback)
         self.steps += 1
+        if self.drafts_trees and self.tree_budget():
+            self._observe_in_tree_mode(feedback)
+            return
         self.verify_costs.add(feedback.drafted + 1, feedback.verify_seconds)
         if feedback.drafted == 0:
             self.plain_streak += 1

@@ -23,7 +23,7 @@ from ..cost_curve import measure_cost_curve
 from ..engine import SpeculativeRun
 from ..errors import SpecvizError
 from ..models import DEFAULT_MODEL, load_model
-from ..proposers import METHODS, TREE_METHODS, PlainProposer
+from ..proposers import METHODS, PlainProposer
 from ..records import StepRecord, TokenRecord
 from . import charts, render, view
 from .gpu import gpu
@@ -97,7 +97,8 @@ def run_header(run: LiveRun) -> str:
     request, s = run.request, run.request.settings
     sampling = "greedy" if s.greedy else f"sampling T={s.temperature:g}, top-p={s.top_p:g}, seed={s.seed}"
     drafter = f", drafter {request.draft}" if request.draft else ""
-    tree = f" · draft tree of up to {s.tree} tokens" if s.tree and request.method in TREE_METHODS else ""
+    drafting_trees = run.speculative.settings.tree  # the engine's: 0 where the method or runner drafts chains
+    tree = f" · draft tree of up to {s.tree} tokens" if drafting_trees else ""
     return (f"target {run.target_label}{drafter} · method {request.method} · γ = {s.gamma}{tree} · {sampling} · "
             f"{run.device_label}")
 
@@ -560,7 +561,7 @@ class SpecvizApp:
                             self.gamma = gr.Slider(1, 16, value=4, step=1, label="γ (draft tokens per step)")
                             self.tree = gr.Slider(0, 64, value=0, step=1, elem_id="sv-tree",
                                                   label="draft tree: tokens verified at once (0 = a chain of γ)",
-                                                  info="ngram, medusa, eagle: several candidates, depth γ")
+                                                  info="ngram, medusa, eagle, adaptive on eagle: several candidates, depth γ")
                             self.max_new = gr.Slider(8, MAX_NEW_TOKENS, value=96, step=8, label="max new tokens",
                                                      elem_id="sv-max-new")
                         with gr.Row():
