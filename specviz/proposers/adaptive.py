@@ -155,6 +155,7 @@ class AdaptiveProposer(Proposer):
         self.last_key = None
         self.last_from_lookup = False  # the last draft came from the lookup, not the base drafter
         self.tree_rate = RateMeter()  # the base's draft trees, whole steps (tree mode)
+        self.tree_steps = 0
         self.last_was_tree = False
         self.lookup_draft: list[int] = []  # this step's lookup draft, verified or not (tree mode learns from it)
         self.lookup_key = None
@@ -253,7 +254,9 @@ class AdaptiveProposer(Proposer):
     def _observe_in_tree_mode(self, feedback: Feedback) -> None:
         self._learn_lookup(feedback)
         if self.last_was_tree:
-            self.tree_rate.add(feedback.n_accepted + 1, feedback.draft_seconds + feedback.verify_seconds)
+            if self.tree_steps:  # not the first: its drafting also fed the drafter the whole prompt
+                self.tree_rate.add(feedback.n_accepted + 1, feedback.draft_seconds + feedback.verify_seconds)
+            self.tree_steps += 1
         else:  # a chain (the lookup's) or a plain step: what a forward over K positions costs
             self.verify_costs.add(feedback.drafted + 1, feedback.verify_seconds)
         was_probe = self.last_was_tree and self.plain_streak > 0
