@@ -193,14 +193,17 @@ def test_eagle_tree_greedy_equals_plain(tiny_target, gamma, tree):
     assert all(step.tree_size > 1 for step in result.steps[:-1])
 
 
-def test_eagle_tree_cache_holds_only_true_features(tiny_target):
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_eagle_tree_cache_holds_only_true_features(tiny_target, adaptive):
     """After every tree step the drafter's static cache holds, in its first slots, what a fresh pass over
-    the target's own features gives (the tree's scratch slots are overwritten, never kept)."""
+    the target's own features gives (the tree's scratch slots are overwritten, never kept); also under
+    adaptive, whose lookup and plain steps leave positions for the drafter to catch up on."""
     from specviz import SpeculativeRun
     from specviz.runner import CausalRunner
 
     proposer = EagleProposer(random_eagle(tiny_target, seed=2))
-    run = SpeculativeRun(tiny_target, proposer, PROMPT, DecodeSettings(max_new_tokens=30, gamma=4, tree=16))
+    runs = AdaptiveProposer(proposer, lookup=NgramProposer()) if adaptive else proposer
+    run = SpeculativeRun(tiny_target, runs, PROMPT, DecodeSettings(max_new_tokens=30, gamma=4, tree=16))
     steps = 0
     for _ in run:
         steps += 1
@@ -236,6 +239,38 @@ def test_eagle_tree_graphs_draft_what_eager_drafting_does(tiny_target, monkeypat
     same = sum([p.token_id for p in a.positions] == [p.token_id for p in b.positions]
                for a, b in zip(graphed.steps, eager.steps))
     assert same >= 0.9 * len(eager.steps)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_catch_up_through_a_graph_writes_what_eager_feeding_does(tiny_target):
+    """The drafter catching up on many positions (a prompt; adaptive's steps without a tree) replays one graph
+    of CATCH_UP_ROWS rows at a time: its cache equals eager feeding, and adaptive on it gives plain output."""
+    from specviz.models import LoadedModel
+    from specviz.proposers.eagle_tree import CATCH_UP_ROWS, TreeDrafting
+    from specviz.testing import perturbed_copy
+
+    target = LoadedModel(name="tiny-cuda-catch-up", model=perturbed_copy(tiny_target, 0.0).model.cuda(),
+                         tokenizer=None, device=torch.device("cuda"), dtype=torch.float32)
+    drafter = random_eagle(target, seed=6)
+    drafter.net.cuda()
+    torch.manual_seed(0)
+    count = 2 * CATCH_UP_ROWS + 22
+    features = torch.randn(count, drafter.net.config.hidden_size, device="cuda")
+    token_ids = torch.randint(0, target.vocab_size, (count,), device="cuda")
+    graphed, eager = TreeDrafting(drafter, 512, 5), TreeDrafting(drafter, 512, 5)
+    assert graphed.use_graphs and graphed.space is not eager.space
+    graphed.catch_up(features[:3], token_ids[:3])
+    graphed.catch_up(features[3:], token_ids[3:])  # three replays, the last one part padding
+    eager.prefill(features, token_ids)
+    assert graphed.length == eager.length == count
+    torch.testing.assert_close(graphed.space.keys[:, :, :count], eager.space.keys[:, :, :count], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(graphed.space.values[:, :, :count], eager.space.values[:, :, :count], rtol=1e-4, atol=1e-5)
+    graphed.release(), eager.release()
+
+    settings = DecodeSettings(max_new_tokens=60, gamma=5, tree=31, stop_at_eos=False)
+    plain = run_once(target, PlainProposer(), PROMPT, settings)
+    adaptive = run_once(target, AdaptiveProposer(EagleProposer(drafter), lookup=NgramProposer()), PROMPT, settings)
+    assert adaptive.token_ids == plain.token_ids
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -246,10 +246,11 @@ class EagleProposer(Proposer):
             self._finalizer = weakref.finalize(self, self.trees.release)
 
     def _tree_drafting(self, length: int, gamma: int):
-        from .eagle_tree import TreeDrafting  # it builds on this module
+        from .eagle_tree import CATCH_UP_ROWS, TreeDrafting  # it builds on this module
 
         rows = gamma + 1  # what a step feeds: the accepted drafts and the token before them
-        return TreeDrafting(self.drafter, length + rows + (gamma - 1) * TREE_WIDTH + 1, rows)
+        scratch = max(rows + (gamma - 1) * TREE_WIDTH, CATCH_UP_ROWS)  # slots written past the prefix
+        return TreeDrafting(self.drafter, length + scratch + 1, rows)
 
     @torch.inference_mode()
     def warm_up(self, max_length: int, gamma: int, tree: int) -> None:
@@ -261,6 +262,7 @@ class EagleProposer(Proposer):
             return  # nothing is captured: no cache to make
         trees = self._tree_drafting(max_length, gamma)
         features = torch.zeros(1, self.drafter.net.config.hidden_size, device=parts.device, dtype=parts.dtype)
+        trees.catch_up(features, torch.zeros(1, dtype=torch.long, device=parts.device))
         trees.step(features, torch.zeros(1, dtype=torch.long, device=parts.device), gamma, TREE_WIDTH, tree)
         trees.release()
 
@@ -317,8 +319,8 @@ class EagleProposer(Proposer):
             return self.empty_draft(tokens.device)  # no target feature for the position before the last yet
         features = self.pending.to(trees.device)
         token_ids = tokens[trees.length + 1: length]  # x_{i+1} beside f_i
-        if pending > trees.max_rows:  # a prompt: all but its last position fed as a prefill
-            trees.prefill(features[:-1], token_ids[:-1])
+        if pending > trees.max_rows:  # a prompt, or steps others drafted (adaptive): all but the last caught up
+            trees.catch_up(features[:-1], token_ids[:-1])
             features, token_ids = features[-1:], token_ids[-1:]
         self.pending = self.pending[:0]
         # always the run's own depth: a shallower one (the last steps before max_new_tokens) would be a new
