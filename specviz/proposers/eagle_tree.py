@@ -212,11 +212,9 @@ class TreeDrafting:
         graph.token_ids[:count].copy_(token_ids)
         graph.start.fill_(self.length)  # rows past count: written past the prefix, seen by no one, overwritten
         if new:
-            columns = torch.arange(space.capacity, device=self.device)
-            offsets = torch.arange(CATCH_UP_ROWS, device=self.device)
-
-            def run():
-                slots = graph.start + offsets
+            def run():  # every tensor it needs made inside: the graph's pool keeps them (a closure's would be freed)
+                slots = graph.start + torch.arange(CATCH_UP_ROWS, device=self.device)
+                columns = torch.arange(space.capacity, device=self.device)
                 with no_cudnn_attention():
                     return feed(self.drafter, space.tensors(captured=True), graph.features, graph.token_ids, slots,
                                 slots, columns[None, :] <= slots[:, None])
