@@ -39,7 +39,8 @@ from .tree import check_tree, depths as tree_depths, visibility
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # cos/sin depend on the position only
 MIN_SPAN = 128  # smallest attention span captured in a graph (positions are padded up to a power of two)
-MAX_GRAPH_POSITIONS = MAX_GAMMA + 1  # forwards over more positions (prefills) run eagerly
+MAX_GRAPH_POSITIONS = MAX_GAMMA + 1  # forwards over more positions (prefills) go through in chunks:
+PREFILL_CHUNK = 256  # positions of one captured prefill forward (the last chunk of an input padded)
 MAX_TREE_POSITIONS = MAX_TREE + 1  # a tree verify pass: the last accepted token and the tree
 
 
@@ -585,28 +586,61 @@ class StaticRunner:
         count = int(token_ids.shape[0])
         end = self.length + count
         last_only = logits_for == "last"
-        if self.use_graphs and count <= MAX_GRAPH_POSITIONS:
+        if self.use_graphs and count > MAX_GRAPH_POSITIONS:
+            return self._forward_in_chunks(token_ids, last_only)
+        if self.use_graphs:
             span = graph_span(end, self.context_length)
             self.ensure_capacity(span)
             logits, hidden = self._replay(token_ids, span)
             if last_only:
                 logits = logits[-1:]
         else:
-            self.ensure_capacity(end)
-            start = torch.full((1,), self.length, dtype=torch.long, device=self.device)
-            ids = token_ids.to(self.device)
-            compiled = self.use_compile and not self.use_graphs
-            try:
-                with no_cudnn_attention():
-                    logits, hidden = self._decode(ids, start, end, last_only, compiled=compiled)
-            except Exception as error:  # compile is an optimisation: never fail a run over it
-                if not compiled:
-                    raise
-                self._fall_back_to_eager(error)
-                with no_cudnn_attention():
-                    logits, hidden = self._decode(ids, start, end, last_only, compiled=False)
+            logits, hidden = self._forward_eager(token_ids, last_only)
         self.length = end
         return logits, hidden
+
+    def _forward_eager(self, token_ids: torch.Tensor, last_only: bool):
+        """The forward without a graph (compiled where compile is on and graphs are not). Leaves self.length."""
+        end = self.length + int(token_ids.shape[0])
+        self.ensure_capacity(end)
+        start = torch.full((1,), self.length, dtype=torch.long, device=self.device)
+        ids = token_ids.to(self.device)
+        compiled = self.use_compile and not self.use_graphs
+        try:
+            with no_cudnn_attention():
+                return self._decode(ids, start, end, last_only, compiled=compiled)
+        except Exception as error:  # compile is an optimisation: never fail a run over it
+            if not compiled:
+                raise
+            self._fall_back_to_eager(error)
+            with no_cudnn_attention():
+                return self._decode(ids, start, end, last_only, compiled=False)
+
+    def _forward_in_chunks(self, token_ids: torch.Tensor, last_only: bool):
+        """A long input (a prompt) through captured graphs of PREFILL_CHUNK positions, the last chunk padded:
+        eagerly, a forward is some 600 kernel launches from Python, 15-30 ms on an H100 whatever the prompt's
+        length, where a replay takes ~2 ms. The padding's keys and values land in slots past the input, where
+        no token looks before its own forward has overwritten them (as with a padded draft tree)."""
+        token_ids = token_ids.cpu()
+        logits, hidden = [], []
+        for begin in range(0, int(token_ids.shape[0]), PREFILL_CHUNK):
+            chunk = token_ids[begin:begin + PREFILL_CHUNK]
+            real = int(chunk.shape[0])
+            if self.length + PREFILL_CHUNK > self.context_length:  # no room for the padding: the rest eagerly
+                rest = token_ids[begin:]
+                chunk_logits, chunk_hidden = self._forward_eager(rest, last_only)
+                self.length += int(rest.shape[0])
+                logits.append(chunk_logits)
+                hidden.append(chunk_hidden)
+                break
+            padded = torch.cat([chunk, torch.zeros(PREFILL_CHUNK - real, dtype=torch.long)])
+            span = graph_span(self.length + PREFILL_CHUNK, self.context_length)
+            self.ensure_capacity(span)
+            chunk_logits, chunk_hidden = self._replay(padded, span)
+            self.length += real
+            logits.append(chunk_logits[real - 1:real] if last_only else chunk_logits[:real])
+            hidden.append(chunk_hidden[:real])
+        return (logits[-1] if last_only else torch.cat(logits)), torch.cat(hidden)
 
     def _forward_tree(self, token_ids: torch.Tensor, parents: list[int]):
         if not self.supports_tree:
@@ -705,6 +739,9 @@ class StaticRunner:
                 if (count, span, False) not in self.workspace.graphs:
                     self.length = span - count  # so that the forward ends at `span`: this span's graph
                     self.forward(torch.randint(0, vocab, (count,)))
+            if (PREFILL_CHUNK, span, False) not in self.workspace.graphs and PREFILL_CHUNK <= span:
+                self.length = span - PREFILL_CHUNK  # a prompt's chunk ending in this span
+                self.forward(torch.randint(0, vocab, (PREFILL_CHUNK,)))
             padded = 2
             while tree and self.supports_tree and padded <= _next_power_of_two(tree + 1):
                 if (padded, span, True) not in self.workspace.graphs and padded <= span:

@@ -303,6 +303,34 @@ def test_graph_replay_equals_eager_forward(tiny_target):
 
 
 @cuda
+@pytest.mark.parametrize("context", [1024, 320])
+def test_long_inputs_go_through_padded_graph_chunks_as_the_eager_forward_does(context):
+    """A prompt longer than MAX_GRAPH_POSITIONS goes through captured graphs of PREFILL_CHUNK positions, the
+    last one padded (with a context of 320 the padding does not fit: that chunk runs eagerly): the same
+    logits and hidden states as the eager forward, and decoding after it sees none of the padding."""
+    from specviz.fast import PREFILL_CHUNK
+
+    model = tiny_causal_lm(vocab_size=32, seed=7, layers=2, context=context).model.cuda()
+    graphed, eager = StaticRunner(model, graphs=True, compile=False), StaticRunner(model, graphs=False, compile=False)
+    ids = torch.randint(0, 32, (310,))
+    count = PREFILL_CHUNK + 44
+    (a, ha), (b, hb) = graphed.forward(ids[:count]), eager.forward(ids[:count])
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ha, hb, atol=1e-5, rtol=1e-5)
+    assert graphed.length == eager.length == count and a.shape[0] == count
+    assert (PREFILL_CHUNK, 256, False) in graphed.workspace.graphs
+    for start in range(count, 308, 2):
+        a, _ = graphed.forward(ids[start:start + 2])
+        b, _ = eager.forward(ids[start:start + 2])
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    graphed.reset(), eager.reset()
+    a, _ = graphed.forward(ids[:count], logits_for="last")
+    b, _ = eager.forward(ids[:count], logits_for="last")
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert a.shape[0] == 1
+
+
+@cuda
 def test_compiled_graphs_give_plain_greedy_output_in_float32(tiny_target, tiny_drafter):
     target = LoadedModel(name="tiny-cuda", model=perturbed_copy(tiny_target, 0.0).model.cuda(), tokenizer=None,
                          device=torch.device("cuda"), dtype=torch.float32)
