@@ -621,7 +621,6 @@ class StaticRunner:
         eagerly, a forward is some 600 kernel launches from Python, 15-30 ms on an H100 whatever the prompt's
         length, where a replay takes ~2 ms. The padding's keys and values land in slots past the input, where
         no token looks before its own forward has overwritten them (as with a padded draft tree)."""
-        token_ids = token_ids.cpu()
         logits, hidden = [], []
         for begin in range(0, int(token_ids.shape[0]), PREFILL_CHUNK):
             chunk = token_ids[begin:begin + PREFILL_CHUNK]
@@ -633,7 +632,7 @@ class StaticRunner:
                 logits.append(chunk_logits)
                 hidden.append(chunk_hidden)
                 break
-            padded = torch.cat([chunk, torch.zeros(PREFILL_CHUNK - real, dtype=torch.long)])
+            padded = torch.cat([chunk, chunk.new_zeros(PREFILL_CHUNK - real)])  # where the ids are: no host trip
             span = graph_span(self.length + PREFILL_CHUNK, self.context_length)
             self.ensure_capacity(span)
             chunk_logits, chunk_hidden = self._replay(padded, span)

@@ -430,3 +430,59 @@ def test_runner_with_triton_attention_equals_sdpa_runner():
     a, _ = triton_runner.forward(ids[37:43], parents=[-1, 0, 0, 1, 2])
     b, _ = sdpa_runner.forward(ids[37:43], parents=[-1, 0, 0, 1, 2])
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+class StandInGraph:
+    """A CUDA graph's stand-in on the CPU: replay runs the captured function again and writes into the outputs
+    of the capture, as a real replay does, so that the bookkeeping around graphs (keys, static inputs, padding,
+    chunks) is tested without a GPU."""
+
+    def replay(self):
+        outputs, fresh = self.outputs, self.run()
+        for static, new in zip(outputs, fresh) if isinstance(outputs, tuple) else [(outputs, fresh)]:
+            static.copy_(new)
+
+
+def stand_in_capture(graph, run, device, owner):
+    graph.run, graph.outputs = run, run()
+    return graph.outputs
+
+
+def test_graph_bookkeeping_runs_on_the_cpu_with_a_stand_in_graph(monkeypatch):
+    """Chunked prefill (padded graphs of PREFILL_CHUNK positions) and EAGLE's catch-up graph, through stand-in
+    graphs: the same results as the eager paths (the real graphs are tested on the GPU)."""
+    import specviz.fast as fast
+    from specviz.proposers import eagle_tree
+    from test_drafters_tiny import random_eagle
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", StandInGraph)
+    monkeypatch.setattr(fast, "capture_graph", stand_in_capture)
+    monkeypatch.setattr(eagle_tree, "capture_graph", stand_in_capture)
+    model = tiny_causal_lm(vocab_size=32, seed=7, layers=2, context=1024).model
+    graphed, eager = StaticRunner(model, graphs=False, compile=False), StaticRunner(model, graphs=False, compile=False)
+    graphed.use_graphs = True
+    ids = torch.randint(0, 32, (340,))
+    (a, ha), (b, hb) = graphed.forward(ids[:300]), eager.forward(ids[:300])
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ha, hb, atol=1e-5, rtol=1e-5)
+    for start in range(300, 340, 4):  # decoding after it sees none of the padding
+        a, _ = graphed.forward(ids[start:start + 4])
+        b, _ = eager.forward(ids[start:start + 4])
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert {(fast.PREFILL_CHUNK, 256, False), (fast.PREFILL_CHUNK, 512, False)} <= set(graphed.workspace.graphs)
+
+    target = tiny_causal_lm(vocab_size=16)
+    drafter = random_eagle(LoadedModel(name="tiny", model=target.model, tokenizer=None, device=torch.device("cpu"),
+                                       dtype=torch.float32), seed=6)
+    features = torch.randn(150, drafter.net.config.hidden_size)
+    token_ids = torch.randint(0, 16, (150,))
+    caught_up, fed = eagle_tree.TreeDrafting(drafter, 512, 5), eagle_tree.TreeDrafting(drafter, 512, 5)
+    caught_up.use_graphs = True
+    caught_up.catch_up(features[:3], token_ids[:3])
+    caught_up.catch_up(features[3:149], token_ids[3:149])  # three replays of one graph, the last part padding
+    fed.prefill(features[:149], token_ids[:149])
+    torch.testing.assert_close(caught_up.space.keys[:, :, :149], fed.space.keys[:, :, :149], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(caught_up.space.values[:, :, :149], fed.space.values[:, :, :149], atol=1e-5, rtol=1e-4)
+    monkeypatch.setattr(eagle_tree, "_compile_failed", True)  # no torch.compile on this stand-in
+    assert caught_up.step(features[149:], token_ids[149:], 4, 8, 20) == fed.step(features[149:], token_ids[149:], 4, 8, 20)
+    caught_up.release(), fed.release()

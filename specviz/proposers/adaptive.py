@@ -232,14 +232,11 @@ class AdaptiveProposer(Proposer):
                 alpha = min(self.alpha(self.lookup_key), 0.999)
                 length = best_draft_length(alpha, 0.0, self.verify_costs.predict, draft.size)
                 if length and chain_rate(alpha, length, 0.0, self.verify_costs.predict) > tree_rate:
-                    self.last_key, self.last_choice, self.last_from_lookup = self.lookup_key, length, True
                     return truncate(draft, length)
-        self.last_from_lookup, self.last_key = False, None
         pays = tree_rate is None or plain_rate is None or tree_rate > (1 + MARGIN) * plain_rate
         if pays or self.plain_streak >= self.probe_interval:  # else a probe now and then: does it pay again?
-            self.last_was_tree, self.last_choice = True, gamma
+            self.last_was_tree = True
             return self.base.propose(tokens, gamma)
-        self.last_choice = 0
         return self.empty_draft(tokens.device)
 
     def _learn_lookup(self, feedback: Feedback) -> None:
@@ -262,8 +259,11 @@ class AdaptiveProposer(Proposer):
         was_probe = self.last_was_tree and self.plain_streak > 0
         self.plain_streak = self.plain_streak + 1 if feedback.drafted == 0 else 0
         if was_probe:
-            plain_rate = 1.0 / self.verify_costs.predict(1)
-            self.probe_interval = 4 if self.tree_rate.rate() > (1 + MARGIN) * plain_rate else min(64, 2 * self.probe_interval)
+            self._after_probe(paid=self.tree_rate.rate() > (1 + MARGIN) / self.verify_costs.predict(1))
+
+    def _after_probe(self, paid: bool) -> None:
+        """Probe again soon if the probe paid; else back off, so that probes that keep failing stay cheap."""
+        self.probe_interval = 4 if paid else min(64, 2 * self.probe_interval)
 
     def observe(self, feedback: Feedback) -> None:
         self.base.observe(feedback)
@@ -285,5 +285,5 @@ class AdaptiveProposer(Proposer):
         accepted, rejected = self.counts.get(self.last_key, (1.0, 1.0))
         self.counts[self.last_key] = (DECAY * accepted + feedback.n_accepted,
                                       DECAY * rejected + (feedback.n_accepted < feedback.drafted))
-        if was_probe:  # back off while probes keep failing, so they stay cheap
-            self.probe_interval = 4 if feedback.n_accepted else min(64, self.probe_interval * 2)
+        if was_probe:
+            self._after_probe(paid=feedback.n_accepted > 0)

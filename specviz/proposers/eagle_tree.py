@@ -200,17 +200,24 @@ class TreeDrafting:
         for begin in range(0, features.shape[0], CATCH_UP_ROWS):
             self._replay_catch_up(features[begin:begin + CATCH_UP_ROWS], token_ids[begin:begin + CATCH_UP_ROWS])
 
-    def _replay_catch_up(self, features, token_ids) -> None:
-        space = self.space
-        key = ("catch-up", CATCH_UP_ROWS)
-        graph = space.graphs.get(key)
+    def _graph_with_inputs(self, key, rows: int, features, token_ids) -> tuple[_TreeGraph, bool]:
+        """The workspace's graph for `key` (True: a new one, still to be captured) with this call's positions
+        written into its static inputs: features and token_ids in the first rows (the rows past them are padding,
+        written past the prefix, seen by no one, overwritten), and the first slot."""
+        graph = self.space.graphs.get(key)
         new = graph is None
         if new:
-            graph = _TreeGraph(CATCH_UP_ROWS, features.shape[1], self.device, space.keys.dtype)
+            graph = _TreeGraph(rows, features.shape[1], self.device, self.space.keys.dtype)
         count = features.shape[0]
         graph.features[:count].copy_(features)
         graph.token_ids[:count].copy_(token_ids)
-        graph.start.fill_(self.length)  # rows past count: written past the prefix, seen by no one, overwritten
+        graph.start.fill_(self.length)
+        return graph, new
+
+    def _replay_catch_up(self, features, token_ids) -> None:
+        space = self.space
+        key = ("catch-up", CATCH_UP_ROWS)
+        graph, new = self._graph_with_inputs(key, CATCH_UP_ROWS, features, token_ids)
         if new:
             def run():  # every tensor it needs made inside: the graph's pool keeps them (a closure's would be freed)
                 slots = graph.start + torch.arange(CATCH_UP_ROWS, device=self.device)
@@ -222,7 +229,7 @@ class TreeDrafting:
             graph.out = capture_graph(graph.graph, run, self.device, space)
             space.graphs[key] = graph
         graph.graph.replay()
-        self.length += count
+        self.length += features.shape[0]
 
     @torch.inference_mode()
     def prefill(self, features: torch.Tensor, token_ids: torch.Tensor) -> None:
@@ -258,20 +265,12 @@ class TreeDrafting:
         return ids, parents
 
     def _replay(self, features, token_ids, gamma: int, width: int, budget: int) -> torch.Tensor:
-        space = self.space
         key = (gamma, width, budget, self.max_rows)
-        graph = space.graphs.get(key)
-        new = graph is None
-        if new:
-            graph = _TreeGraph(self.max_rows, features.shape[1], self.device, space.keys.dtype)
-        count = features.shape[0]
-        graph.features[:count].copy_(features)
-        graph.token_ids[:count].copy_(token_ids)
-        graph.count.fill_(count)
-        graph.start.fill_(self.length)
+        graph, new = self._graph_with_inputs(key, self.max_rows, features, token_ids)
+        graph.count.fill_(features.shape[0])  # only the tree step reads it (the row whose output is the root)
         if new:
             self._capture(graph, gamma, width, budget)
-            space.graphs[key] = graph
+            self.space.graphs[key] = graph
         graph.graph.replay()
         return graph.out
 
