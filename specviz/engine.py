@@ -188,7 +188,7 @@ class SpeculativeRun:
             make_record = self._record if self.detail else self._lean_record
             record = make_record(len(self.steps), draft, draft_ids, logits, verdict, kept, detokenizer,
                                  (draft_end - step_start) * 1e3, (verify_end - draft_end) * 1e3,
-                                 _clock(device) - start, len(output))
+                                 time.perf_counter() - start, len(output))  # no sync: the next step's has it
             record.tree_size = tree_size
             self.steps.append(record)
             tokens_shown.extend(record.tokens)

@@ -173,14 +173,16 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def layer_input(x, weights: tuple, eps: float, keys, values, cos, sin, positions, heads: int, kv_heads: int,
-                head_dim: int, linear=F.linear):
-    """A decoder layer up to attention, over K new tokens: x [K, H] -> q [K, heads, head_dim], RoPE applied;
+def layer_input(x, pending, weights: tuple, eps: float, keys, values, cos, sin, positions, heads: int,
+                kv_heads: int, head_dim: int, linear=F.linear):
+    """A decoder layer up to attention, over K new tokens: x + pending [K, H] (the residual stream; pending:
+    the layer before's MLP output, added here) -> (q [K, heads, head_dim] with RoPE applied, x + pending);
     writes the tokens' keys and values into keys/values [kv_heads, span, head_dim] (this layer's cache up to
-    the span attended, a view) at `positions` [K]. cos/sin [K, head_dim]; linear: F.linear, or
-    onednn_linear for prepacked weights."""
+    the span attended, a view) at `positions` [K]. cos/sin [K, head_dim]; linear: F.linear, or onednn_linear
+    for prepacked weights."""
     qkv_w, qkv_b, _, _, _, _, _, _, norm1, _ = weights
     count = x.shape[0]
+    x = x + pending
     h = rms_norm(x, norm1, eps)
     qkv = linear(h, qkv_w, qkv_b).view(count, heads + 2 * kv_heads, head_dim)
     qk = qkv[:, : heads + kv_heads]
@@ -188,7 +190,7 @@ def layer_input(x, weights: tuple, eps: float, keys, values, cos, sin, positions
     q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads:]
     keys.index_copy_(1, positions, k.transpose(0, 1))
     values.index_copy_(1, positions, v.transpose(0, 1))
-    return q
+    return q, x
 
 
 def sdpa_attention(q, keys, values, mask, kv_heads: int):
@@ -203,21 +205,27 @@ def sdpa_attention(q, keys, values, mask, kv_heads: int):
     return attended.reshape(kv_heads, group, count, head_dim).permute(2, 0, 1, 3).reshape(count, heads * head_dim)
 
 
-def layer_output(x, attended, weights: tuple, eps: float, linear=F.linear):
-    """The rest of a decoder layer: attended [K, heads * head_dim] -> x [K, H] (attention residual, MLP)."""
-    _, _, o_w, o_b, gate_up_w, gate_up_b, down_w, down_b, _, norm2 = weights
-    x = x + linear(attended, o_w, o_b)
+def layer_mlp(x, attention_out, weights: tuple, eps: float, linear=F.linear):
+    """The rest of a decoder layer: x + attention_out (the output projection's result) [K, H] -> (that sum, the
+    MLP's output, still to be added: the next layer's layer_input or the final norm adds it). A projection whose
+    result is added to x in the same compiled code became, in a captured graph, two kernels (cuBLAS copies x,
+    then adds the product); this way each product is one kernel, and each add is fused with the norm after it."""
+    _, _, _, _, gate_up_w, gate_up_b, down_w, down_b, _, norm2 = weights
+    x = x + attention_out
     gate, up = linear(rms_norm(x, norm2, eps), gate_up_w, gate_up_b).chunk(2, dim=-1)
-    return x + linear(F.silu(gate) * up, down_w, down_b)
+    return x, linear(F.silu(gate) * up, down_w, down_b)
 
 
-def decoder_layer(x, weights: tuple, eps: float, keys, values, cos, sin, positions, mask,
+def decoder_layer(x, pending, weights: tuple, eps: float, keys, values, cos, sin, positions, mask,
                   heads: int, kv_heads: int, head_dim: int, linear=F.linear):
-    """One Llama decoder layer over K new tokens. x [K, H]; keys/values [kv_heads, span, head_dim] (this
+    """One Llama decoder layer over K new tokens. x + pending [K, H]: the residual stream (pending: the MLP output
+    of the layer before, not yet added; zeros before the first); keys/values [kv_heads, span, head_dim] (this
     layer's cache up to the span attended, a view written in place at `positions` [K]); cos/sin [K, head_dim];
-    mask [K, span] (True = may attend); linear: F.linear, or onednn_linear for prepacked weights. Returns x [K, H]."""
-    q = layer_input(x, weights, eps, keys, values, cos, sin, positions, heads, kv_heads, head_dim, linear)
-    return layer_output(x, sdpa_attention(q, keys, values, mask, kv_heads), weights, eps, linear)
+    mask [K, span] (True = may attend); linear: F.linear, or onednn_linear for prepacked weights. Returns
+    (x, pending) for the next layer: the same sums in the same order as the usual layer."""
+    q, x = layer_input(x, pending, weights, eps, keys, values, cos, sin, positions, heads, kv_heads, head_dim, linear)
+    _, _, o_w, o_b = weights[:4]
+    return layer_mlp(x, linear(sdpa_attention(q, keys, values, mask, kv_heads), o_w, o_b), weights, eps, linear)
 
 
 # Weights prepacked for oneDNN (CPU) ------------------------------------------------------------------------
@@ -359,8 +367,8 @@ class _Graph:
     static outputs."""
 
     def __init__(self, count: int, device: torch.device, tree: bool = False):
-        self.ids = torch.zeros(count, dtype=torch.long, device=device)
-        self.start = torch.zeros(1, dtype=torch.long, device=device)
+        self.inputs = torch.zeros(count + 1, dtype=torch.long, device=device)  # the ids, then the first position:
+        self.ids, self.start = self.inputs[:count], self.inputs[count:]  # filled by one copy from the host
         self.depths = torch.zeros(count, dtype=torch.long, device=device) if tree else None
         self.visible = torch.eye(count, dtype=torch.bool, device=device) if tree else None
         self.graph = torch.cuda.CUDAGraph()
@@ -560,12 +568,14 @@ class StaticRunner:
         else:
             mask = tree_attention_mask(start, visible, span)
         layer_fn = self._layer_fn if compiled else self._eager_layer_fn
+        pending = torch.zeros_like(x)  # each layer's MLP output, added by the next layer (decoder_layer)
         for i, layer in enumerate(self.layers):
             # the cache sliced to the span here, not inside the compiled layer: traced first with the span equal
             # to the capacity, torch.compile took them for one size and failed on every shorter span after
-            x = layer_fn(x, self.layer_tensors[i], layer.eps, space.keys[i, :, :span], space.values[i, :, :span], cos,
-                         sin, positions, mask, self.heads, self.kv_heads, self.head_dim)
-        hidden = rms_norm(x, self.final_norm, self.final_eps)
+            x, pending = layer_fn(x, pending, self.layer_tensors[i], layer.eps, space.keys[i, :, :span],
+                                  space.values[i, :, :span], cos, sin, positions, mask, self.heads, self.kv_heads,
+                                  self.head_dim)
+        hidden = rms_norm(x + pending, self.final_norm, self.final_eps)
         logits = self._linear(hidden[-1:] if last_only else hidden, self.head_matrix, self.head_bias).float()
         return logits, hidden
 
@@ -688,8 +698,11 @@ class StaticRunner:
         key = (int(token_ids.shape[0]), span, tree)
 
         def fill(graph: _Graph) -> None:
-            graph.ids.copy_(token_ids, non_blocking=True)
-            graph.start.fill_(self.length)
+            if token_ids.device.type == "cpu":
+                graph.inputs.copy_(torch.cat([token_ids, torch.tensor([self.length])]), non_blocking=True)
+            else:  # a prompt's chunk, already on the device
+                graph.ids.copy_(token_ids, non_blocking=True)
+                graph.start.fill_(self.length)
             if tree:
                 graph.depths.copy_(depths, non_blocking=True)
                 graph.visible.copy_(visible, non_blocking=True)
@@ -797,15 +810,17 @@ def _compiled_fn(fn):
     return _compiled[fn]
 
 
-def triton_decoder_layer(x, weights: tuple, eps: float, keys, values, cos, sin, positions, mask,
+def triton_decoder_layer(x, pending, weights: tuple, eps: float, keys, values, cos, sin, positions, mask,
                          heads: int, kv_heads: int, head_dim: int, compiled: bool = True):
     """decoder_layer with gpu_attention's kernel in place of scaled_dot_product_attention (same arguments);
-    the parts before and after it compiled (where compiled), the kernel called between them."""
+    the parts before and after it compiled (where compiled), the kernel and the output projection between them
+    (the projection outside compiled code: see layer_mlp)."""
     before = _compiled_fn(layer_input) if compiled else layer_input
-    after = _compiled_fn(layer_output) if compiled else layer_output
-    q = before(x, weights, eps, keys, values, cos, sin, positions, heads, kv_heads, head_dim)
+    after = _compiled_fn(layer_mlp) if compiled else layer_mlp
+    q, x = before(x, pending, weights, eps, keys, values, cos, sin, positions, heads, kv_heads, head_dim)
     attended = gpu_attention.attention(q, keys, values, mask, positions[-1:])  # the last slot written
-    return after(x, attended, weights, eps)
+    _, _, o_w, o_b = weights[:4]
+    return after(x, F.linear(attended, o_w, o_b), weights, eps)
 
 
 def _no_duck_shapes():
