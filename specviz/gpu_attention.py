@@ -55,13 +55,16 @@ def _build_kernel():
 
     # lengths vary from call to call: no specialisation on them (each would be a compile of its own)
     @triton.jit(do_not_specialize=["count", "span"])
-    def partial_kernel(Q, K, V, Mask, Out, Best, Total, Acc, Last, count, span, scale,
+    def partial_kernel(Q, K, V, Mask, Out, Best, Total, Acc, Last, KNew, VNew, count, span, scale,
                        q_token, q_head, k_head, k_slot, v_head, v_slot, o_token, o_head, mask_row,
+                       kn_token, kn_head, vn_token, vn_head,
                        GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                       SPLIT: tl.constexpr, IEEE: tl.constexpr):
+                       SPLIT: tl.constexpr, IEEE: tl.constexpr, WRITE: tl.constexpr):
         """Rows BLOCK_M * program_id(1) ... of kv head program_id(0) over the keys of chunk program_id(2)
         (BLOCK_N slots) when SPLIT, else over all keys. SPLIT: writes the chunk's running max, sum and
-        unnormalised output for combine_kernel; else the normalised output."""
+        unnormalised output for combine_kernel; else the normalised output. WRITE: the new tokens' keys and
+        values (KNew, VNew [count, kv_heads, D], for the `count` slots up to Last) are read from there, and the
+        programs of the first row block write them into the cache (no program reads the cache at those slots)."""
         kv = tl.program_id(0)
         block = tl.program_id(1)
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -74,7 +77,9 @@ def _build_kernel():
         best = tl.full([BLOCK_M], float("-inf"), tl.float32)
         total = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-        end = tl.minimum(tl.load(Last) + 1, span)  # no token sees a slot past the last one written
+        last_slot = tl.load(Last)
+        end = tl.minimum(last_slot + 1, span)  # no token sees a slot past the last one written
+        first_new = last_slot + 1 - count
         if SPLIT:
             low = tl.program_id(2) * BLOCK_N
             high = tl.minimum(low + BLOCK_N, end)
@@ -84,7 +89,28 @@ def _build_kernel():
         for first in range(low, high, BLOCK_N):
             keys_at = first + tl.arange(0, BLOCK_N)
             key_ok = keys_at < high
-            k = tl.load(K + kv * k_head + keys_at[:, None] * k_slot + dims[None, :], mask=key_ok[:, None], other=0.0)
+            if WRITE:
+                fresh = keys_at >= first_new
+                new_row = tl.maximum(keys_at - first_new, 0)
+                k = tl.where(fresh[:, None],
+                             tl.load(KNew + new_row[:, None] * kn_token + kv * kn_head + dims[None, :],
+                                     mask=(key_ok & fresh)[:, None], other=0.0),
+                             tl.load(K + kv * k_head + keys_at[:, None] * k_slot + dims[None, :],
+                                     mask=(key_ok & ~fresh)[:, None], other=0.0))
+                v = tl.where(fresh[:, None],
+                             tl.load(VNew + new_row[:, None] * vn_token + kv * vn_head + dims[None, :],
+                                     mask=(key_ok & fresh)[:, None], other=0.0),
+                             tl.load(V + kv * v_head + keys_at[:, None] * v_slot + dims[None, :],
+                                     mask=(key_ok & ~fresh)[:, None], other=0.0))
+                if block == 0:
+                    writes = (key_ok & fresh)[:, None]
+                    tl.store(K + kv * k_head + keys_at[:, None] * k_slot + dims[None, :], k, mask=writes)
+                    tl.store(V + kv * v_head + keys_at[:, None] * v_slot + dims[None, :], v, mask=writes)
+            else:
+                k = tl.load(K + kv * k_head + keys_at[:, None] * k_slot + dims[None, :], mask=key_ok[:, None],
+                            other=0.0)
+                v = tl.load(V + kv * v_head + keys_at[:, None] * v_slot + dims[None, :], mask=key_ok[:, None],
+                            other=0.0)
             if IEEE:
                 scores = tl.dot(q, tl.trans(k), input_precision="ieee")
             else:
@@ -97,7 +123,6 @@ def _build_kernel():
             weights = tl.exp(scores - safe[:, None])
             rescale = tl.exp(best - safe)
             total = total * rescale + tl.sum(weights, 1)
-            v = tl.load(V + kv * v_head + keys_at[:, None] * v_slot + dims[None, :], mask=key_ok[:, None], other=0.0)
             if IEEE:
                 acc = acc * rescale[:, None] + tl.dot(weights, v, input_precision="ieee")
             else:
@@ -152,10 +177,13 @@ def _build_kernel():
 
 
 def launch(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
-           last: torch.Tensor) -> torch.Tensor:
+           last: torch.Tensor, new_keys: torch.Tensor | None = None, new_values: torch.Tensor | None = None
+           ) -> torch.Tensor:
     """q [K, heads, D] (the last dimension contiguous); keys, values [kv_heads, span, D] (the cache up to the
     span); mask [K, span] bool (True = may attend); last [1] long (on the device): the last slot any token
-    may see (the slots after it are not read). Returns [K, heads * D] in q's dtype.
+    may see (the slots after it are not read). Returns [K, heads * D] in q's dtype. new_keys, new_values
+    [K, kv_heads, D]: the K tokens' own keys and values, for the slots last - K + 1 .. last; the kernel
+    writes them into the cache (else the caller has written them).
 
     Up to MAX_SPLIT_TOKENS tokens (every decode and verify pass), the keys are split into chunks of BLOCK_N
     slots, one program each, merged by a second kernel (flash-decoding: a few rows over a short cache are
@@ -163,6 +191,12 @@ def launch(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torc
     depend on the span either. Longer inputs (prefills) take one pass over all keys."""
     triton, partial_kernel, combine_kernel = _build_kernel()
     q = q if q.stride(-1) == 1 else q.contiguous()
+    write = new_keys is not None
+    if write:
+        new_keys = new_keys if new_keys.stride(-1) == 1 else new_keys.contiguous()
+        new_values = new_values if new_values.stride(-1) == 1 else new_values.contiguous()
+    else:
+        new_keys = new_values = q  # not read
     count, heads, head_dim = q.shape
     kv_heads, span, _ = keys.shape
     group = heads // kv_heads
@@ -177,11 +211,12 @@ def launch(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torc
     else:
         best = total = acc = out  # not written
     partial_kernel[(kv_heads, blocks, splits)](
-        q, keys, values, mask, out, best, total, acc, last, count, span, 1.0 / math.sqrt(head_dim),
-        q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
-        out.stride(0), out.stride(1), mask.stride(0),
+        q, keys, values, mask, out, best, total, acc, last, new_keys, new_values, count, span,
+        1.0 / math.sqrt(head_dim), q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0),
+        values.stride(1), out.stride(0), out.stride(1), mask.stride(0),
+        new_keys.stride(0), new_keys.stride(1), new_values.stride(0), new_values.stride(1),
         GROUP=group, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=head_dim, SPLIT=split,
-        IEEE=q.dtype == torch.float32, num_warps=4)
+        IEEE=q.dtype == torch.float32, WRITE=write, num_warps=4)
     if split:
         combine_kernel[(kv_heads, group * count)](out, best, total, acc, last, count, out.stride(0), out.stride(1),
                                                   blocks * BLOCK_M, GROUP=group, SPLITS_BLOCK=SPLITS_BLOCK,
