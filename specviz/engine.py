@@ -248,10 +248,10 @@ class SpeculativeRun:
             n_accepted=len(path), next_token=walk.next_token, accept_probs=accept_probs,
             uniforms=None if settings.greedy else uniforms, next_distribution=walk.next_distribution)
         line_ids = [node_ids[node] for node in line]
-        shown = Draft(torch.tensor(line_ids, dtype=torch.long, device=runner.device), None)
-        row_index = torch.tensor(rows, dtype=torch.long, device=logits.device)
-        kept_rows = torch.tensor([0] + [node + 1 for node in path], dtype=torch.long, device=hidden.device)
-        return shown, line_ids, logits[row_index], hidden[kept_rows], verdict
+        shown = Draft(torch.tensor(line_ids, dtype=torch.long), None)  # on the host, where it is read
+        # the logits' rows, then the hidden states' (the root and the path): one copy to the device
+        picks = torch.tensor(rows + [0] + [node + 1 for node in path], dtype=torch.long).to(logits.device)
+        return shown, line_ids, logits[picks[:len(rows)]], hidden[picks[len(rows):]], verdict
 
     def _lean_record(self, index, draft: Draft, draft_ids: list[int], logits, verdict, kept: list[int], detokenizer,
                      draft_ms, verify_ms, elapsed_s, total_emitted) -> StepRecord:

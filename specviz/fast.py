@@ -325,8 +325,9 @@ def attention_mask(positions: torch.Tensor, span: int, window: int | None) -> to
 
 def tree_attention_mask(start: torch.Tensor, visible: torch.Tensor, span: int) -> torch.Tensor:
     """[K, span] for K tree positions written at slots start .. start + K - 1: every cached slot before
-    `start`, then the slots that visible [K, K] allows (the position's ancestors and itself)."""
+    `start`, then the slots that visible [K, K] (bool, or 0/1) allows (the position's ancestors and itself)."""
     count = visible.shape[0]
+    visible = visible != 0
     offset = torch.arange(span, device=visible.device) - start
     inside = (offset >= 0) & (offset < count)
     return (offset < 0)[None, :] | (inside[None, :] & visible[:, offset.clamp(0, count - 1)])
@@ -362,13 +363,14 @@ def graphs_allowed() -> bool:
 
 class _Graph:
     """One captured forward: static inputs (token ids, first position; a tree's depths and visibility),
-    static outputs."""
+    static outputs. The inputs are views of one tensor, filled by one copy from the host."""
 
     def __init__(self, count: int, device: torch.device, tree: bool = False):
-        self.inputs = torch.zeros(count + 1, dtype=torch.long, device=device)  # the ids, then the first position:
-        self.ids, self.start = self.inputs[:count], self.inputs[count:]  # filled by one copy from the host
-        self.depths = torch.zeros(count, dtype=torch.long, device=device) if tree else None
-        self.visible = torch.eye(count, dtype=torch.bool, device=device) if tree else None
+        size = count + 1 + (count + count * count if tree else 0)
+        self.inputs = torch.zeros(size, dtype=torch.long, device=device)
+        self.ids, self.start = self.inputs[:count], self.inputs[count:count + 1]
+        self.depths = self.inputs[count + 1:2 * count + 1] if tree else None
+        self.visible = self.inputs[2 * count + 1:].view(count, count) if tree else None  # 0/1
         self.graph = torch.cuda.CUDAGraph()
         self.logits: torch.Tensor | None = None
         self.hidden: torch.Tensor | None = None
@@ -507,10 +509,9 @@ class StaticRunner:
         count = len(node_slots)
         if node_slots != list(range(first_slot, first_slot + count)):
             space = self.workspace
-            source = torch.tensor(node_slots, dtype=torch.long, device=self.device)
-            target = torch.arange(first_slot, first_slot + count, device=self.device)
-            space.keys[:, :, target] = space.keys[:, :, source]
-            space.values[:, :, target] = space.values[:, :, source]
+            source = torch.tensor(node_slots, dtype=torch.long).to(self.device, non_blocking=True)
+            for cache in (space.keys, space.values):  # index_select copies first: the ranges may overlap
+                cache.narrow(2, first_slot, count).copy_(cache.index_select(2, source))
         self.rollback(first_slot + count)
 
     def ensure_capacity(self, needed: int) -> None:
@@ -696,14 +697,14 @@ class StaticRunner:
         key = (int(token_ids.shape[0]), span, tree)
 
         def fill(graph: _Graph) -> None:
-            if token_ids.device.type == "cpu":
-                graph.inputs.copy_(torch.cat([token_ids, torch.tensor([self.length])]), non_blocking=True)
+            if token_ids.device.type == "cpu":  # a step's tokens (and tree): one copy
+                parts = [token_ids, torch.tensor([self.length])]
+                if tree:
+                    parts += [depths, visible.flatten().long()]
+                graph.inputs.copy_(torch.cat(parts), non_blocking=True)
             else:  # a prompt's chunk, already on the device
                 graph.ids.copy_(token_ids, non_blocking=True)
                 graph.start.fill_(self.length)
-            if tree:
-                graph.depths.copy_(depths, non_blocking=True)
-                graph.visible.copy_(visible, non_blocking=True)
 
         graph = space.graphs.get(key)
         new = graph is None

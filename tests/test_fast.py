@@ -470,6 +470,22 @@ def test_graph_bookkeeping_runs_on_the_cpu_with_a_stand_in_graph(monkeypatch):
         b, _ = eager.forward(ids[start:start + 4])
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     assert {(fast.PREFILL_CHUNK, 256, False), (fast.PREFILL_CHUNK, 512, False)} <= set(graphed.workspace.graphs)
+    # a tree of 6 nodes (padded to 8 in its graph), then its path 0, 1, 3, 5 kept: as if the path had been fed
+    parents, path = [-1, 0, 0, 1, -1, 3], [0, 1, 3, 5]
+    tree_ids = torch.randint(0, 32, (7,))
+    chain = StaticRunner(model, graphs=False, compile=False)
+    chain.forward(torch.cat([ids[:300], ids[300:340]]))
+    cached = graphed.length
+    (a, _), (b, _) = graphed.forward(tree_ids, parents=parents), eager.forward(tree_ids, parents=parents)
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert (8, 512, True) in graphed.workspace.graphs
+    graphed.keep_nodes(cached + 1, [cached + 1 + node for node in path])
+    chain.forward(tree_ids[[0] + [node + 1 for node in path]])
+    torch.testing.assert_close(graphed.workspace.keys[:, :, :graphed.length],
+                               chain.workspace.keys[:, :, :chain.length], atol=1e-5, rtol=1e-5)
+    a, _ = graphed.forward(ids[:3])
+    b, _ = chain.forward(ids[:3])
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
     target = tiny_causal_lm(vocab_size=16)
     drafter = random_eagle(LoadedModel(name="tiny", model=target.model, tokenizer=None, device=torch.device("cpu"),
