@@ -83,7 +83,7 @@ class SpeculativeRun:
         self._owns_runner = runner is None
         self.runner = runner or make_runner(target.model)
         if self.settings.tree and not proposer.drafts_trees:
-            if proposer.name != "plain":  # plain drafts nothing: nothing to say
+            if proposer.drafts:  # plain decoding drafts nothing: nothing to say
                 warnings.warn(f"specviz: {proposer.name} drafts chains; draft trees are for ngram, medusa, eagle "
                               "and adaptive on medusa or eagle")
             self.settings = dataclasses.replace(self.settings, tree=0)

@@ -17,6 +17,7 @@ class PlainProposer(Proposer):
     """No drafter: every step is one target forward that emits one token (the baseline)."""
 
     name = "plain"
+    drafts = False
 
     def propose(self, tokens, gamma):
         return self.empty_draft("cpu")  # on the host: nothing to allocate or copy on a GPU

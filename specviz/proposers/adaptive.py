@@ -166,6 +166,10 @@ class AdaptiveProposer(Proposer):
     def warm_up(self, max_length: int, gamma: int, tree: int) -> None:
         self.base.warm_up(max_length, gamma, tree)
 
+    def in_tree_mode(self) -> bool:
+        """Each step weighs the base's tree against the lookup's chain and a plain step."""
+        return self.drafts_trees and bool(self.tree_budget())
+
     def alpha(self, key=None) -> float:
         accepted, rejected = self.counts.get(key, (1.0, 1.0))
         return accepted / (accepted + rejected)
@@ -199,7 +203,7 @@ class AdaptiveProposer(Proposer):
             # extrapolated from the verify passes, and on a CPU that makes it look as slow as they are
             self.last_key, self.last_choice, self.last_from_lookup = None, 0, False
             return self.empty_draft(tokens.device)
-        if self.drafts_trees and self.tree_budget():
+        if self.in_tree_mode():
             return self._propose_in_tree_mode(tokens, gamma)
         if self.lookup is not None:
             draft = self.lookup.propose(tokens, gamma)
@@ -270,7 +274,7 @@ class AdaptiveProposer(Proposer):
         if self.lookup is not None:
             self.lookup.observe(feedback)
         self.steps += 1
-        if self.drafts_trees and self.tree_budget():
+        if self.in_tree_mode():
             self._observe_in_tree_mode(feedback)
             return
         self.verify_costs.add(feedback.drafted + 1, feedback.verify_seconds)

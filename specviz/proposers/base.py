@@ -42,6 +42,7 @@ class Proposer:
     in step with the accepted sequence, which reset() and observe() give them."""
 
     name = "proposer"
+    drafts = True  # False for plain decoding, which never proposes anything
     needs_target_hidden = False  # True for drafters that read the target's hidden states (Medusa, EAGLE)
     drafts_trees = False  # True for drafters that propose a draft tree when settings.tree > 0 (tree.py)
     free_drafts = False  # True when a draft costs next to nothing whatever its length (n-gram lookup): the
