@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .sampling import draw
@@ -47,15 +48,16 @@ def children(parents: list[int]) -> list[list[int]]:
 
 
 def visibility(parents: list[int]) -> torch.Tensor:
-    """[N + 1, N + 1] bool: row r (0 = root, i + 1 = node i) may attend to column c iff c is r or an ancestor."""
+    """[N + 1, N + 1] bool: row r (0 = root, i + 1 = node i) may attend to column c iff c is r or an ancestor.
+    Each row as a Python integer bit mask, its parent's row plus itself (this runs on the host every tree step)."""
     count = len(parents) + 1
-    parent_row = torch.tensor([0, *(parent + 1 for parent in parents)])  # the root is its own parent
-    visible = torch.eye(count, dtype=torch.bool)
-    rows, ancestor = torch.arange(count), parent_row
-    for _ in range(max(depths(parents), default=0)):  # one ancestor level of every row at a time
-        visible[rows, ancestor] = True
-        ancestor = parent_row[ancestor]
-    return visible
+    rows = [1]  # the root sees itself
+    for i, parent in enumerate(parents):
+        rows.append(rows[parent + 1] | (1 << (i + 1)))
+    width = (count + 7) // 8
+    packed = np.frombuffer(b"".join(row.to_bytes(width, "little") for row in rows), dtype=np.uint8)
+    bits = np.unpackbits(packed.reshape(count, width), axis=1, bitorder="little")[:, :count]
+    return torch.from_numpy(bits.astype(bool))
 
 
 def is_chain(parents: list[int]) -> bool:

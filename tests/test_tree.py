@@ -1,6 +1,8 @@
 """Draft trees: the pure tree functions, and tree verification through the engine on tiny random models
 (greedy equality with plain decoding, caches equal to a fresh prefill after tree steps, the exact sampling
 distribution, and a test that fails for a wrong tree verifier)."""
+import random
+
 import pytest
 import torch
 
@@ -29,6 +31,22 @@ def test_depths_children_and_visibility():
     assert trees.first_child_chain(BUSHY, -1) == [0, 1]
     with pytest.raises(ValueError, match="parents must come before"):
         trees.check_tree([1, 2], [1, -1])
+
+
+def test_visibility_of_large_random_trees_is_each_rows_ancestor_line():
+    """Trees past 8 and 64 nodes (the bit masks span several bytes), against walking up the parents."""
+    rng = random.Random(0)
+    for count in (0, 7, 8, 9, 63, 64, 127):
+        parents = [rng.randrange(-1, i) if rng.random() < 0.4 else i - 1 for i in range(count)]
+        visible = trees.visibility(parents)
+        assert visible.shape == (count + 1, count + 1) and visible.dtype == torch.bool
+        for node in range(count):
+            line, at = {0, node + 1}, parents[node]
+            while at >= 0:
+                line.add(at + 1)
+                at = parents[at]
+            assert set(visible[node + 1].nonzero().flatten().tolist()) == line
+        assert visible[0].nonzero().flatten().tolist() == [0]
 
 
 def test_greedy_walk_follows_the_targets_argmax_through_siblings():
