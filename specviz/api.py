@@ -15,7 +15,7 @@ from .fast import make_runner, runners_of
 from .errors import InvalidSettingError
 from .models import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
 from .proposers import (METHODS, AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,
-                        NgramProposer, PlainProposer, Proposer)
+                        NgramProposer, PlainProposer, Proposer, RetrievalProposer)
 from .proposers.checkpoints import load_drafter, shipped_drafter_exists
 from .records import RunResult
 from .settings import DecodeSettings
@@ -37,6 +37,8 @@ def make_proposer(
         return PlainProposer()
     if method == "ngram":
         return NgramProposer()
+    if method == "retrieval":
+        return RetrievalProposer(load_drafter("retrieval", target, heads))
     if method == "early-exit":
         return EarlyExitDrafter(target.model, vocab_size, exit_layer)
     if method == "draft":

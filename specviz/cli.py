@@ -35,11 +35,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--target", default="default", help="'default' (offline SmolLM2-135M-Instruct), a Hub id, a folder or a .gguf file")
     group.add_argument("--draft", default=None, help="draft model for the draft method (same forms as --target)")
     group.add_argument("--exit-layer", type=int, default=None, help="layers the early-exit drafter keeps (default: a quarter)")
-    group.add_argument("--heads", default=None, help="trained drafter for medusa/eagle: a folder or Hub id "
-                       "(FasterDecoding Medusa heads, SafeAILab EAGLE-1); default: the one shipped for the default target")
+    group.add_argument("--heads", default=None, help="trained drafter for medusa/eagle, datastore for retrieval: a "
+                       "folder or Hub id (FasterDecoding Medusa heads, SafeAILab EAGLE-1, datastore.npz + config.json); "
+                       "default: the one shipped for the default target")
     group.add_argument("--gamma", type=int, default=4, help="draft tokens per step, 1..32 (adaptive: the maximum)")
     group.add_argument("--tree", type=int, default=0, help="0 = draft a chain; N = a draft tree of up to N tokens, "
-                       "depth gamma, verified in one pass (ngram, medusa, eagle; 1..127)")
+                       "depth gamma, verified in one pass (ngram, retrieval, medusa, eagle; 1..127)")
     group.add_argument("--max-new-tokens", type=int, default=128)
     group.add_argument("--temperature", type=_number, default=0.0, help="0 = greedy")
     group.add_argument("--top-k", type=int, default=0, help="0 = off")
@@ -92,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .train import add_arguments as add_train_arguments
 
-    train = commands.add_parser("train-drafter", help="train Medusa heads or an EAGLE drafter for a target (GPU)")
+    train = commands.add_parser("train-drafter", help="train Medusa heads or an EAGLE drafter for a target (GPU), or write a retrieval datastore")
     add_train_arguments(train)
     return parser
 

@@ -84,7 +84,7 @@ class SpeculativeRun:
         self.runner = runner or make_runner(target.model)
         if self.settings.tree and not proposer.drafts_trees:
             if proposer.drafts:  # plain decoding drafts nothing: nothing to say
-                warnings.warn(f"specviz: {proposer.name} drafts chains; draft trees are for ngram, medusa, eagle "
+                warnings.warn(f"specviz: {proposer.name} drafts chains; draft trees are for ngram, retrieval, medusa, eagle "
                               "and adaptive on medusa or eagle")
             self.settings = dataclasses.replace(self.settings, tree=0)
         if self.settings.tree and not getattr(self.runner, "supports_tree", False):

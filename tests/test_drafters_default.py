@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from specviz import DecodeSettings, DrafterMismatchError
+from specviz import DecodeSettings, DrafterMismatchError, ModelLoadError
 from specviz.api import encode, make_proposer, run_once
 from specviz.proposers import PlainProposer
 from specviz.proposers.checkpoints import ASSETS, SHIPPED
+from specviz.train.data import load_dataset
 
 from test_default_model import PROMPTS
 
@@ -33,6 +34,15 @@ def test_shipped_files_are_small_and_say_how_they_were_made(default_target):
     assert (ASSETS / "README.md").is_file()
 
 
+def test_shipped_datastore_is_small_and_says_how_it_was_made(default_target):
+    folder = SHIPPED_DIR / "retrieval"
+    assert {f.name for f in folder.iterdir()} == {"config.json", "datastore.npz"}
+    assert (folder / "datastore.npz").stat().st_size < 12 * 2**20
+    config = json.loads((folder / "config.json").read_text())
+    assert config["vocab_size"] == default_target.vocab_size and config["tokens"] > 1_000_000
+    assert "train-drafter --method retrieval" in config["specviz"]["command"]
+
+
 @pytest.fixture(scope="module")
 def plain_outputs(default_target):
     settings = DecodeSettings(max_new_tokens=MAX_NEW)
@@ -41,7 +51,8 @@ def plain_outputs(default_target):
 
 
 @pytest.mark.parametrize("method,gamma,tree,min_tau", [("eagle", 5, 0, 1.4), ("medusa", 3, 0, 1.1),
-                                                       ("eagle", 6, 24, 1.8), ("medusa", 4, 16, 1.3)])
+                                                       ("eagle", 6, 24, 1.8), ("medusa", 4, 16, 1.3),
+                                                       ("retrieval", 4, 0, 1.75), ("retrieval", 6, 24, 2.2)])
 def test_shipped_drafters_are_exact_and_trained(default_target, plain_outputs, method, gamma, tree, min_tau):
     """Chains and draft trees (tree > 0): a tree verifies several candidates a step, so more is accepted."""
     settings = DecodeSettings(max_new_tokens=MAX_NEW, gamma=gamma, tree=tree)
@@ -52,6 +63,7 @@ def test_shipped_drafters_are_exact_and_trained(default_target, plain_outputs, m
         tokens += result.metrics.new_tokens
         forwards += result.metrics.target_forwards
     # random heads accept almost nothing (tau ~1.0); these thresholds sit well below what the shipped ones reach
+    # (retrieval: 2.0 and 2.57 here, where lookup in the sequence alone, ngram, reaches 1.5 and 1.64)
     print(f"{method} gamma {gamma} tree {tree}: tau {tokens / forwards:.2f}")
     assert tokens / forwards > min_tau
 
@@ -64,6 +76,10 @@ def test_shipped_heads_are_refused_for_another_target(tiny_target):
     for method in ("eagle", "medusa"):
         with pytest.raises(DrafterMismatchError, match="hidden size 576"):
             make_proposer(method, tiny_target, heads=str(SHIPPED_DIR / method))
+    with pytest.raises(DrafterMismatchError, match="vocabulary of 49152 tokens"):
+        make_proposer("retrieval", tiny_target, heads=str(SHIPPED_DIR / "retrieval"))
+    with pytest.raises(ModelLoadError, match="train-drafter --method retrieval"):
+        make_proposer("retrieval", tiny_target)  # nothing ships for it
 
 
 def run_cli(*args):
@@ -99,3 +115,14 @@ def test_train_drafter_command_end_to_end(default_target, tmp_path):
         assert result.token_ids == run_once(default_target, PlainProposer(), ids, settings).token_ids
     proc = run_cli("train-drafter", "--method", "eagle", "--out", str(tmp_path / "x"), "--data", str(data))
     assert proc.returncode == 2 and "--steps" in proc.stderr
+    # retrieval: no training, the answers of the same data (given twice: several files read as one)
+    proc = run_cli("train-drafter", "--method", "retrieval", "--out", str(tmp_path / "retrieval"),
+                   "--data", f"{data},{data}", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    config = json.loads((tmp_path / "retrieval" / "config.json").read_text())
+    assert config["specviz"]["answers"] == 2 * len(load_dataset(data)["sequences"])
+    ids = encode(default_target, PROMPTS["short"])
+    settings = DecodeSettings(max_new_tokens=12, gamma=3)
+    result = run_once(default_target, make_proposer("retrieval", default_target, heads=str(tmp_path / "retrieval")),
+                      ids, settings)
+    assert result.token_ids == run_once(default_target, PlainProposer(), ids, settings).token_ids

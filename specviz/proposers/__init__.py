@@ -8,9 +8,10 @@ from .eagle import EagleProposer
 from .early_exit import EarlyExitDrafter
 from .medusa import MedusaProposer
 from .ngram import NgramProposer
+from .retrieval import RetrievalProposer
 
-METHODS = ("plain", "draft", "ngram", "early-exit", "medusa", "eagle", "adaptive")
-TREE_METHODS = ("ngram", "medusa", "eagle")  # their proposers set drafts_trees
+METHODS = ("plain", "draft", "ngram", "retrieval", "early-exit", "medusa", "eagle", "adaptive")
+TREE_METHODS = ("ngram", "retrieval", "medusa", "eagle")  # their proposers set drafts_trees
 
 
 class PlainProposer(Proposer):
@@ -24,4 +25,4 @@ class PlainProposer(Proposer):
 
 
 __all__ = ["METHODS", "TREE_METHODS", "AdaptiveProposer", "Draft", "EagleProposer", "EarlyExitDrafter", "Feedback",
-           "MedusaProposer", "ModelDrafter", "NgramProposer", "PlainProposer", "Proposer"]
+           "MedusaProposer", "ModelDrafter", "NgramProposer", "PlainProposer", "Proposer", "RetrievalProposer"]

@@ -9,6 +9,7 @@
   LlamaConfig with num_hidden_layers = 1 and `bias` (the fc's); pytorch_model.bin or model.safetensors with
   fc.weight [H, 2H], fc.bias, layers.0.self_attn.{q,k,v,o}_proj.weight, layers.0.mlp.{gate,up,down}_proj.weight,
   layers.0.post_attention_layernorm.weight and usually embed_tokens.weight (a copy of the target's).
+- For `retrieval`, a datastore of the target's own answers: datastore.npz and config.json (datastore.py).
 
 Ours use the same key names, saved as safetensors, plus `draft_vocab` (the token ids the head scores), and a
 "specviz" block in config.json that says which target they were trained for and how.
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from ..datastore import Datastore
 from ..errors import DrafterMismatchError, ModelLoadError, OfflineError
 from ..fast import pack_linears
 from ..models import DEFAULT_MODEL, LoadedModel
@@ -65,10 +67,12 @@ def resolve_folder(method: str, target: LoadedModel, heads: str | None) -> Path:
     if heads in (None, "", "auto", "default"):
         folder = shipped_folder(method, target)
         if folder is None:
+            what = {"medusa": "FasterDecoding Medusa heads", "eagle": "a SafeAILab EAGLE-1 drafter",
+                    "retrieval": "a folder with datastore.npz and config.json"}[method]
             raise ModelLoadError(
                 f"no trained {method} drafter ships for target '{target.name}' (only for the default model); pass "
-                f"--heads FOLDER_OR_HUB_ID ({'FasterDecoding Medusa heads' if method == 'medusa' else 'a SafeAILab EAGLE-1 drafter'}), "
-                f"or train one: python -m specviz train-drafter --method {method} --target {target.name} --out DIR"
+                f"--heads FOLDER_OR_HUB_ID ({what}), "
+                f"or make one: python -m specviz train-drafter --method {method} --target {target.name} --out DIR"
             )
         return folder
     path = Path(heads).expanduser()
@@ -76,7 +80,7 @@ def resolve_folder(method: str, target: LoadedModel, heads: str | None) -> Path:
         return path
     if path.exists() or heads.startswith((".", "/", "~")) or heads.count("/") != 1:
         raise ModelLoadError(f"--heads '{heads}' is neither a folder of drafter files nor a Hub id (owner/name)")
-    names = MEDUSA_WEIGHTS if method == "medusa" else EAGLE_WEIGHTS
+    names = {"medusa": MEDUSA_WEIGHTS, "eagle": EAGLE_WEIGHTS, "retrieval": ("datastore.npz",)}[method]
     return _download(heads, ["config.json", *names])
 
 
@@ -209,13 +213,19 @@ _lock = threading.Lock()
 
 
 def load_drafter(method: str, target: LoadedModel, heads: str | None = None):
-    """The EagleDrafter or MedusaDrafter for `method` on `target`, loaded once per process."""
+    """The EagleDrafter, MedusaDrafter or Datastore (retrieval) for `method` on `target`, loaded once per
+    process."""
     folder = resolve_folder(method, target, heads)
     key = (method, str(folder.resolve()), id(target.model), str(target.device), str(target.dtype))
     with _lock:
         if key not in _loaded:
-            _loaded[key] = (load_eagle if method == "eagle" else load_medusa)(folder, target)
+            load = {"eagle": load_eagle, "medusa": load_medusa, "retrieval": load_datastore}[method]
+            _loaded[key] = load(folder, target)
         return _loaded[key]
+
+
+def load_datastore(folder: Path, target: LoadedModel) -> Datastore:
+    return Datastore.load(folder, target.vocab_size)
 
 
 def shipped_drafter_exists(method: str, target: LoadedModel) -> bool:

@@ -1,6 +1,7 @@
 """`specviz train-drafter`: self-distilled Medusa heads or an EAGLE drafter for a target, from data the
-target writes itself (data.py), trained by trainer.py. Meant for one GPU and minutes; runs on a CPU too
-(slowly: fine for a smoke test)."""
+target writes itself (data.py), trained by trainer.py; or, with --method retrieval, a datastore of those answers
+(datastore.py: nothing to train). Meant for one GPU and minutes; runs on a CPU too (slowly: fine for a smoke
+test)."""
 from __future__ import annotations
 
 import argparse
@@ -13,11 +14,12 @@ from ..errors import InvalidSettingError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--method", required=True, choices=("eagle", "medusa"))
+    parser.add_argument("--method", required=True, choices=("eagle", "medusa", "retrieval"),
+                        help="retrieval: no training, a datastore of the target's own answers")
     parser.add_argument("--target", default="default", help="'default', a Hub id, a folder or a .gguf file")
     parser.add_argument("--out", required=True, help="folder for config.json, the weights, loss.png, checkpoint.pt")
     parser.add_argument("--data", default=None, help="dataset file: reused if it exists, else generated and saved "
-                        "there (default: OUT/data.pt)")
+                        "there (default: OUT/data.pt); several existing files, comma-separated, are read as one")
     parser.add_argument("--device", default="auto")
     group = parser.add_argument_group("data generation (when --data does not exist yet)")
     group.add_argument("--prompts", type=int, default=8000, help="Magpie prompts to sample")
@@ -50,17 +52,18 @@ def run(args) -> int:
     from .data import DataPlan, build_dataset, load_dataset, save_dataset
     from .trainer import TrainOptions, train, write_json
 
-    if args.steps is None and args.minutes is None and not args.data_only:
+    if args.steps is None and args.minutes is None and not args.data_only and args.method != "retrieval":
         raise InvalidSettingError("give --steps N or --minutes M (or both: training stops at whichever comes first)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    data_file = Path(args.data) if args.data else out / "data.pt"
+    data_files = [Path(name) for name in args.data.split(",")] if args.data else [out / "data.pt"]
+    data_file = data_files[0]
     command = "python -m specviz " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""
     log = lambda message: print(f"[train-drafter {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
-    if data_file.is_file():
-        data = load_dataset(data_file)
-        log(f"data: {data_file} ({len(data['sequences'])} conversations)")
+    if len(data_files) > 1 or data_file.is_file():
+        data = merge_datasets([load_dataset(file) for file in data_files])
+        log(f"data: {args.data} ({len(data['sequences'])} conversations)")
     else:
         generator_model = load_model(args.target, args.device, args.gen_dtype)
         plan = DataPlan(prompts=args.prompts, prompt_tokens=args.prompt_tokens, response_tokens=args.response_tokens,
@@ -75,6 +78,8 @@ def run(args) -> int:
         raise InvalidSettingError("the data set is empty; ask for more --prompts or more --gen-minutes")
     if args.data_only:
         return 0
+    if args.method == "retrieval":
+        return write_datastore(args.target, args.device, data, out, command, log)
 
     # features in float32, as the engine computes them on a CPU (and as exact greedy runs use)
     target = load_model(args.target, args.device, torch.float32)
@@ -87,4 +92,29 @@ def run(args) -> int:
     meta = train(target, data, out, options, resume=args.resume, log=log)
     write_json(out / "train_log.json", meta)
     log(f"wrote {out}: config.json, weights, loss.png, train_log.json, checkpoint.pt")
+    return 0
+
+
+def merge_datasets(parts: list[dict]) -> dict:
+    """Several data files read as one (their conversations one after another)."""
+    if len(parts) == 1:
+        return parts[0]
+    merged = {key: [item for part in parts for item in part[key]] for key in ("sequences", "prompt_lengths")}
+    merged["stats"] = {"parts": [part.get("stats", {}) for part in parts]}
+    return merged
+
+
+def write_datastore(target_name: str, device: str, data: dict, out: Path, command: str, log) -> int:
+    """OUT/datastore.npz and OUT/config.json: every answer of the data set (the prompts are left out: drafts
+    guess what the target writes)."""
+    from ..datastore import Datastore
+    from ..models import load_model
+
+    target = load_model(target_name, "cpu" if device == "auto" else device)
+    answers = [ids[length:] for ids, length in zip(data["sequences"], data["prompt_lengths"])]
+    meta = {"trained_for": {"name": target.name, "vocab_size": target.vocab_size}, "command": command,
+            "answers": len(answers), "data": data.get("stats", {})}
+    store = Datastore.from_texts(answers, target.vocab_size, meta)
+    file = store.save(out)
+    log(f"wrote {file}: {store.size} tokens from {len(answers)} answers ({file.stat().st_size / 2 ** 20:.1f} MiB)")
     return 0

@@ -561,7 +561,7 @@ class SpecvizApp:
                             self.gamma = gr.Slider(1, 16, value=4, step=1, label="γ (draft tokens per step)")
                             self.tree = gr.Slider(0, 64, value=0, step=1, elem_id="sv-tree",
                                                   label="draft tree: tokens verified at once (0 = a chain of γ)",
-                                                  info="ngram, medusa, eagle, adaptive on eagle: several candidates, depth γ")
+                                                  info="ngram, retrieval, medusa, eagle, adaptive on eagle: several candidates, depth γ")
                             self.max_new = gr.Slider(8, MAX_NEW_TOKENS, value=96, step=8, label="max new tokens",
                                                      elem_id="sv-max-new")
                         with gr.Row():

@@ -1,0 +1,72 @@
+"""`retrieval`: n-gram lookup in the sequence (as `ngram`) and in a datastore of texts the target wrote itself
+(REST, He et al. 2024). No model, no distribution (one-hot q): a draft costs a few dictionary and binary-search
+lookups on the host.
+
+Both sources give candidate continuations with weights; they are merged into a weighted trie (tree.py), so
+that a continuation that several earlier occurrences agree on weighs more. A chain is the trie's heaviest line;
+a draft tree keeps its heaviest nodes. Matches in the sequence itself weigh far more than the datastore's:
+a text copied from the prompt is a better guess than what the target usually writes.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from ..datastore import Datastore
+from ..tree import weighted_trie
+from .base import Draft
+from .ngram import NgramProposer
+
+STORE_WEIGHT = 0.01  # a datastore continuation against one of the sequence's own (chosen on self-written data)
+STORE_LIMIT = 32  # datastore continuations a step looks at
+
+
+def heaviest_line(candidates: list[tuple[list[int], float]], length: int) -> list[int]:
+    """The first-child line of weighted_trie(candidates): at each depth the token that carries the most weight
+    among the candidates that agree with the line so far (ties: the one seen first)."""
+    line: list[int] = []
+    alive = candidates
+    for depth in range(length):
+        totals: dict[int, float] = defaultdict(float)
+        for sequence, weight in alive:
+            if len(sequence) > depth:
+                totals[sequence[depth]] += weight
+        if not totals:
+            break
+        best = max(totals, key=totals.__getitem__)  # dicts keep insertion order: ties go to the first seen
+        line.append(best)
+        alive = [(s, w) for s, w in alive if len(s) > depth and s[depth] == best]
+    return line
+
+
+class RetrievalProposer(NgramProposer):
+    name = "retrieval"
+
+    def __init__(self, datastore: Datastore, max_ngram: int = 3, min_ngram: int = 1,
+                 store_weight: float = STORE_WEIGHT, store_limit: int = STORE_LIMIT):
+        super().__init__(max_ngram, min_ngram)
+        self.datastore = datastore
+        self.store_weight = store_weight
+        self.store_limit = store_limit
+
+    def candidates(self, index, gamma: int) -> list[tuple[list[int], float]]:
+        """The sequence's own continuations (NgramIndex.candidates), then the datastore's, each weighted
+        store_weight * 4^(n - 1) for a match of n tokens. Sets draft_key (what adaptive judges apart): whether
+        the sequence itself matched, and the length of the datastore's match."""
+        found = index.candidates(gamma)
+        pieces, n = self.datastore.continuations(index.tokens[-self.datastore.width:], gamma, self.store_limit)
+        self.draft_key = (bool(found), n)
+        weight = self.store_weight * 4.0 ** (n - 1)
+        return found + [(piece, weight) for piece in pieces]
+
+    def propose(self, tokens: torch.Tensor, gamma: int) -> Draft:
+        index = getattr(self, "index", None)
+        if index is None or len(index.tokens) != tokens.shape[0]:
+            index = self._synced_index(tokens)
+        candidates = self.candidates(index, gamma)
+        budget = self.tree_budget()
+        if budget:
+            node_ids, parents = weighted_trie(candidates, budget)
+            return Draft(torch.tensor(node_ids, dtype=torch.long), probs=None, parents=parents)
+        return Draft(torch.tensor(heaviest_line(candidates, gamma), dtype=torch.long), probs=None)
