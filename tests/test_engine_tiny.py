@@ -7,7 +7,8 @@ import torch
 
 from specviz import DecodeSettings, SpeculativeRun, TokenKind
 from specviz.api import make_proposer, run_once
-from specviz.proposers import AdaptiveProposer, Draft, ModelDrafter, NgramProposer, PlainProposer
+from specviz.datastore import Datastore
+from specviz.proposers import AdaptiveProposer, Draft, ModelDrafter, NgramProposer, PlainProposer, RetrievalProposer
 from specviz.runner import CausalRunner, layer_keys_values
 from specviz.testing import perturbed_copy, tiny_causal_lm
 from specviz.verify import verify_sampled
@@ -166,13 +167,15 @@ def engine_samples(target, make, verifier, runs=RUNS):
 
 
 def _drafters(target, drafter):
+    store = Datastore.from_texts([[1, 2, 4, 5], [2, 0, 3, 3], [3, 1, 1, 2, 5]], target.vocab_size)
     return {
         "model-drafter": lambda: ModelDrafter(drafter.model, target.vocab_size),
         "one-hot-drafter": lambda: NgramProposer(),
+        "retrieval-drafter": lambda: RetrievalProposer(store),  # one-hot too, and it always drafts
     }
 
 
-@pytest.mark.parametrize("kind", ["model-drafter", "one-hot-drafter"])
+@pytest.mark.parametrize("kind", ["model-drafter", "one-hot-drafter", "retrieval-drafter"])
 def test_engine_sampling_has_the_target_distribution(small_vocab_pair, kind):
     target, drafter = small_vocab_pair
     counts = engine_samples(target, _drafters(target, drafter)[kind], verify_sampled)
