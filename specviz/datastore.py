@@ -139,7 +139,10 @@ class Datastore:
         if not file.is_file() or not config_file.is_file():
             raise ModelLoadError(f"{folder} has no datastore.npz and config.json: not a retrieval datastore folder "
                                  "(write one with: python -m specviz train-drafter --method retrieval --out DIR)")
-        config = json.loads(config_file.read_text())
+        try:
+            config = json.loads(config_file.read_text())
+        except json.JSONDecodeError as error:
+            raise ModelLoadError(f"{config_file} is not valid JSON: {error.msg}") from None
         if int(config.get("vocab_size", -1)) != int(vocab_size):
             raise DrafterMismatchError(
                 f"the datastore in {folder} was written for a vocabulary of {config.get('vocab_size')} tokens, but the "

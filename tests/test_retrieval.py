@@ -95,6 +95,9 @@ def test_files_round_trip_and_refuse_another_vocabulary(tmp_path):
         Datastore.load(tmp_path / "store", 50)
     with pytest.raises(ModelLoadError, match="train-drafter --method retrieval"):
         Datastore.load(tmp_path, 32)
+    (tmp_path / "store" / "config.json").write_text("{not json")
+    with pytest.raises(ModelLoadError, match="not valid JSON"):
+        Datastore.load(tmp_path / "store", 32)
 
 
 @pytest.mark.parametrize("tree", [0, 12])
