@@ -28,10 +28,12 @@ def make_proposer(
     exit_layer: int | None = None,
     adaptive_base: str = "auto",
     heads: str | None = None,
+    adaptive_lookup: str = "ngram",
 ) -> Proposer:
     """A fresh proposer for `method`. `draft` is the drafter model for `draft` (and for `adaptive`'s base);
-    `heads` the trained drafter for `medusa` and `eagle` (folder or Hub id; None = the one shipped for the
-    default target)."""
+    `heads` the trained drafter for `medusa` and `eagle`, the datastore for `retrieval` (folder or Hub id;
+    None = the one shipped for the default target). `adaptive_lookup`: what `adaptive` looks up beside a model
+    drafter, "ngram" (the sequence) or "retrieval" (the sequence and the datastore)."""
     vocab_size = target.vocab_size
     if method == "plain":
         return PlainProposer()
@@ -60,10 +62,17 @@ def make_proposer(
             else:
                 base = "ngram"
         if base in ("adaptive", "plain"):
-            raise InvalidSettingError(f"adaptive cannot run on top of {base!r}; choose draft, ngram, early-exit, "
-                                      "medusa or eagle")
-        # n-gram lookup costs nothing: beside a model drafter it goes first (adaptive.py says why)
-        lookup = None if base == "ngram" else NgramProposer()
+            raise InvalidSettingError(f"adaptive cannot run on top of {base!r}; choose draft, ngram, retrieval, "
+                                      "early-exit, medusa or eagle")
+        if adaptive_lookup not in ("ngram", "retrieval"):
+            raise InvalidSettingError(f"adaptive looks up with ngram or retrieval, not {adaptive_lookup!r}")
+        # lookup costs next to nothing: beside a model drafter it goes first (adaptive.py says why)
+        if base in ("ngram", "retrieval"):
+            lookup = None
+        elif adaptive_lookup == "retrieval":
+            lookup = RetrievalProposer(load_drafter("retrieval", target, None))
+        else:
+            lookup = NgramProposer()
         return AdaptiveProposer(make_proposer(base, target, draft, exit_layer, heads=heads), lookup=lookup)
     raise InvalidSettingError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
@@ -170,6 +179,7 @@ def generate(
     max_memory: str | dict | None = None,
     draft_device: str | None = None,
     heads: str | None = None,
+    adaptive_lookup: str = "ngram",
 ) -> Report:
     settings = (settings or DecodeSettings()).validate()
     if not isinstance(prompt, str) or not prompt.strip():  # before loading anything
@@ -177,7 +187,7 @@ def generate(
     target_model = target if isinstance(target, LoadedModel) else load_model(target, device, dtype, device_map, max_memory)
     draft_model = draft if isinstance(draft, LoadedModel) or draft is None else \
         load_model(draft, draft_device or str(target_model.device), dtype)  # the drafter sits on one device
-    proposer = make_proposer(method, target_model, draft_model, exit_layer, heads=heads)
+    proposer = make_proposer(method, target_model, draft_model, exit_layer, heads=heads, adaptive_lookup=adaptive_lookup)
     prompt_ids = encode(target_model, prompt, chat)
     warm_up(target_model)
     plain = run_once(target_model, PlainProposer(), prompt_ids, settings, prompt) if compare_plain else None

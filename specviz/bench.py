@@ -259,7 +259,7 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
               device_map: str | dict | None = None, max_memory: str | dict | None = None,
               draft_device: str | None = None, transformers: list[str] = (),
               transformers_per_category: int | None = 1, transformers_limit: int | None = None,
-              heads: str | None = None) -> dict:
+              heads: str | None = None, adaptive_lookup: str = "ngram") -> dict:
     """transformers: baselines from HF_BASELINES, run on the first `transformers_per_category` prompts of
     each category (None = every prompt), at most `transformers_limit` of them spread over the categories:
     transformers' generate() is slow, and the comparison is on the prompts it ran."""
@@ -282,13 +282,17 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     longest = max(len(ids) for ids in encoded.values()) + settings.max_new_tokens + max(widest, biggest_tree + 1)
     # fail on a bad method/drafter before the long run, and capture every graph before anything is timed
     length = min(longest, target_model.context_length)
+
+    def proposer_for(method: str):
+        return make_proposer(method, target_model, draft_model, exit_layer, heads=heads, adaptive_lookup=adaptive_lookup)
+
     warm_up(target_model, widest, length, tree=biggest_tree)
     for method, method_settings in entries.values():  # each method's own graphs (EAGLE's drafting: its gamma, tree)
-        proposer = make_proposer(method, target_model, draft_model, exit_layer, heads=heads)
+        proposer = proposer_for(method)
         warm_up(target_model, method_settings.gamma + 1, length, [proposer], tree=method_settings.tree)
     first = prompts[0]
     for method, method_settings in [("plain", settings), *entries.values()]:  # one untimed run each: first calls
-        run_once(target_model, make_proposer(method, target_model, draft_model, exit_layer, heads=heads),
+        run_once(target_model, proposer_for(method),
                  encoded[first["prompt_id"]], method_settings, detail=False)
     for mode in transformers:
         hf_generate(target_model, encoded[first["prompt_id"]][:64], DecodeSettings(max_new_tokens=8, gamma=settings.gamma),
@@ -314,7 +318,7 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
             record({**_row(prompt, "plain", plain, plain), "token_ids": plain.token_ids})
             bar.update()
             for spec, (method, method_settings) in entries.items():
-                result = run_once(target_model, make_proposer(method, target_model, draft_model, exit_layer, heads=heads), ids,
+                result = run_once(target_model, proposer_for(method), ids,
                                   method_settings, prompt["prompt"], detail=False)
                 record(_row(prompt, spec, result, plain))
                 bar.set_postfix_str(f"{method} {results[-1]['speedup']:.2f}x")
@@ -331,7 +335,7 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
         "device": device_info(target_model.device),
         "config": {"target": target, "draft": draft, "device_map": device_map, "max_memory": max_memory,
                    "target_devices": target_model.devices, "methods": ["plain", *entries], "prompts_file": prompts_file,
-                   "prompts": len(prompts), "chat": chat, "exit_layer": exit_layer, "transformers": list(transformers), "heads": heads,
+                   "prompts": len(prompts), "chat": chat, "exit_layer": exit_layer, "transformers": list(transformers), "heads": heads, "adaptive_lookup": adaptive_lookup,
                    "transformers_prompts": sorted(hf_subset), "dtype": str(target_model.dtype).replace("torch.", ""),
                    "runner": plain.settings.get("runner"), **settings.__dict__},
         "results": results,

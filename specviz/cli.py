@@ -38,6 +38,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--heads", default=None, help="trained drafter for medusa/eagle, datastore for retrieval: a "
                        "folder or Hub id (FasterDecoding Medusa heads, SafeAILab EAGLE-1, datastore.npz + config.json); "
                        "default: the one shipped for the default target")
+    group.add_argument("--adaptive-lookup", default="ngram", choices=("ngram", "retrieval"),
+                       help="adaptive: what it looks up beside a model drafter (retrieval: also the datastore)")
     group.add_argument("--gamma", type=int, default=4, help="draft tokens per step, 1..32 (adaptive: the maximum)")
     group.add_argument("--tree", type=int, default=0, help="0 = draft a chain; N = a draft tree of up to N tokens, "
                        "depth gamma, verified in one pass (ngram, retrieval, medusa, eagle; 1..127)")
@@ -123,7 +125,7 @@ def cmd_generate(args) -> int:
         args.prompt, method=args.method, target=args.target, draft=args.draft, settings=settings_from(args),
         device=args.device, dtype=args.dtype, chat=not args.raw_prompt, exit_layer=args.exit_layer,
         compare_plain=args.compare_plain, device_map=args.device_map, max_memory=args.max_memory,
-        draft_device=args.draft_device, heads=args.heads,
+        draft_device=args.draft_device, heads=args.heads, adaptive_lookup=args.adaptive_lookup,
     )
     if args.json:
         print(json.dumps(report.to_dict(), ensure_ascii=False))
@@ -156,7 +158,7 @@ def cmd_bench(args) -> int:
         device_map=args.device_map, max_memory=args.max_memory, draft_device=args.draft_device,
         transformers=[m.strip() for m in args.transformers.split(",") if m.strip()],
         transformers_per_category=args.transformers_per_category or None,
-        transformers_limit=args.transformers_limit, heads=args.heads,
+        transformers_limit=args.transformers_limit, heads=args.heads, adaptive_lookup=args.adaptive_lookup,
     )
     return 0
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz import DecodeSettings, DrafterMismatchError, ModelLoadError
+from specviz import DecodeSettings, DrafterMismatchError, InvalidSettingError, ModelLoadError
 from specviz.api import encode, make_proposer, run_once
 from specviz.proposers import PlainProposer
 from specviz.proposers.checkpoints import ASSETS, SHIPPED
@@ -70,6 +70,20 @@ def test_shipped_drafters_are_exact_and_trained(default_target, plain_outputs, m
 
 def test_adaptive_runs_on_the_shipped_eagle_drafter(default_target):
     assert make_proposer("adaptive", default_target).base.name == "eagle"
+
+
+def test_adaptive_can_look_up_in_the_datastore(default_target, plain_outputs):
+    proposer = make_proposer("adaptive", default_target, adaptive_lookup="retrieval")
+    assert (proposer.base.name, proposer.lookup.name) == ("eagle", "retrieval")
+    assert make_proposer("adaptive", default_target).lookup.name == "ngram"  # the default
+    assert make_proposer("adaptive", default_target, adaptive_base="retrieval").lookup is None  # it looks up itself
+    for settings in (DecodeSettings(max_new_tokens=MAX_NEW, gamma=6), DecodeSettings(max_new_tokens=MAX_NEW, gamma=6, tree=24)):
+        for name, text in PROMPTS.items():
+            result = run_once(default_target, make_proposer("adaptive", default_target, adaptive_lookup="retrieval"),
+                              encode(default_target, text), settings)
+            assert result.token_ids == plain_outputs[name]
+    with pytest.raises(InvalidSettingError, match="ngram or retrieval"):
+        make_proposer("adaptive", default_target, adaptive_lookup="medusa")
 
 
 def test_shipped_heads_are_refused_for_another_target(tiny_target):
