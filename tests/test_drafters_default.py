@@ -140,3 +140,6 @@ def test_train_drafter_command_end_to_end(default_target, tmp_path):
     result = run_once(default_target, make_proposer("retrieval", default_target, heads=str(tmp_path / "retrieval")),
                       ids, settings)
     assert result.token_ids == run_once(default_target, PlainProposer(), ids, settings).token_ids
+    proc = run_cli("train-drafter", "--method", "retrieval", "--out", str(tmp_path / "x"),
+                   "--data", f"{data},{tmp_path / 'missing.pt'}")
+    assert proc.returncode == 2 and "no such file" in proc.stderr and "missing.pt" in proc.stderr

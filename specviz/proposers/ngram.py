@@ -90,10 +90,13 @@ class NgramProposer(Proposer):
         self.index = index
         return index
 
-    def propose(self, tokens: torch.Tensor, gamma: int) -> Draft:
+    def _index_for(self, tokens: torch.Tensor) -> NgramIndex:
+        """The host mirror of `tokens`: kept up to date by observe(), rebuilt only when a caller skipped it."""
         index = getattr(self, "index", None)
-        if index is None or len(index.tokens) != tokens.shape[0]:
-            index = self._synced_index(tokens)
+        return index if index is not None and len(index.tokens) == tokens.shape[0] else self._synced_index(tokens)
+
+    def propose(self, tokens: torch.Tensor, gamma: int) -> Draft:
+        index = self._index_for(tokens)
         budget = self.tree_budget()
         if budget:  # a tree of the continuations of several earlier matches
             node_ids, parents = weighted_trie(index.candidates(gamma), budget)

@@ -61,10 +61,7 @@ class RetrievalProposer(NgramProposer):
         return found + [(piece, weight) for piece in pieces]
 
     def propose(self, tokens: torch.Tensor, gamma: int) -> Draft:
-        index = getattr(self, "index", None)
-        if index is None or len(index.tokens) != tokens.shape[0]:
-            index = self._synced_index(tokens)
-        candidates = self.candidates(index, gamma)
+        candidates = self.candidates(self._index_for(tokens), gamma)
         budget = self.tree_budget()
         if budget:
             node_ids, parents = weighted_trie(candidates, budget)

@@ -61,7 +61,11 @@ def run(args) -> int:
     command = "python -m specviz " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""
     log = lambda message: print(f"[train-drafter {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
-    if len(data_files) > 1 or data_file.is_file():
+    missing = [str(file) for file in data_files if not file.is_file()]
+    if len(data_files) > 1 and missing:
+        raise InvalidSettingError(f"--data: no such file: {', '.join(missing)} (several files are only read, "
+                                  "never generated)")
+    if not missing:
         data = merge_datasets([load_dataset(file) for file in data_files])
         log(f"data: {args.data} ({len(data['sequences'])} conversations)")
     else:
@@ -79,7 +83,7 @@ def run(args) -> int:
     if args.data_only:
         return 0
     if args.method == "retrieval":
-        return write_datastore(args.target, args.device, data, out, command, log)
+        return write_datastore(load_model(args.target, args.device, args.gen_dtype), data, out, command, log)
 
     # features in float32, as the engine computes them on a CPU (and as exact greedy runs use)
     target = load_model(args.target, args.device, torch.float32)
@@ -104,13 +108,12 @@ def merge_datasets(parts: list[dict]) -> dict:
     return merged
 
 
-def write_datastore(target_name: str, device: str, data: dict, out: Path, command: str, log) -> int:
+def write_datastore(target, data: dict, out: Path, command: str, log) -> int:
     """OUT/datastore.npz and OUT/config.json: every answer of the data set (the prompts are left out: drafts
-    guess what the target writes)."""
+    guess what the target writes). `target` (a LoadedModel) gives the vocabulary; where it wrote the data, it
+    is the model already loaded for that."""
     from ..datastore import Datastore
-    from ..models import load_model
 
-    target = load_model(target_name, "cpu" if device == "auto" else device)
     answers = [ids[length:] for ids, length in zip(data["sequences"], data["prompt_lengths"])]
     meta = {"trained_for": {"name": target.name, "vocab_size": target.vocab_size}, "command": command,
             "answers": len(answers), "data": data.get("stats", {})}
