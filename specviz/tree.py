@@ -47,17 +47,49 @@ def children(parents: list[int]) -> list[list[int]]:
     return out
 
 
-def visibility(parents: list[int]) -> torch.Tensor:
-    """[N + 1, N + 1] bool: row r (0 = root, i + 1 = node i) may attend to column c iff c is r or an ancestor.
-    Each row as a Python integer bit mask, its parent's row plus itself (this runs on the host every tree step)."""
-    count = len(parents) + 1
+def ancestor_masks(parents: list[int]) -> list[int]:
+    """Row r (0 = root, i + 1 = node i) as a Python integer bit mask: bit c is set iff c is r or an ancestor
+    of r; each row is its parent's row plus itself (this runs on the host every tree step)."""
     rows = [1]  # the root sees itself
     for i, parent in enumerate(parents):
         rows.append(rows[parent + 1] | (1 << (i + 1)))
+    return rows
+
+
+def visibility(parents: list[int]) -> torch.Tensor:
+    """[N + 1, N + 1] bool: row r (0 = root, i + 1 = node i) may attend to column c iff c is r or an ancestor."""
+    rows = ancestor_masks(parents)
+    count = len(rows)
     width = (count + 7) // 8
     packed = np.frombuffer(b"".join(row.to_bytes(width, "little") for row in rows), dtype=np.uint8)
     bits = np.unpackbits(packed.reshape(count, width), axis=1, bitorder="little")[:, :count]
     return torch.from_numpy(bits.astype(bool))
+
+
+WORD = 64
+
+
+def visibility_words(parents: list[int]) -> list[int]:
+    """visibility() packed for a device: each row as ceil((N + 1) / 64) signed 64-bit words, low bits first,
+    row after row ([N + 1] x words, flattened); unpack_visibility() turns them back into the bool matrix.
+    A 64-node tree is 65 x 2 numbers to copy instead of 65 x 65."""
+    rows = ancestor_masks(parents)
+    words = -(-len(rows) // WORD)
+    low = (1 << WORD) - 1
+    out = []
+    for row in rows:
+        for w in range(words):
+            word = (row >> (WORD * w)) & low
+            out.append(word - (1 << WORD) if word >> (WORD - 1) else word)  # as a signed int64
+    return out
+
+
+def unpack_visibility(words: torch.Tensor, count: int) -> torch.Tensor:
+    """words [count * W] int64 (visibility_words) -> [count, count] bool, with tensor operations (a graph
+    captures them): bit c of row r is bit c % 64 of the row's word c // 64."""
+    columns = torch.arange(count, device=words.device)
+    rows = words.view(count, -1)
+    return ((rows[:, columns // WORD] >> (columns % WORD)) & 1) != 0
 
 
 def is_chain(parents: list[int]) -> bool:
@@ -134,6 +166,12 @@ def best_nodes(scores: list[float], parents: list[int], tokens: list[int], budge
     for node in order:  # best first, so each kids list is best first too
         if parents[node] == -1 or parents[node] in kept:
             kids.setdefault(parents[node], []).append(node)
+    return _preorder(tokens, parents, kids)
+
+
+def _preorder(tokens: list[int], parents: list[int], kids: dict[int, list[int]]) -> tuple[list[int], list[int]]:
+    """The nodes reachable from the root through `kids` (parent -> children, best first; -1 = the root), in
+    preorder: every parent before its children, siblings best first. Returns (tokens, parents) renumbered."""
     out_tokens, out_parents, new_index = [], [], {}
     stack = list(reversed(kids.get(-1, [])))
     while stack:  # preorder: every parent before its children
@@ -145,26 +183,71 @@ def best_nodes(scores: list[float], parents: list[int], tokens: list[int], budge
     return out_tokens, out_parents
 
 
+def _merged(candidates: list[tuple[list[int], float]]) -> tuple[list[tuple[int, ...]], list[float]]:
+    """Identical candidates as one, their weights summed, in the order each was first seen."""
+    merged: dict[tuple[int, ...], float] = {}
+    for sequence, weight in candidates:
+        if len(sequence):
+            key = tuple(sequence)
+            merged[key] = merged.get(key, 0.0) + weight
+    return list(merged), list(merged.values())
+
+
+def _next_tokens(members, sequences, weights, depth: int) -> dict[int, tuple[float, list[int]]]:
+    """The candidates `members` (ascending) that go on past `depth`, grouped by their token there:
+    token -> [the group's weight, its members], in the order the tokens are first seen."""
+    groups: dict[int, list] = {}
+    for i in members:
+        sequence = sequences[i]
+        if len(sequence) > depth:
+            group = groups.get(sequence[depth])
+            if group is None:
+                groups[sequence[depth]] = group = [0.0, []]
+            group[0] += weights[i]
+            group[1].append(i)
+    return groups
+
+
 def weighted_trie(candidates: list[tuple[list[int], float]], budget: int) -> tuple[list[int], list[int]]:
     """Merge weighted candidate continuations into a trie, score each node by the weight of the candidates
-    that pass through it, and keep the `budget` best nodes (best_nodes)."""
+    that pass through it, and keep the `budget` best nodes, laid out as best_nodes() lays them out (ties go to
+    the node a trie built candidate by candidate would have made first: the earlier candidate, then the
+    shallower node). Built best first: a node is expanded only once it is kept (a child never outscores its
+    parent), so the long tails of candidates that never make the budget are never walked."""
+    sequences, weights = _merged(candidates)
+    frontier: list = []  # (-score, first candidate, depth, parent node, token, candidates through it)
+
+    def push_children(members, depth: int, parent: int) -> None:
+        for token, (score, group) in _next_tokens(members, sequences, weights, depth).items():
+            heapq.heappush(frontier, (-score, group[0], depth, parent, token, group))
+
+    push_children(range(len(sequences)), 0, -1)
     tokens: list[int] = []
     parents: list[int] = []
-    scores: list[float] = []
-    index: dict[tuple[int, int], int] = {}
-    for sequence, weight in candidates:
-        parent = -1
-        for token in sequence:
-            node = index.get((parent, token))
-            if node is None:
-                node = len(tokens)
-                index[(parent, token)] = node
-                tokens.append(int(token))
-                parents.append(parent)
-                scores.append(0.0)
-            scores[node] += weight
-            parent = node
-    return best_nodes(scores, parents, tokens, budget)
+    kids: dict[int, list[int]] = {}
+    while frontier and len(tokens) < budget:
+        _, _, depth, parent, token, group = heapq.heappop(frontier)
+        node = len(tokens)
+        tokens.append(int(token))
+        parents.append(parent)
+        kids.setdefault(parent, []).append(node)  # popped best first: each kids list is best first
+        push_children(group, depth + 1, node)
+    return _preorder(tokens, parents, kids)
+
+
+def heaviest_line(candidates: list[tuple[list[int], float]], length: int) -> list[int]:
+    """The first-child line of weighted_trie(candidates): at each depth the token that carries the most weight
+    among the candidates that agree with the line so far (ties: the one seen first)."""
+    sequences, weights = _merged(candidates)
+    members, line = range(len(sequences)), []
+    for depth in range(length):
+        groups = _next_tokens(members, sequences, weights, depth)
+        if not groups:
+            break
+        best = max(groups, key=lambda token: groups[token][0])  # max keeps the first of equals
+        line.append(int(best))
+        members = groups[best][1]
+    return line
 
 
 def product_tree(candidates: list[tuple[list[int], list[float]]], budget: int) -> tuple[list[int], list[int]]:

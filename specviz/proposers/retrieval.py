@@ -9,35 +9,15 @@ a text copied from the prompt is a better guess than what the target usually wri
 """
 from __future__ import annotations
 
-from collections import defaultdict
-
 import torch
 
 from ..datastore import Datastore
-from ..tree import weighted_trie
+from ..tree import heaviest_line, weighted_trie
 from .base import Draft
 from .ngram import NgramProposer
 
 STORE_WEIGHT = 0.01  # a datastore continuation against one of the sequence's own (chosen on self-written data)
 STORE_LIMIT = 32  # datastore continuations a step looks at
-
-
-def heaviest_line(candidates: list[tuple[list[int], float]], length: int) -> list[int]:
-    """The first-child line of weighted_trie(candidates): at each depth the token that carries the most weight
-    among the candidates that agree with the line so far (ties: the one seen first)."""
-    line: list[int] = []
-    alive = candidates
-    for depth in range(length):
-        totals: dict[int, float] = defaultdict(float)
-        for sequence, weight in alive:
-            if len(sequence) > depth:
-                totals[sequence[depth]] += weight
-        if not totals:
-            break
-        best = max(totals, key=totals.__getitem__)  # dicts keep insertion order: ties go to the first seen
-        line.append(best)
-        alive = [(s, w) for s, w in alive if len(s) > depth and s[depth] == best]
-    return line
 
 
 class RetrievalProposer(NgramProposer):
