@@ -49,6 +49,47 @@ def test_visibility_of_large_random_trees_is_each_rows_ancestor_line():
         assert visible[0].nonzero().flatten().tolist() == [0]
 
 
+def full_trie(candidates, budget):
+    """The reference weighted_trie: the whole trie, candidate by candidate, then the budget best nodes."""
+    tokens, parents, scores, index = [], [], [], {}
+    for sequence, weight in candidates:
+        parent = -1
+        for token in sequence:
+            node = index.get((parent, token))
+            if node is None:
+                node = index[(parent, token)] = len(tokens)
+                tokens.append(token)
+                parents.append(parent)
+                scores.append(0.0)
+            scores[node] += weight
+            parent = node
+    return trees.best_nodes(scores, parents, tokens, budget)
+
+
+def test_best_first_trie_equals_the_whole_trie_cut_to_its_budget():
+    """weighted_trie expands only the nodes it keeps; the tree must be the one the whole trie gives, ties and
+    duplicate candidates included, and heaviest_line its first-child line."""
+    rng = random.Random(2)
+    for _ in range(2000):
+        candidates = [([rng.randrange(4) for _ in range(rng.randrange(0, 7))], rng.choice([0.01, 0.5, 1, 1, 2, 4]))
+                      for _ in range(rng.randrange(0, 14))]
+        for budget in (1, 3, 10, 63):
+            assert trees.weighted_trie(candidates, budget) == full_trie(candidates, budget)
+        tokens, parents = full_trie(candidates, 10_000)
+        assert trees.heaviest_line(candidates, 5) == [tokens[n] for n in trees.first_child_chain(parents, -1)][:5]
+
+
+def test_visibility_words_unpack_to_the_visibility():
+    """The packed rows that a graph's input carries (two words a row past 64 positions, the top bit set in
+    the first word of a 64-position row) unpack on the device side to exactly visibility()."""
+    rng = random.Random(1)
+    for count in (0, 1, 62, 63, 64, 100, 127):
+        parents = [rng.randrange(-1, i) if rng.random() < 0.5 else i - 1 for i in range(count)]
+        words = torch.tensor(trees.visibility_words(parents), dtype=torch.long)
+        assert words.numel() == (count + 1) * -(-(count + 1) // 64)
+        assert torch.equal(trees.unpack_visibility(words, count + 1), trees.visibility(parents))
+
+
 def test_greedy_walk_follows_the_targets_argmax_through_siblings():
     tokens = [10, 11, 12, 13, 14, 15]
     # the target wants 13 after the root (the second child), then 14, then 99 (not drafted)
