@@ -34,7 +34,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import gpu_attention
 from .settings import MAX_GAMMA, MAX_TREE
-from .tree import check_tree, depths as tree_depths, visibility
+from .tree import check_tree, depths as tree_depths, unpack_visibility, visibility_words
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # cos/sin depend on the position only
@@ -366,11 +366,12 @@ class _Graph:
     static outputs. The inputs are views of one tensor, filled by one copy from the host."""
 
     def __init__(self, count: int, device: torch.device, tree: bool = False):
-        size = count + 1 + (count + count * count if tree else 0)
+        words = count * -(-count // 64)  # the visibility's rows packed in 64-bit words (tree.visibility_words)
+        size = count + 1 + (count + words if tree else 0)
         self.inputs = torch.zeros(size, dtype=torch.long, device=device)
         self.ids, self.start = self.inputs[:count], self.inputs[count:count + 1]
         self.depths = self.inputs[count + 1:2 * count + 1] if tree else None
-        self.visible = self.inputs[2 * count + 1:].view(count, count) if tree else None  # 0/1
+        self.visible = self.inputs[2 * count + 1:] if tree else None
         self.graph = torch.cuda.CUDAGraph()
         self.logits: torch.Tensor | None = None
         self.hidden: torch.Tensor | None = None
@@ -384,7 +385,7 @@ class Workspace:
     def __init__(self, device: torch.device, dtype: torch.dtype):
         self.device, self.dtype = device, dtype
         self.capacity = 0
-        self.keys = self.values = self.cos = self.sin = None
+        self.keys_values = self.keys = self.values = self.cos = self.sin = None  # keys, values: views of the first
         self.graphs: dict[tuple[int, int, bool], _Graph] = {}  # (positions, span, tree) -> graph
         self.pool = None  # the CUDA graphs' shared memory pool
 
@@ -508,10 +509,9 @@ class StaticRunner:
         `node_slots`, ascending) moved down into the slots that follow, in one gather per cache tensor."""
         count = len(node_slots)
         if node_slots != list(range(first_slot, first_slot + count)):
-            space = self.workspace
             source = torch.tensor(node_slots, dtype=torch.long).to(self.device, non_blocking=True)
-            for cache in (space.keys, space.values):  # index_select copies first: the ranges may overlap
-                cache.narrow(2, first_slot, count).copy_(cache.index_select(2, source))
+            cache = self.workspace.keys_values  # keys and values at once; index_select copies first: the ranges
+            cache.narrow(3, first_slot, count).copy_(cache.index_select(3, source))  # may overlap
         self.rollback(first_slot + count)
 
     def ensure_capacity(self, needed: int) -> None:
@@ -524,13 +524,13 @@ class StaticRunner:
             raise ValueError(f"{needed} positions exceed the model's context of {self.context_length}")
         floor = 1024 if self.use_graphs else 64
         capacity = min(self.context_length, max(floor, _next_power_of_two(needed)))
-        shape = (len(self.layers), self.kv_heads, capacity, self.head_dim)
-        keys = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        values = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        if space.keys is not None:
-            keys[:, :, : space.capacity].copy_(space.keys)
-            values[:, :, : space.capacity].copy_(space.values)
-        space.keys, space.values, space.capacity = keys, values, capacity
+        # keys and values in one tensor [2, layers, kv_heads, capacity, head_dim]: keep_nodes moves both at once
+        keys_values = torch.zeros((2, len(self.layers), self.kv_heads, capacity, self.head_dim), dtype=self.dtype,
+                                  device=self.device)
+        if space.keys_values is not None:
+            keys_values[:, :, :, : space.capacity].copy_(space.keys_values)
+        space.keys_values, space.capacity = keys_values, capacity
+        space.keys, space.values = keys_values[0], keys_values[1]
         positions = torch.arange(capacity, device=self.device)[None]
         probe = torch.zeros(1, dtype=self.dtype, device=self.device)
         with torch.no_grad():
@@ -552,8 +552,9 @@ class StaticRunner:
     def _decode(self, ids: torch.Tensor, start: torch.Tensor, span: int, last_only: bool,
                 depths: torch.Tensor | None = None, visible: torch.Tensor | None = None, compiled: bool = True):
         """The whole forward as tensor operations (what a graph captures). start [1]: first position. For a
-        tree, depths [K] (0 for the root) and visible [K, K]: token i sits at position start + depths[i]
-        but is written at slot start + i, and attends to what visible allows among the new ones. compiled=False
+        tree, depths [K] (0 for the root) and visible, the [K, K] visibility packed (tree.visibility_words):
+        token i sits at position start + depths[i] but is written at slot start + i, and attends to what
+        visible allows among the new ones. compiled=False
         runs the layers uncompiled: where graphs are on, compiled code is only traced for captured shapes, and
         a forward outside them (a prefill, of any length) runs plain kernels."""
         space = self.workspace
@@ -565,7 +566,7 @@ class StaticRunner:
         if visible is None:
             mask = attention_mask(positions, span, self.window)
         else:
-            mask = tree_attention_mask(start, visible, span)
+            mask = tree_attention_mask(start, unpack_visibility(visible, count), span)
         layer_fn = self._layer_fn if compiled else self._eager_layer_fn
         pending = torch.zeros_like(x)  # each layer's MLP output, added by the next layer (decoder_layer)
         for i, layer in enumerate(self.layers):
@@ -653,8 +654,9 @@ class StaticRunner:
     def _forward_tree(self, token_ids: torch.Tensor, parents: list[int]):
         if not self.supports_tree:
             raise ValueError("this model uses a sliding attention window: draft trees are not supported")
-        check_tree(token_ids.tolist()[1:], parents)
-        count = int(token_ids.shape[0])
+        ids = token_ids.tolist()
+        check_tree(ids[1:], parents)
+        count = len(ids)
         if count != len(parents) + 1:
             raise ValueError(f"a tree of {len(parents)} nodes needs {len(parents) + 1} token ids (the root first)")
         if count > MAX_TREE_POSITIONS:
@@ -664,21 +666,22 @@ class StaticRunner:
         # children of the root that no real node sees, and their slots lie past what is kept
         pad = _next_power_of_two(count) - count if graphed else 0
         all_parents = parents + [-1] * pad
-        depths = torch.tensor([0, *tree_depths(all_parents)], dtype=torch.long)
-        visible = visibility(all_parents)
-        if graphed:
-            ids = torch.cat([token_ids.cpu(), torch.zeros(pad, dtype=torch.long)])
+        depths = [0, *tree_depths(all_parents)]
+        visible = visibility_words(all_parents)
+        if graphed:  # the graph's whole input (_Graph's layout) as one host tensor: one copy
+            inputs = torch.tensor(ids + [0] * pad + [self.length] + depths + visible, dtype=torch.long)
             span = graph_span(self.length + count + pad, self.context_length)
             self.ensure_capacity(span)
-            logits, hidden = self._replay(ids, span, depths, visible)
+            logits, hidden = self._replay(inputs[:count + pad], span, tree_inputs=inputs)
             logits, hidden = logits[:count], hidden[:count]
         else:
             end = self.length + count
             self.ensure_capacity(end)
             start = torch.full((1,), self.length, dtype=torch.long, device=self.device)
+            as_tensor = lambda values: torch.tensor(values, dtype=torch.long, device=self.device)
             with no_cudnn_attention():
-                logits, hidden = self._decode(token_ids.to(self.device), start, end, False,
-                                              depths.to(self.device), visible.to(self.device), compiled=False)
+                logits, hidden = self._decode(as_tensor(ids), start, end, False, as_tensor(depths), as_tensor(visible),
+                                              compiled=False)
         self.length += count
         return logits, hidden
 
@@ -690,18 +693,18 @@ class StaticRunner:
         self.use_compile = False
         self._layer_fn = self._captured_layer_fn(False)
 
-    def _replay(self, token_ids: torch.Tensor, span: int, depths: torch.Tensor | None = None,
-                visible: torch.Tensor | None = None):
+    def _replay(self, token_ids: torch.Tensor, span: int, tree_inputs: torch.Tensor | None = None):
+        """tree_inputs: a draft tree's whole graph input, laid out as _Graph lays it out (the ids, the first
+        position, the depths, the visibility words), on the host."""
         space = self.workspace
-        tree = depths is not None
+        tree = tree_inputs is not None
         key = (int(token_ids.shape[0]), span, tree)
 
         def fill(graph: _Graph) -> None:
-            if token_ids.device.type == "cpu":  # a step's tokens (and tree): one copy
-                parts = [token_ids, torch.tensor([self.length])]
-                if tree:
-                    parts += [depths, visible.flatten().long()]
-                graph.inputs.copy_(torch.cat(parts), non_blocking=True)
+            if tree:
+                graph.inputs.copy_(tree_inputs, non_blocking=True)
+            elif token_ids.device.type == "cpu":  # a step's tokens: one copy
+                graph.inputs.copy_(torch.cat([token_ids, torch.tensor([self.length])]), non_blocking=True)
             else:  # a prompt's chunk, already on the device
                 graph.ids.copy_(token_ids, non_blocking=True)
                 graph.start.fill_(self.length)
