@@ -6,7 +6,9 @@ Plain decoding is the same loop with a proposer that never drafts, so both pay t
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -29,9 +31,25 @@ TOP_N = 20  # tokens of p and q kept per position for the inspector
 
 
 def _clock(device: torch.device) -> float:
+    """The time once the device has done what it was given."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter()
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector off for a run: a full collection walks every object alive (torch's
+    modules, a loaded model, the records so far) and would land inside whichever step allocated last, on a GPU
+    a step of ~1 ms. Reference counting still frees what a step drops; the collector resumes (as it was) when
+    the run ends or is abandoned."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _top(probs: torch.Tensor, n: int = TOP_N) -> list[TopTokens]:
@@ -98,7 +116,8 @@ class SpeculativeRun:
 
     def __iter__(self) -> Iterator[StepRecord]:
         try:
-            yield from self._run()
+            with collector_paused():
+                yield from self._run()
         finally:  # also when the caller stops early: the runner's cache and graphs go back to the pool
             if self._owns_runner and hasattr(self.runner, "release"):
                 self.runner.release()
@@ -115,12 +134,22 @@ class SpeculativeRun:
         tokens_shown: list[TokenRecord] = []
         stop_reason = "max_new_tokens"
 
+        # the device is waited for only where a step's timing needs it: drafting that runs on the host (lookups)
+        # is timed by the host clock alone, and a verify pass has ended once its result has been read
+        host_drafts = proposer.drafts_on_host
         start = _clock(device)
         # The accepted sequence, twice: on the host (what the loop decides with) and on the device (what
         # proposers read), the latter a view of one buffer that grows by writing, never by concatenating.
         sequence = list(self.prompt_ids)
-        buffer = torch.empty(len(sequence) + settings.max_new_tokens + 1, dtype=torch.long, device=device)
-        buffer[: len(sequence)].copy_(torch.tensor(sequence, dtype=torch.long))
+        size = len(sequence) + settings.max_new_tokens + 1
+        # the host side of every copy into the buffer: on a GPU pinned memory, so that a step's copy runs
+        # asynchronously (a plain copy from the host waited ~40 us a step); each slot is written once
+        staging = torch.empty(size, dtype=torch.long, pin_memory=device.type == "cuda")
+        staged = staging.numpy()
+        staged[: len(sequence)] = sequence
+        buffer = staging if device.type == "cpu" else torch.empty(size, dtype=torch.long, device=device)
+        if buffer is not staging:
+            buffer[: len(sequence)].copy_(staging[: len(sequence)])
         tokens = buffer[: len(sequence)]
         runner.reset()
         prompt_hidden = None
@@ -131,7 +160,7 @@ class SpeculativeRun:
         prefill_seconds = _clock(device) - start
 
         while len(output) < settings.max_new_tokens:
-            step_start = _clock(device)
+            step_start = time.perf_counter()
             room = min(settings.max_new_tokens - len(output) - 1, context - len(sequence) - 1)
             gamma = min(settings.gamma, room)
             draft = proposer.propose(tokens, gamma) if gamma > 0 else proposer.empty_draft(device)
@@ -145,7 +174,7 @@ class SpeculativeRun:
                 if draft.size > fits:  # near the end of the context: the first nodes are a tree too
                     draft = Draft(draft.token_ids[:fits], None, None, draft.parents[:fits])
                     draft_ids = draft_ids[:fits]
-            draft_end = _clock(device)
+            draft_end = time.perf_counter() if host_drafts else _clock(device)
 
             cached = runner.length
             tree_size = 0
@@ -163,7 +192,7 @@ class SpeculativeRun:
                                                   warp_probs(logits, settings), generator)
                 n = verdict.n_accepted
                 runner.rollback(cached + 1 + n)  # keep the fed token and the accepted drafts
-            verify_end = _clock(device)
+            verify_end = time.perf_counter()
 
             kept = []
             for token_id in draft_ids[:n] + [verdict.next_token]:
@@ -174,7 +203,10 @@ class SpeculativeRun:
                 if token_id in eos_ids:
                     stop_reason = "eos"
                     break
-            buffer[len(sequence): len(sequence) + len(kept)].copy_(torch.tensor(kept, dtype=torch.long))
+            staged[len(sequence): len(sequence) + len(kept)] = kept
+            if buffer is not staging:
+                buffer[len(sequence): len(sequence) + len(kept)].copy_(
+                    staging[len(sequence): len(sequence) + len(kept)], non_blocking=True)
             sequence.extend(kept)
             tokens = buffer[: len(sequence)]
             self.tokens = tokens
@@ -249,6 +281,8 @@ class SpeculativeRun:
             uniforms=None if settings.greedy else uniforms, next_distribution=walk.next_distribution)
         line_ids = [node_ids[node] for node in line]
         shown = Draft(torch.tensor(line_ids, dtype=torch.long), None)  # on the host, where it is read
+        if not self.detail and not self.proposer.needs_target_hidden:
+            return shown, line_ids, None, None, verdict  # nobody reads the rows: no gathers on the device
         # the logits' rows, then the hidden states' (the root and the path): one copy to the device
         picks = torch.tensor(rows + [0] + [node + 1 for node in path], dtype=torch.long).to(logits.device)
         return shown, line_ids, logits[picks[:len(rows)]], hidden[picks[len(rows):]], verdict

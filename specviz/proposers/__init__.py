@@ -19,6 +19,7 @@ class PlainProposer(Proposer):
 
     name = "plain"
     drafts = False
+    drafts_on_host = True
 
     def propose(self, tokens, gamma):
         return self.empty_draft("cpu")  # on the host: nothing to allocate or copy on a GPU

@@ -138,6 +138,7 @@ class AdaptiveProposer(Proposer):
         # a base that costs something and drafts trees (EAGLE, Medusa): each step weighs its tree against the
         # lookup's chain and a plain step; a free base (n-gram lookup) drafts chains: on a GPU trees did not pay
         self.drafts_trees = base.drafts_trees and not getattr(base, "free_drafts", False)
+        self.drafts_on_host = base.drafts_on_host and (lookup is None or lookup.drafts_on_host)
         self.warmup_steps = warmup_steps
 
     def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:

@@ -47,6 +47,8 @@ class Proposer:
     drafts_trees = False  # True for drafters that propose a draft tree when settings.tree > 0 (tree.py)
     free_drafts = False  # True when a draft costs next to nothing whatever its length (n-gram lookup): the
     # adaptive method then looks at the whole draft before choosing how much of it to verify
+    drafts_on_host = False  # True when propose() and observe() launch no work on the device (lookups, plain):
+    # the engine then times a step without waiting for the device in between
 
     def reset(self, prompt_ids: torch.Tensor, settings: DecodeSettings, generator: torch.Generator,
               target_hidden: torch.Tensor | None = None) -> None:

@@ -70,6 +70,7 @@ class NgramProposer(Proposer):
     name = "ngram"
     free_drafts = True
     drafts_trees = True
+    drafts_on_host = True
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         self.max_ngram = max_ngram
