@@ -1,7 +1,8 @@
-"""Where a GPU step's time goes: wall per step against GPU kernel time per step (torch.profiler), for plain,
-ngram:16 and eagle:7:63, on 6 Spec-Bench prompts (one per category, 256 tokens, bf16); plus the kernels and
-host calls that cost most (torch.profiler tables, cProfile). On the GPU machine, from the repository's root
-with Spec-Bench's question.jsonl there: PYTHONPATH=. python3 scripts/gpu_step_profile.py > profile.txt"""
+"""Where a GPU step's time goes: wall per step against GPU kernel time per step (torch.profiler), for each
+method of METHODS (METHOD:GAMMA:TREE, default plain:1:0,ngram:16:0,eagle:7:63), on 6 Spec-Bench prompts (one
+per category, 256 tokens, bf16); plus the kernels and host calls that cost most (torch.profiler tables,
+cProfile). On the GPU machine, from the repository's root with Spec-Bench's question.jsonl there:
+PYTHONPATH=. python3 scripts/gpu_step_profile.py > profile.txt"""
 import cProfile, io, os, pstats, time, torch
 from torch.profiler import profile, ProfilerActivity
 from specviz.api import make_proposer, encode, run_once, warm_up
@@ -14,8 +15,9 @@ target = load_model("default", device="cuda", dtype=torch.bfloat16)
 prompts = load_prompts("question.jsonl", per_category=1)[:6]
 encoded = [encode(target, p["prompt"]) for p in prompts]
 length = max(map(len, encoded)) + 256 + 70
-methods = [("plain", 1, 0), ("ngram", 16, 0), ("eagle", 7, 63)]
-warm_up(target, 17, length, tree=63)
+methods = [(m, int(g), int(t)) for m, g, t in
+           (item.split(":") for item in os.environ.get("METHODS", "plain:1:0,ngram:16:0,eagle:7:63").split(","))]
+warm_up(target, max(g for _, g, _ in methods) + 1, length, tree=max(t for _, _, t in methods))
 for m, g, t in methods:
     warm_up(target, g + 1, length, [make_proposer(m, target)], tree=t)
 for m, g, t in methods:
@@ -42,3 +44,4 @@ for m, g, t in methods:
         run_once(target, proposer, ids, settings, detail=False)
     pr.disable()
     s = io.StringIO(); pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(30); print(s.getvalue())
+    s = io.StringIO(); pstats.Stats(pr, stream=s).sort_stats("cumulative").print_stats("specviz", 30); print(s.getvalue())
