@@ -506,7 +506,8 @@ class StaticRunner:
     @torch.inference_mode()
     def keep_nodes(self, first_slot: int, node_slots: list[int]) -> None:
         """After a tree verify pass: keep the first `first_slot` tokens, then the accepted nodes (written at
-        `node_slots`, ascending) moved down into the slots that follow, in one gather per cache tensor."""
+        `node_slots`, ascending) moved down into the slots that follow: one gather and one copy over the keys
+        and values of every layer."""
         count = len(node_slots)
         if node_slots != list(range(first_slot, first_slot + count)):
             source = torch.tensor(node_slots, dtype=torch.long).to(self.device, non_blocking=True)
@@ -554,9 +555,9 @@ class StaticRunner:
         """The whole forward as tensor operations (what a graph captures). start [1]: first position. For a
         tree, depths [K] (0 for the root) and visible, the [K, K] visibility packed (tree.visibility_words):
         token i sits at position start + depths[i] but is written at slot start + i, and attends to what
-        visible allows among the new ones. compiled=False
-        runs the layers uncompiled: where graphs are on, compiled code is only traced for captured shapes, and
-        a forward outside them (a prefill, of any length) runs plain kernels."""
+        visible allows among the new ones. compiled=False runs the layers uncompiled: where graphs are on,
+        compiled code is only traced for captured shapes, and a forward outside them (a prefill, of any
+        length) runs plain kernels."""
         space = self.workspace
         count = ids.shape[0]
         positions = start + torch.arange(count, device=ids.device)  # the cache slots written
@@ -678,10 +679,10 @@ class StaticRunner:
             end = self.length + count
             self.ensure_capacity(end)
             start = torch.full((1,), self.length, dtype=torch.long, device=self.device)
-            as_tensor = lambda values: torch.tensor(values, dtype=torch.long, device=self.device)
+            ids, depths, visible = (torch.tensor(values, dtype=torch.long, device=self.device)
+                                    for values in (ids, depths, visible))
             with no_cudnn_attention():
-                logits, hidden = self._decode(as_tensor(ids), start, end, False, as_tensor(depths), as_tensor(visible),
-                                              compiled=False)
+                logits, hidden = self._decode(ids, start, end, False, depths, visible, compiled=False)
         self.length += count
         return logits, hidden
 
