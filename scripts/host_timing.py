@@ -2,7 +2,8 @@
 in perf_counter timers (a wrapper costs ~0.1 us), mean microseconds a step for each, over Spec-Bench prompts
 (one per category), greedy, 256 new tokens. Nested timers overlap (forward holds _replay); waits for the GPU
 land where the host first reads a result (_clock's synchronize, verify's argmax). From the repository's root,
-on the GPU machine or here:
+on the GPU machine or here (COLLECTOR=on: leave the garbage collector running during runs, as before the engine
+paused it):
     METHODS=plain:1:0,retrieval:16:0,retrieval:16:63 PYTHONPATH=. python3 scripts/host_timing.py [cuda|cpu]"""
 import collections, functools, gc, os, sys, time
 
@@ -58,6 +59,9 @@ def gc_timer(phase, info):  # the garbage collector's own time, which lands insi
 
 
 gc.callbacks.append(gc_timer)
+if os.environ.get("COLLECTOR") == "on":
+    import contextlib
+    engine.collector_paused = contextlib.nullcontext
 device = sys.argv[1] if len(sys.argv) > 1 else ("cuda" if torch.cuda.is_available() else "cpu")
 dtype = torch.bfloat16 if device == "cuda" else torch.float32
 target = load_model("default", device=device, dtype=dtype)
