@@ -17,7 +17,6 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from .sampling import draw
@@ -57,13 +56,10 @@ def ancestor_masks(parents: list[int]) -> list[int]:
 
 
 def visibility(parents: list[int]) -> torch.Tensor:
-    """[N + 1, N + 1] bool: row r (0 = root, i + 1 = node i) may attend to column c iff c is r or an ancestor."""
-    rows = ancestor_masks(parents)
-    count = len(rows)
-    width = (count + 7) // 8
-    packed = np.frombuffer(b"".join(row.to_bytes(width, "little") for row in rows), dtype=np.uint8)
-    bits = np.unpackbits(packed.reshape(count, width), axis=1, bitorder="little")[:, :count]
-    return torch.from_numpy(bits.astype(bool))
+    """[N + 1, N + 1] bool: row r (0 = root, i + 1 = node i) may attend to column c iff c is r or an ancestor
+    (the device's own unpacking of visibility_words, run on the host)."""
+    words = torch.tensor(visibility_words(parents), dtype=torch.long)
+    return unpack_visibility(words, len(parents) + 1)
 
 
 WORD = 64

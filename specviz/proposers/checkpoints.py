@@ -35,6 +35,10 @@ ASSETS = Path(__file__).resolve().parents[2] / "assets" / "drafters"
 SHIPPED = {DEFAULT_MODEL: "smollm2-135m-instruct"}  # target name -> folder under assets/drafters
 EAGLE_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 MEDUSA_WEIGHTS = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
+# method -> (what --heads must name, the files fetched from a Hub repository beside config.json)
+DRAFTER_FILES = {"medusa": ("FasterDecoding Medusa heads", MEDUSA_WEIGHTS),
+                 "eagle": ("a SafeAILab EAGLE-1 drafter", EAGLE_WEIGHTS),
+                 "retrieval": ("a folder with datastore.npz and config.json", ("datastore.npz",))}
 
 
 def shipped_folder(method: str, target: LoadedModel) -> Path | None:
@@ -67,8 +71,7 @@ def resolve_folder(method: str, target: LoadedModel, heads: str | None) -> Path:
     if heads in (None, "", "auto", "default"):
         folder = shipped_folder(method, target)
         if folder is None:
-            what = {"medusa": "FasterDecoding Medusa heads", "eagle": "a SafeAILab EAGLE-1 drafter",
-                    "retrieval": "a folder with datastore.npz and config.json"}[method]
+            what = DRAFTER_FILES[method][0]
             raise ModelLoadError(
                 f"no trained {method} drafter ships for target '{target.name}' (only for the default model); pass "
                 f"--heads FOLDER_OR_HUB_ID ({what}), "
@@ -80,8 +83,7 @@ def resolve_folder(method: str, target: LoadedModel, heads: str | None) -> Path:
         return path
     if path.exists() or heads.startswith((".", "/", "~")) or heads.count("/") != 1:
         raise ModelLoadError(f"--heads '{heads}' is neither a folder of drafter files nor a Hub id (owner/name)")
-    names = {"medusa": MEDUSA_WEIGHTS, "eagle": EAGLE_WEIGHTS, "retrieval": ("datastore.npz",)}[method]
-    return _download(heads, ["config.json", *names])
+    return _download(heads, ["config.json", *DRAFTER_FILES[method][1]])
 
 
 def read_state(folder: Path, names: tuple[str, ...]) -> tuple[dict, Path]:

@@ -61,6 +61,7 @@ def run(args) -> int:
     command = "python -m specviz " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""
     log = lambda message: print(f"[train-drafter {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
+    generator_model = None  # the model that writes the data, when it has to be written
     missing = [str(file) for file in data_files if not file.is_file()]
     if len(data_files) > 1 and missing:
         raise InvalidSettingError(f"--data: no such file: {', '.join(missing)} (several files are only read, "
@@ -83,7 +84,9 @@ def run(args) -> int:
     if args.data_only:
         return 0
     if args.method == "retrieval":
-        return write_datastore(load_model(args.target, args.device, args.gen_dtype), data, out, command, log)
+        # the vocabulary comes from the target: the model that wrote the data where there is one, not a second load
+        target = generator_model or load_model(args.target, args.device, args.gen_dtype)
+        return write_datastore(target, data, out, command, log)
 
     # features in float32, as the engine computes them on a CPU (and as exact greedy runs use)
     target = load_model(args.target, args.device, torch.float32)
