@@ -28,12 +28,12 @@ def make_proposer(
     exit_layer: int | None = None,
     adaptive_base: str = "auto",
     heads: str | None = None,
-    adaptive_lookup: str = "ngram",
+    adaptive_lookup: str = "auto",
 ) -> Proposer:
     """A fresh proposer for `method`. `draft` is the drafter model for `draft` (and for `adaptive`'s base);
     `heads` the trained drafter for `medusa` and `eagle`, the datastore for `retrieval` (folder or Hub id;
     None = the one shipped for the default target). `adaptive_lookup`: what `adaptive` looks up beside a model
-    drafter, "ngram" (the sequence) or "retrieval" (the sequence and the datastore)."""
+    drafter, "ngram" (the sequence), "retrieval" (the sequence and the datastore) or "auto" (default_lookup)."""
     vocab_size = target.vocab_size
     if method == "plain":
         return PlainProposer()
@@ -64,8 +64,10 @@ def make_proposer(
         if base in ("adaptive", "plain"):
             raise InvalidSettingError(f"adaptive cannot run on top of {base!r}; choose draft, ngram, retrieval, "
                                       "early-exit, medusa or eagle")
-        if adaptive_lookup not in ("ngram", "retrieval"):
-            raise InvalidSettingError(f"adaptive looks up with ngram or retrieval, not {adaptive_lookup!r}")
+        if adaptive_lookup not in ("auto", "ngram", "retrieval"):
+            raise InvalidSettingError(f"adaptive looks up with auto, ngram or retrieval, not {adaptive_lookup!r}")
+        if adaptive_lookup == "auto":
+            adaptive_lookup = default_lookup(target)
         # lookup costs next to nothing: beside a model drafter it goes first (adaptive.py says why)
         if base in ("ngram", "retrieval"):
             lookup = None
@@ -75,6 +77,16 @@ def make_proposer(
             lookup = NgramProposer()
         return AdaptiveProposer(make_proposer(base, target, draft, exit_layer, heads=heads), lookup=lookup)
     raise InvalidSettingError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+
+
+def default_lookup(target: LoadedModel) -> str:
+    """What `adaptive` looks up by default beside a model drafter. On a CPU, retrieval (where a datastore
+    ships for the target): a lookup of ~0.2 ms is nothing beside a ~40 ms forward, and it finds more (13
+    Spec-Bench prompts, 2 vCPUs: lowest category 1.19x against 1.04x with n-gram lookup). On a GPU, n-gram
+    lookup: there the datastore's lookup is a sixth of a ~1.2 ms step (H100, 26 prompts: 1.94x against 1.78x)."""
+    if target.device.type == "cpu" and shipped_drafter_exists("retrieval", target):
+        return "retrieval"
+    return "ngram"
 
 
 def encode(target: LoadedModel, prompt: str, chat: bool = True) -> list[int]:
@@ -179,7 +191,7 @@ def generate(
     max_memory: str | dict | None = None,
     draft_device: str | None = None,
     heads: str | None = None,
-    adaptive_lookup: str = "ngram",
+    adaptive_lookup: str = "auto",
 ) -> Report:
     settings = (settings or DecodeSettings()).validate()
     if not isinstance(prompt, str) or not prompt.strip():  # before loading anything

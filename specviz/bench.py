@@ -259,7 +259,7 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
               device_map: str | dict | None = None, max_memory: str | dict | None = None,
               draft_device: str | None = None, transformers: list[str] = (),
               transformers_per_category: int | None = 1, transformers_limit: int | None = None,
-              heads: str | None = None, adaptive_lookup: str = "ngram") -> dict:
+              heads: str | None = None, adaptive_lookup: str = "auto") -> dict:
     """transformers: baselines from HF_BASELINES, run on the first `transformers_per_category` prompts of
     each category (None = every prompt), at most `transformers_limit` of them spread over the categories:
     transformers' generate() is slow, and the comparison is on the prompts it ran."""

@@ -38,8 +38,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--heads", default=None, help="trained drafter for medusa/eagle, datastore for retrieval: a "
                        "folder or Hub id (FasterDecoding Medusa heads, SafeAILab EAGLE-1, datastore.npz + config.json); "
                        "default: the one shipped for the default target")
-    group.add_argument("--adaptive-lookup", default="ngram", choices=("ngram", "retrieval"),
-                       help="adaptive: what it looks up beside a model drafter (retrieval: also the datastore)")
+    group.add_argument("--adaptive-lookup", default="auto", choices=("auto", "ngram", "retrieval"),
+                       help="adaptive: what it looks up beside a model drafter (retrieval: also the datastore; "
+                            "auto: retrieval on a CPU where a datastore ships for the target, else ngram)")
     group.add_argument("--gamma", type=int, default=4, help="draft tokens per step, 1..32 (adaptive: the maximum)")
     group.add_argument("--tree", type=int, default=0, help="0 = draft a chain; N = a draft tree of up to N tokens, "
                        "depth gamma, verified in one pass (ngram, retrieval, medusa, eagle; 1..127)")

@@ -1,15 +1,17 @@
 """The Medusa heads and the EAGLE drafter shipped for the default target (assets/drafters/): small files that
 say how they were made, exact greedy output, acceptance that only trained weights give, and the
 train-drafter command end to end on a toy budget."""
+import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from specviz import DecodeSettings, DrafterMismatchError, InvalidSettingError, ModelLoadError
-from specviz.api import encode, make_proposer, run_once
+from specviz.api import default_lookup, encode, make_proposer, run_once
 from specviz.proposers import PlainProposer
 from specviz.proposers.checkpoints import ASSETS, SHIPPED
 from specviz.train.data import load_dataset
@@ -75,15 +77,24 @@ def test_adaptive_runs_on_the_shipped_eagle_drafter(default_target):
 def test_adaptive_can_look_up_in_the_datastore(default_target, plain_outputs):
     proposer = make_proposer("adaptive", default_target, adaptive_lookup="retrieval")
     assert (proposer.base.name, proposer.lookup.name) == ("eagle", "retrieval")
-    assert make_proposer("adaptive", default_target).lookup.name == "ngram"  # the default
+    # the default: on a CPU (as here) the datastore, n-gram lookup where the target is on a GPU (api.default_lookup)
+    assert make_proposer("adaptive", default_target).lookup.name == "retrieval"
+    assert make_proposer("adaptive", default_target, adaptive_lookup="ngram").lookup.name == "ngram"
     assert make_proposer("adaptive", default_target, adaptive_base="retrieval").lookup is None  # it looks up itself
     for settings in (DecodeSettings(max_new_tokens=MAX_NEW, gamma=6), DecodeSettings(max_new_tokens=MAX_NEW, gamma=6, tree=24)):
         for name, text in PROMPTS.items():
             result = run_once(default_target, make_proposer("adaptive", default_target, adaptive_lookup="retrieval"),
                               encode(default_target, text), settings)
             assert result.token_ids == plain_outputs[name]
-    with pytest.raises(InvalidSettingError, match="ngram or retrieval"):
+    with pytest.raises(InvalidSettingError, match="auto, ngram or retrieval"):
         make_proposer("adaptive", default_target, adaptive_lookup="medusa")
+
+
+def test_adaptive_default_lookup_depends_on_the_device(default_target, tiny_target):
+    assert default_lookup(default_target) == "retrieval"
+    # on a GPU the datastore's host lookup is a sixth of a step: n-gram lookup there (no forward runs here)
+    assert default_lookup(dataclasses.replace(default_target, device=torch.device("cuda"))) == "ngram"
+    assert default_lookup(tiny_target) == "ngram"  # no datastore ships for it
 
 
 def test_shipped_heads_are_refused_for_another_target(tiny_target):
