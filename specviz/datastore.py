@@ -67,6 +67,7 @@ class Datastore:
         # where each token's range begins (the ranges of the last token alone): no search for the first step
         firsts = np.arange(self.vocab_size + 2, dtype=np.uint64) << np.uint64(self.bits * (self.width - 1))
         self.token_starts = np.searchsorted(self.keys, firsts).astype(np.int64)
+        self._columns = np.arange(PAD)  # offsets of a continuation's tokens
 
     @classmethod
     def from_texts(cls, texts: list[list[int]], vocab_size: int, meta: dict | None = None) -> "Datastore":
@@ -84,6 +85,28 @@ class Datastore:
         bounds = np.searchsorted(self.keys[first:last], np.array([low, high + 1], dtype=np.uint64))
         return first + int(bounds[0]), first + int(bounds[1])
 
+    def _longest_match(self, context: list[int]) -> tuple[int, int, int]:
+        """(first, last, n): the index range of the positions that follow the longest suffix of `context` (up to
+        `width` tokens) that occurs here, and its length n; n = 0 when not even the last token occurs. The
+        ranges of longer suffixes nest inside the last token's range, so one search inside it finds them all."""
+        first, last = int(self.token_starts[context[-1]]), int(self.token_starts[context[-1] + 1])
+        if first == last:
+            return first, last, 0
+        longest = min(self.width, len(context))
+        if longest == 1:
+            return first, last, 1
+        bounds = []
+        for n in range(2, longest + 1):
+            low, high = prefix_range(context[-1:-n - 1:-1], self.width, self.bits)
+            bounds += [low, high + 1]
+        found = np.searchsorted(self.keys[first:last], np.array(bounds, dtype=np.uint64)).tolist()
+        n = 1
+        while n < longest and found[2 * n - 2] < found[2 * n - 1]:
+            n += 1
+        if n > 1:
+            first, last = first + found[2 * n - 4], first + found[2 * n - 3]
+        return first, last, n
+
     def occurrences(self, ngram: list[int]) -> np.ndarray:
         """Positions just after every occurrence of `ngram` (1 <= len <= width), in the index's order."""
         first, last = self._narrow(0, self.size, ngram[::-1])
@@ -96,14 +119,8 @@ class Datastore:
         length); ([], 0) when not even the last token occurs."""
         if not context or not 0 <= context[-1] < self.vocab_size:
             return [], 0
-        first, last = int(self.token_starts[context[-1]]), int(self.token_starts[context[-1] + 1])
-        n = 1
-        while first < last and n < min(self.width, len(context)):
-            narrower = self._narrow(first, last, context[-1:-n - 2:-1])
-            if narrower[0] == narrower[1]:
-                break
-            (first, last), n = narrower, n + 1
-        if first == last:
+        first, last, n = self._longest_match(context)
+        if n == 0:
             return [], 0
         # only the picked entries of the index are read (a common token occurs 100,000s of times), evenly spread
         count = last - first
@@ -112,7 +129,7 @@ class Datastore:
         else:
             starts = self.order[first:last]
         # one gather for all of them (few numpy calls: on the host between two forwards each call runs cold)
-        rows = self.tokens[starts[:, None] + np.arange(min(length, PAD))].tolist()
+        rows = self.tokens[starts[:, None] + self._columns[:min(length, PAD)]].tolist()
         out = []
         for row in rows:
             if self.separator in row:  # the end of its text

@@ -255,7 +255,7 @@ class SpeculativeRun:
         each of its tokens and after the last [g + 1, V]; hidden states of the root and the path; verdict)."""
         runner, settings, parents = self.runner, self.settings, draft.parents
         cached = runner.length
-        logits, hidden = runner.forward(torch.tensor([last_token, *node_ids], dtype=torch.long), parents=parents)
+        logits, hidden = runner.forward([last_token, *node_ids], parents=parents)
         if settings.greedy:
             choices = logits.argmax(-1).tolist()
             walk = trees.walk_greedy(node_ids, parents, choices)

@@ -587,10 +587,10 @@ class StaticRunner:
         only the last position's logits are needed (prefill, a drafter catching up), so the eager path
         computes the output layer there only. parents: token_ids are the root and a draft tree with these
         parents (tree.py); the cache then holds the tree's nodes in slots until keep_nodes()."""
+        if parents is not None:  # built on the host from lists: a list is taken as it is
+            return self._forward_tree(token_ids if isinstance(token_ids, list) else token_ids.tolist(), parents)
         if not torch.is_tensor(token_ids):
             token_ids = torch.tensor(token_ids, dtype=torch.long)
-        if parents is not None:
-            return self._forward_tree(token_ids, parents)
         return self._forward_chain(token_ids, logits_for)
 
     def _forward_chain(self, token_ids: torch.Tensor, logits_for: str):
@@ -652,10 +652,9 @@ class StaticRunner:
             hidden.append(chunk_hidden[:real])
         return (logits[-1] if last_only else torch.cat(logits)), torch.cat(hidden)
 
-    def _forward_tree(self, token_ids: torch.Tensor, parents: list[int]):
+    def _forward_tree(self, ids: list[int], parents: list[int]):
         if not self.supports_tree:
             raise ValueError("this model uses a sliding attention window: draft trees are not supported")
-        ids = token_ids.tolist()
         check_tree(ids[1:], parents)
         count = len(ids)
         if count != len(parents) + 1:

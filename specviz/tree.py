@@ -237,6 +237,9 @@ def heaviest_line(candidates: list[tuple[list[int], float]], length: int) -> lis
     sequences, weights = _merged(candidates)
     members, line = range(len(sequences)), []
     for depth in range(length):
+        if len(members) == 1:  # one candidate left (the usual case after a few tokens): the rest is its own
+            line.extend(int(token) for token in sequences[members[0]][depth:length])
+            break
         groups = _next_tokens(members, sequences, weights, depth)
         if not groups:
             break
