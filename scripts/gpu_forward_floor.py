@@ -1,0 +1,67 @@
+"""What speculation could reach with no host work at all (issue 5's 2.5x): the fast path's forward timed on the
+GPU alone, for one position (a plain step), a chain of K and a draft tree of N nodes. Forwards are queued back
+to back with no read-back in between, so the host runs ahead and the time a forward takes is the GPU's own.
+With a method's tau from a bench run, tau * t(1) / t(K) is the speedup that method would reach if drafting and
+every other host step cost nothing.
+
+    SPECVIZ_DEFAULT_GGUF=... python3 scripts/gpu_forward_floor.py [--context 300] [--taus chain17=2.87,tree16=3.08,tree64=3.59]"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from specviz.fast import StaticRunner  # noqa: E402
+from specviz.models import load_model  # noqa: E402
+
+
+def gpu_ms(runner: StaticRunner, feed, length: int, repeats: int = 300) -> float:
+    for _ in range(5):  # capture and warm
+        feed()
+        runner.rollback(length)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        feed()
+        runner.rollback(length)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / repeats * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--context", type=int, default=300)
+    parser.add_argument("--taus", default="chain17=2.87,tree16=3.08,tree64=3.59")
+    args = parser.parse_args()
+    target = load_model("default", device="cuda", dtype=torch.bfloat16)
+    runner = StaticRunner(target.model)
+    vocab = target.vocab_size
+    runner.reset()
+    runner.forward(torch.randint(0, vocab, (args.context,)))
+    length = runner.length
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, f"context {length}")
+    times = {}
+    for label in ["chain1", *[t.split("=")[0] for t in args.taus.split(",")]]:
+        size = int(label.removeprefix("chain").removeprefix("tree"))
+        ids = torch.randint(0, vocab, (size,)).tolist()
+        if label.startswith("tree"):  # a binary tree: node i's parent is (i - 1) // 2
+            parents = [-1] + [(i - 1) // 2 for i in range(1, size - 1)]
+            feed = lambda ids=ids, parents=parents: runner.forward(ids, parents=parents)
+        else:
+            tensor = torch.tensor(ids)
+            feed = lambda tensor=tensor: runner.forward(tensor)
+        times[label] = gpu_ms(runner, feed, length)
+        print(f"{label:8s} {times[label]:.3f} ms a forward, GPU-bound")
+    for item in args.taus.split(","):
+        label, tau = item.split("=")
+        bound = float(tau) * times["chain1"] / times[label]
+        print(f"{label}: tau {tau} x t(1) / t = {bound:.2f}x plain with no host work at all")
+
+
+if __name__ == "__main__":
+    main()
