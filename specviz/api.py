@@ -82,8 +82,9 @@ def make_proposer(
 def default_lookup(target: LoadedModel) -> str:
     """What `adaptive` looks up by default beside a model drafter. On a CPU, retrieval (where a datastore
     ships for the target): a lookup of ~0.2 ms is nothing beside a ~40 ms forward, and it finds more (13
-    Spec-Bench prompts, 2 vCPUs: lowest category 1.19x against 1.04x with n-gram lookup). On a GPU, n-gram
-    lookup: there the datastore's lookup is a sixth of a ~1.2 ms step (H100, 26 prompts: 1.94x against 1.78x)."""
+    Spec-Bench prompts, 2 vCPUs: 1.37-1.53x over plain against 1.26-1.28x with n-gram lookup,
+    results/cpu-adaptive-auto-13prompts/). On a GPU, n-gram lookup: there the datastore's lookup is a sixth of
+    a ~1.2 ms step (H100, 26 prompts: 1.94x against 1.78x)."""
     if target.device.type == "cpu" and shipped_drafter_exists("retrieval", target):
         return "retrieval"
     return "ngram"
