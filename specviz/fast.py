@@ -34,7 +34,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import gpu_attention
 from .settings import MAX_GAMMA, MAX_TREE
-from .tree import check_tree, depths as tree_depths, unpack_visibility, visibility_words
+from .tree import WORD, check_tree, depths as tree_depths, unpack_visibility, visibility_words
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # cos/sin depend on the position only
@@ -366,7 +366,7 @@ class _Graph:
     static outputs. The inputs are views of one tensor, filled by one copy from the host."""
 
     def __init__(self, count: int, device: torch.device, tree: bool = False):
-        words = count * -(-count // 64)  # the visibility's rows packed in 64-bit words (tree.visibility_words)
+        words = count * -(-count // WORD)  # the visibility's rows packed in 64-bit words (tree.visibility_words)
         size = count + 1 + (count + words if tree else 0)
         self.inputs = torch.zeros(size, dtype=torch.long, device=device)
         self.ids, self.start = self.inputs[:count], self.inputs[count:count + 1]

@@ -88,6 +88,10 @@ def test_visibility_words_unpack_to_the_visibility():
         words = torch.tensor(trees.visibility_words(parents), dtype=torch.long)
         assert words.numel() == (count + 1) * -(-(count + 1) // 64)
         assert torch.equal(trees.unpack_visibility(words, count + 1), trees.visibility(parents))
+        # visibility() is itself this unpacking: the bits are also checked against the host's own masks
+        masks = trees.ancestor_masks(parents)
+        expected = torch.tensor([[bool(row >> c & 1) for c in range(count + 1)] for row in masks], dtype=torch.bool)
+        assert torch.equal(trees.unpack_visibility(words, count + 1), expected.reshape(count + 1, count + 1))
 
 
 def test_greedy_walk_follows_the_targets_argmax_through_siblings():
