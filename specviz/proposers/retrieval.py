@@ -17,6 +17,8 @@ from .base import Draft
 from .ngram import NgramProposer
 
 STORE_WEIGHT = 0.01  # a datastore continuation against one of the sequence's own (chosen on self-written data)
+SEQUENCE_WEIGHT = 100.0  # both scaled by this: whole-number weights add up exactly, in any order (the device
+# loop's lookup adds them in another order than tree.py and must break the same ties)
 STORE_LIMIT = 32  # datastore continuations a step looks at
 
 
@@ -34,10 +36,10 @@ class RetrievalProposer(NgramProposer):
         """The sequence's own continuations (NgramIndex.candidates), then the datastore's, each weighted
         store_weight * 4^(n - 1) for a match of n tokens. Sets draft_key (what adaptive judges apart): whether
         the sequence itself matched, and the length of the datastore's match."""
-        found = index.candidates(gamma)
+        found = [(piece, SEQUENCE_WEIGHT * weight) for piece, weight in index.candidates(gamma)]
         pieces, n = self.datastore.continuations(index.tokens[-self.datastore.width:], gamma, self.store_limit)
         self.draft_key = (bool(found), n)
-        weight = self.store_weight * 4.0 ** (n - 1)
+        weight = SEQUENCE_WEIGHT * self.store_weight * 4.0 ** (n - 1)
         return found + [(piece, weight) for piece in pieces]
 
     def propose(self, tokens: torch.Tensor, gamma: int) -> Draft:
