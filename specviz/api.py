@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .device_loop import DeviceLoop
 from .engine import SpeculativeRun
 from .fast import make_runner, runners_of
 from .errors import InvalidSettingError
@@ -99,19 +100,27 @@ def encode(target: LoadedModel, prompt: str, chat: bool = True) -> list[int]:
 _warmed: set[int] = set()
 
 
-def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024, proposers=(), tree: int = 0) -> None:
+def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024, proposers=(), tree: int = 0,
+            device_loop: bool = False) -> None:
     """Untimed work before anything is measured: one short run per model (allocator, kernels, lazy
     imports), and on the fast path the CUDA graphs (and compiled kernels) for forwards of up to
     `max_positions` positions in sequences of up to `max_length` tokens, for the target and for the
     runners of the given proposers (and with tree > 0 the target's for draft trees of up to `tree` tokens, and
     the proposers' own: EAGLE's tree drafting at gamma = max_positions - 1).
-    Graphs already captured are kept, so calling it again is cheap."""
+    With device_loop, also the device loop's graphs for plain decoding and the proposers where it applies
+    (device_loop.py: runs without detail, as the bench's). Graphs already captured are kept, so calling it again
+    is cheap."""
     if id(target.model) not in _warmed:
         ids = list(range(1, 9))
         for _ in SpeculativeRun(target, PlainProposer(), ids, DecodeSettings(max_new_tokens=4, stop_at_eos=False)):
             pass
         _warmed.add(id(target.model))
     runner = make_runner(target.model)
+    for proposer in (PlainProposer(), *proposers) if device_loop else ():  # first: they reserve the most cache
+        loop = DeviceLoop.for_run(runner, proposer, DecodeSettings(max_new_tokens=1, gamma=max(1, max_positions - 1)),
+                                  detail=False, prompt_length=0)
+        if loop is not None:
+            loop.prepare(max_length)
     if hasattr(runner, "warm_up"):
         runner.warm_up(max_positions, max_length, tree)  # only the target verifies draft trees
     for each in (r for p in proposers for r in runners_of(p)):

@@ -286,10 +286,11 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     def proposer_for(method: str):
         return make_proposer(method, target_model, draft_model, exit_layer, heads=heads, adaptive_lookup=adaptive_lookup)
 
-    warm_up(target_model, widest, length, tree=biggest_tree)
+    warm_up(target_model, widest, length, tree=biggest_tree, device_loop=True)
     for method, method_settings in entries.values():  # each method's own graphs (EAGLE's drafting: its gamma, tree)
         proposer = proposer_for(method)
-        warm_up(target_model, method_settings.gamma + 1, length, [proposer], tree=method_settings.tree)
+        warm_up(target_model, method_settings.gamma + 1, length, [proposer], tree=method_settings.tree,
+                device_loop=True)
     first = prompts[0]
     for method, method_settings in [("plain", settings), *entries.values()]:  # one untimed run each: first calls
         run_once(target_model, proposer_for(method),

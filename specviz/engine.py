@@ -21,6 +21,7 @@ from .metrics import summarize
 from .models import LoadedModel
 from .proposers import Draft, Feedback, Proposer
 from .records import DraftPosition, RunResult, StepRecord, TokenKind, TokenRecord, TopTokens
+from .device_loop import DeviceLoop
 from .fast import make_runner
 from .sampling import display_probs, make_generator, warp_probs
 from .settings import DecodeSettings
@@ -50,6 +51,46 @@ def collector_paused():
     finally:
         if was_enabled:
             gc.enable()
+
+
+def lean_record(index, draft: Draft, draft_ids: list[int], logits, verdict, kept: list[int], detokenizer,
+                     draft_ms, verify_ms, elapsed_s, total_emitted) -> StepRecord:
+        """Ids, kinds, decisions and timings; no probabilities, texts or top lists (detail=False)."""
+        gamma, n = len(draft_ids), verdict.n_accepted
+        nan, no_top = float("nan"), TopTokens(ids=[], probs=[])
+        positions, tokens = [], []
+        for i, token_id in enumerate(draft_ids):
+            accepted = i < n
+            u = verdict.uniforms[i] if verdict.uniforms is not None and i <= n else None
+            positions.append(DraftPosition(token_id=token_id, text="", q=None, p=nan,
+                                           accept_prob=verdict.accept_probs[i], u=u, accepted=accepted,
+                                           reached=i <= n, p_top=no_top, q_top=None))
+            if (accepted and i >= len(kept)) or (not accepted and len(kept) <= n):
+                continue  # cut at EOS or max-new-tokens, as in _record
+            tokens.append(TokenRecord(id=token_id, text="", step=index,
+                                      kind=TokenKind.ACCEPTED if accepted else TokenKind.REJECTED))
+        kind = TokenKind.TARGET if gamma == 0 else TokenKind.BONUS if n == gamma else TokenKind.RESAMPLED
+        next_token = TokenRecord(id=verdict.next_token, text="", kind=kind, step=index)
+        if len(kept) == n + 1:
+            tokens.append(next_token)
+        return StepRecord(
+            index=index, gamma=gamma, positions=positions, n_accepted=n, next_token=next_token, next_top=no_top,
+            tokens=tokens, draft_ms=draft_ms, verify_ms=verify_ms, elapsed_s=elapsed_s,
+            emitted=len(kept), total_emitted=total_emitted,
+        )
+
+
+def keep_tokens(new_ids: list[int], output: list[int], max_new_tokens: int, eos_ids) -> list[int]:
+    """Appends to output what a step keeps of new_ids: up to max_new_tokens in all, and up to an EOS."""
+    kept = []
+    for token_id in new_ids:
+        if len(output) >= max_new_tokens:
+            break
+        kept.append(token_id)
+        output.append(token_id)
+        if token_id in eos_ids:
+            break
+    return kept
 
 
 def _top(probs: torch.Tensor, n: int = TOP_N) -> list[TopTokens]:
@@ -137,7 +178,11 @@ class SpeculativeRun:
         # the device is waited for only where a step's timing needs it: drafting that runs on the host (lookups)
         # is timed by the host clock alone, and a verify pass has ended once its result has been read
         host_drafts = proposer.drafts_on_host
+        loop = self._device_loop()
         start = _clock(device)
+        if loop is not None and loop.graphs:
+            prefill_start = torch.cuda.Event(enable_timing=True)
+            prefill_start.record()
         # The accepted sequence, twice: on the host (what the loop decides with) and on the device (what
         # proposers read), the latter a view of one buffer that grows by writing, never by concatenating.
         sequence = list(self.prompt_ids)
@@ -157,9 +202,16 @@ class SpeculativeRun:
             _, prompt_hidden = runner.forward(tokens[:-1], logits_for="last")
         proposer.reset(tokens, settings, generator, prompt_hidden if proposer.needs_target_hidden else None)
         self.tokens = tokens
-        prefill_seconds = _clock(device) - start
+        prefill_events = None
+        if loop is not None and loop.graphs:  # no wait here: the loop's first steps queue up behind the prefill
+            prefill_events = (prefill_start, torch.cuda.Event(enable_timing=True))
+            prefill_events[1].record()
+        else:
+            prefill_seconds = _clock(device) - start
 
-        while len(output) < settings.max_new_tokens:
+        if loop is not None:  # every step on the device: the host loop below is skipped
+            stop_reason = yield from self._run_on_device(loop, sequence, tokens, output, tokens_shown, start, eos_ids)
+        while loop is None and len(output) < settings.max_new_tokens:
             step_start = time.perf_counter()
             room = min(settings.max_new_tokens - len(output) - 1, context - len(sequence) - 1)
             gamma = min(settings.gamma, room)
@@ -194,15 +246,9 @@ class SpeculativeRun:
                 runner.rollback(cached + 1 + n)  # keep the fed token and the accepted drafts
             verify_end = time.perf_counter()
 
-            kept = []
-            for token_id in draft_ids[:n] + [verdict.next_token]:
-                if len(output) >= settings.max_new_tokens:
-                    break
-                kept.append(token_id)
-                output.append(token_id)
-                if token_id in eos_ids:
-                    stop_reason = "eos"
-                    break
+            kept = keep_tokens(draft_ids[:n] + [verdict.next_token], output, settings.max_new_tokens, eos_ids)
+            if kept and kept[-1] in eos_ids:
+                stop_reason = "eos"
             staged[len(sequence): len(sequence) + len(kept)] = kept
             if buffer is not staging:
                 buffer[len(sequence): len(sequence) + len(kept)].copy_(
@@ -217,7 +263,7 @@ class SpeculativeRun:
                 new_ids=kept,
             ))
 
-            make_record = self._record if self.detail else self._lean_record
+            make_record = self._record if self.detail else lean_record
             record = make_record(len(self.steps), draft, draft_ids, logits, verdict, kept, detokenizer,
                                  (draft_end - step_start) * 1e3, (verify_end - draft_end) * 1e3,
                                  time.perf_counter() - start, len(output))  # no sync: the next step's has it
@@ -234,6 +280,8 @@ class SpeculativeRun:
             if held_back and emitted_tokens:
                 emitted_tokens[-1].text += held_back
         wall = _clock(device) - start
+        if prefill_events is not None:
+            prefill_seconds = prefill_events[0].elapsed_time(prefill_events[1]) / 1e3
         self.result = RunResult(
             method=proposer.name,
             prompt=self.prompt_text,
@@ -244,9 +292,45 @@ class SpeculativeRun:
             steps=self.steps,
             metrics=summarize(self.steps, len(output), wall, prefill_seconds),
             settings={**settings.__dict__, "target": target.name, "device": str(device),
-                      "dtype": str(target.dtype).replace("torch.", ""), "runner": type(runner).__name__},
+                      "dtype": str(target.dtype).replace("torch.", ""), "runner": type(runner).__name__,
+                      "loop": "host" if loop is None else "device"},
             stop_reason=stop_reason,
         )
+
+    def _device_loop(self):
+        """A DeviceLoop (device_loop.py) for this run where one applies, its graphs captured; None otherwise
+        (and when capturing fails: the host loop then runs, with a warning)."""
+        loop = DeviceLoop.for_run(self.runner, self.proposer, self.settings, self.detail, len(self.prompt_ids))
+        if loop is not None:
+            try:
+                loop.prepare(len(self.prompt_ids) + self.settings.max_new_tokens)
+            except Exception as error:  # an optimisation: never fail a run over it
+                warnings.warn(f"specviz: the device loop is unavailable ({type(error).__name__}: {str(error)[:200]}); "
+                              "running the host loop")
+                return None
+        return loop
+
+    def _run_on_device(self, loop, sequence: list[int], tokens: torch.Tensor, output: list[int], tokens_shown: list,
+                       start: float, eos_ids):
+        """The host loop's records and output from a DeviceLoop's steps (tokens: the prompt on the device).
+        Returns the stop reason."""
+        settings = self.settings
+        for outcome in loop.steps(tokens, settings.max_new_tokens):
+            n, choices = outcome.n_accepted, outcome.choices
+            verdict = verification.Verdict(n_accepted=n, next_token=choices[n], uniforms=None, next_distribution=None,
+                                           accept_probs=[float(d == c) for d, c in zip(outcome.draft_ids, choices)])
+            kept = keep_tokens(outcome.draft_ids[:n] + [verdict.next_token], output, settings.max_new_tokens, eos_ids)
+            sequence.extend(kept)
+            record = lean_record(len(self.steps), None, outcome.draft_ids, None, verdict, kept, None,
+                                 outcome.draft_ms, outcome.verify_ms, time.perf_counter() - start, len(output))
+            self.steps.append(record)
+            tokens_shown.extend(record.tokens)
+            yield record
+            if kept and kept[-1] in eos_ids:
+                return "eos"
+            if len(output) >= settings.max_new_tokens:
+                break
+        return "max_new_tokens"
 
     def _verify_tree(self, draft: Draft, node_ids: list[int], last_token: int, generator):
         """Verify a draft tree in one forward, keep the accepted path in the cache, and return what a chain
@@ -286,32 +370,6 @@ class SpeculativeRun:
         # the logits' rows, then the hidden states' (the root and the path): one copy to the device
         picks = torch.tensor(rows + [0] + [node + 1 for node in path], dtype=torch.long).to(logits.device)
         return shown, line_ids, logits[picks[:len(rows)]], hidden[picks[len(rows):]], verdict
-
-    def _lean_record(self, index, draft: Draft, draft_ids: list[int], logits, verdict, kept: list[int], detokenizer,
-                     draft_ms, verify_ms, elapsed_s, total_emitted) -> StepRecord:
-        """Ids, kinds, decisions and timings; no probabilities, texts or top lists (detail=False)."""
-        gamma, n = len(draft_ids), verdict.n_accepted
-        nan, no_top = float("nan"), TopTokens(ids=[], probs=[])
-        positions, tokens = [], []
-        for i, token_id in enumerate(draft_ids):
-            accepted = i < n
-            u = verdict.uniforms[i] if verdict.uniforms is not None and i <= n else None
-            positions.append(DraftPosition(token_id=token_id, text="", q=None, p=nan,
-                                           accept_prob=verdict.accept_probs[i], u=u, accepted=accepted,
-                                           reached=i <= n, p_top=no_top, q_top=None))
-            if (accepted and i >= len(kept)) or (not accepted and len(kept) <= n):
-                continue  # cut at EOS or max-new-tokens, as in _record
-            tokens.append(TokenRecord(id=token_id, text="", step=index,
-                                      kind=TokenKind.ACCEPTED if accepted else TokenKind.REJECTED))
-        kind = TokenKind.TARGET if gamma == 0 else TokenKind.BONUS if n == gamma else TokenKind.RESAMPLED
-        next_token = TokenRecord(id=verdict.next_token, text="", kind=kind, step=index)
-        if len(kept) == n + 1:
-            tokens.append(next_token)
-        return StepRecord(
-            index=index, gamma=gamma, positions=positions, n_accepted=n, next_token=next_token, next_top=no_top,
-            tokens=tokens, draft_ms=draft_ms, verify_ms=verify_ms, elapsed_s=elapsed_s,
-            emitted=len(kept), total_emitted=total_emitted,
-        )
 
     def _record(self, index, draft: Draft, draft_ids: list[int], logits, verdict, kept: list[int], detokenizer,
                 draft_ms, verify_ms, elapsed_s, total_emitted) -> StepRecord:

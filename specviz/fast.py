@@ -551,13 +551,15 @@ class StaticRunner:
 
     # forward -----------------------------------------------------------------------------------------
     def _decode(self, ids: torch.Tensor, start: torch.Tensor, span: int, last_only: bool,
-                depths: torch.Tensor | None = None, visible: torch.Tensor | None = None, compiled: bool = True):
+                depths: torch.Tensor | None = None, visible: torch.Tensor | None = None, compiled: bool = True,
+                float_logits: bool = True):
         """The whole forward as tensor operations (what a graph captures). start [1]: first position. For a
         tree, depths [K] (0 for the root) and visible, the [K, K] visibility packed (tree.visibility_words):
         token i sits at position start + depths[i] but is written at slot start + i, and attends to what
         visible allows among the new ones. compiled=False runs the layers uncompiled: where graphs are on,
         compiled code is only traced for captured shapes, and a forward outside them (a prefill, of any
-        length) runs plain kernels."""
+        length) runs plain kernels. float_logits=False leaves the logits in the model's dtype (an argmax needs
+        no float32 copy)."""
         space = self.workspace
         count = ids.shape[0]
         positions = start + torch.arange(count, device=ids.device)  # the cache slots written
@@ -577,8 +579,8 @@ class StaticRunner:
                                   space.values[i, :, :span], cos, sin, positions, mask, self.heads, self.kv_heads,
                                   self.head_dim)
         hidden = rms_norm(x + pending, self.final_norm, self.final_eps)
-        logits = self._linear(hidden[-1:] if last_only else hidden, self.head_matrix, self.head_bias).float()
-        return logits, hidden
+        logits = self._linear(hidden[-1:] if last_only else hidden, self.head_matrix, self.head_bias)
+        return (logits.float() if float_logits else logits), hidden
 
     @torch.inference_mode()
     def forward(self, token_ids, logits_for: str = "all", parents: list[int] | None = None

@@ -1,0 +1,460 @@
+"""The device loop: greedy plain, `ngram` and `retrieval` decoding with every step's work on the GPU.
+
+Why: on an H100 a verify pass of the 135M target takes ~1.0 ms of GPU time, and the host loop (engine.py)
+spends 0.2 ms (plain) to 0.5 ms (retrieval) a step on the host while the GPU waits: reading the verdict,
+looking up the next draft, launching the next pass (scripts/gpu_forward_floor.py measured it). Here a step is
+two CUDA graphs that read and write only device tensors:
+
+1. the lookup: the draft (sequence n-gram matches, and for `retrieval` the datastore's continuations, merged
+   into the weighted trie's heaviest line as tree.heaviest_line merges them) written into the verify pass's
+   input;
+2. the verify pass (the fast path's forward, fast.StaticRunner._decode) and greedy acceptance: the accepted
+   tokens appended to the sequence on the device, the next pass's first token and position set.
+
+The host only replays them and reads each step's log (its draft, the target's choices, how many were accepted)
+one step behind, while the GPU runs the next step: the GPU never waits for the host. The run stops on the host's
+reading (max_new_tokens, EOS): the step already launched then is computed and dropped (its time is counted).
+
+Nothing in a step reads a value back to the host (a graph cannot hold that): no tensor is indexed by a 0-d
+tensor (that reads the index back), gather / index_select instead; no tensor is made from a host list.
+
+Exactly the drafts of the host proposers (tests compare them step by step), and greedy acceptance as
+verify.verify_greedy does it: the output is plain greedy output. The same functions run eagerly on a CPU
+(the tests), without graphs.
+"""
+from __future__ import annotations
+
+import os
+import weakref
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .proposers import NgramProposer, PlainProposer, RetrievalProposer
+from .proposers.retrieval import SEQUENCE_WEIGHT
+
+PER_SIZE = 8  # NgramIndex.candidates' per_size: latest occurrences of each suffix n-gram looked at
+
+
+# the lookups: pure tensor functions ------------------------------------------------------------------------
+
+def latest_matches(sequence: torch.Tensor, length: torch.Tensor, sizes: tuple[int, ...], per_size: int) -> torch.Tensor:
+    """sequence [C] (the first `length` [1] entries hold the sequence) -> [len(sizes), per_size]: for each n in
+    sizes, where the continuations of the latest `per_size` earlier occurrences of the sequence's last n tokens
+    start (latest first; -1 where there are fewer), as NgramIndex.ends holds them."""
+    capacity = sequence.shape[0]
+    ends = torch.arange(capacity, device=sequence.device)  # an occurrence's last token
+    last = length - 1
+    match = ends <= length - 2  # an occurrence has a token after it
+    by_size = []
+    for back in range(max(sizes)):
+        tail = sequence[(last - back).clamp(min=0)]
+        earlier = torch.cat([sequence.new_full((back,), -1), sequence[:capacity - back]]) if back else sequence
+        match = match & (earlier == tail) & (last - back >= 0)
+        by_size.append(match)  # [n - 1]: the last n tokens match
+    chosen = torch.stack([by_size[n - 1] for n in sizes])  # [S, C]
+    # each occurrence's rank from the latest (0 = the latest): the matches after it, from a running count; slot
+    # k takes the occurrence of rank k (topk took 60 us on an H100, a scatter into a sink slot 25 us)
+    seen = chosen.int().cumsum(-1)
+    later = seen[:, -1:] - seen
+    rank = torch.arange(per_size, device=sequence.device)[None, :, None]
+    hit = chosen[:, None, :] & (later[:, None, :] == rank)  # [S, per_size, C]
+    latest = torch.where(hit, ends + 1, -1).amax(-1)
+    return latest
+
+
+def gather_runs(source: torch.Tensor, starts: torch.Tensor, width: int, end: torch.Tensor | int
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """starts [...] (-1: none) -> (source[start + j] for j < width [..., width], valid: start >= 0 and
+    start + j < end)."""
+    index = starts[..., None] + torch.arange(width, device=starts.device)
+    valid = (starts[..., None] >= 0) & (index < end)
+    return source[index.clamp(0, source.shape[0] - 1)], valid
+
+
+def heaviest_line(tokens: torch.Tensor, valid: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """tree.heaviest_line without a loop over depths. tokens, valid [M, G] (candidate m's run: the valid prefix
+    of its row), weights [M] -> (the line [G], zeros past its end; its length [], a tensor).
+
+    At each depth the host version keeps the group (same token there) of the candidates still on the line
+    with the most weight, ties to the group seen first. Here, for every candidate i and depth d at once: its
+    group (the candidates that agree with it up to d), the group's weight and first member, and whether its
+    group wins among the groups of its parent (the candidates that agree with it up to d - 1); the line
+    follows the candidates that win at every depth so far. Weights must add exactly (whole numbers)."""
+    count = tokens.shape[0]
+    same = (tokens[:, None, :] == tokens[None, :, :]) & valid[:, None, :] & valid[None, :, :]  # [i, j, d]
+    group = same.int().cumprod(-1).bool()  # j agrees with i up to d
+    weight = (group * weights[None, :, None]).sum(1)  # [M, G]
+    first = group.int().argmax(1)  # the group's first member (argmax returns the first of equals)
+    score = torch.where(valid, weight * count + (count - 1 - first), -1.0)  # heavier first, then earlier
+    parent = torch.cat([valid[None, :, :1].expand(count, count, 1), group[:, :, :-1]], dim=-1)
+    best_in_parent = torch.where(parent, score[None, :, :], -1.0).amax(1)
+    on_line = (valid & (score == best_in_parent)).int().cumprod(-1).bool()  # [M, G]
+    reached = on_line.any(0)
+    line = tokens.gather(0, on_line.int().argmax(0)[None])[0]
+    return torch.where(reached, line, 0), reached.sum()
+
+
+class DeviceDatastore:
+    """A Datastore's arrays on the device: the keys (uint64 with the top bit flipped, so that int64 order is
+    their order), the positions in key order, the tokens."""
+
+    def __init__(self, store, device: torch.device):
+        self.store = store
+        self.width, self.bits, self.separator = store.width, store.bits, store.separator
+        flipped = (store.keys ^ np.uint64(1 << 63)).view(np.int64)
+        self.keys = torch.from_numpy(flipped).to(device)
+        self.order = torch.from_numpy(store.order).to(device)
+        self.tokens = torch.from_numpy(store.tokens.astype(np.int64)).to(device)
+        self.size = store.size
+
+    def query_keys(self, context: torch.Tensor) -> torch.Tensor:
+        """context [width]: the last tokens, nearest first -> [2 * width] flipped keys: for each n = 1..width
+        the first key whose n nearest tokens are context[:n] and the first past them (Datastore.prefix_range)."""
+        shift = self.bits * (self.width - 1)
+        # the nearest token in the top bits; subtracting 2^63 there flips the top bit without overflowing int64
+        low = (context[0] - (1 << (63 - shift))) * (1 << shift)
+        bounds = []
+        for n in range(1, self.width + 1):
+            if n > 1:
+                low = low + context[n - 1] * (1 << (self.bits * (self.width - n)))
+            bounds += [low, low + (1 << (self.bits * (self.width - n)))]
+        return torch.stack(bounds)
+
+    def continuations(self, sequence: torch.Tensor, length: torch.Tensor, width: int, limit: int
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Datastore.continuations on the device: (tokens [limit, width], valid [limit, width], n [])."""
+        back = torch.arange(self.width, device=sequence.device)
+        context = sequence[(length - 1 - back).clamp(min=0)]
+        found = torch.searchsorted(self.keys, self.query_keys(context)).view(self.width, 2)
+        present = (found[:, 1] > found[:, 0]) & (back < length)
+        n = present.int().cumprod(0).sum()  # the longest suffix that occurs (the ranges nest)
+        first, last = found.index_select(0, (n - 1).clamp(min=0)[None])[0].unbind(-1)
+        count = torch.where(n > 0, last - first, 0)
+        picks = torch.arange(limit, device=sequence.device)
+        # taken evenly over the occurrences, as the host does
+        index = torch.where(count > limit, first + picks * (count - 1) // max(1, limit - 1), first + picks)
+        starts = torch.where(picks < count, self.order[index.clamp(0, self.size - 1)], -1)
+        tokens, valid = gather_runs(self.tokens, starts, width, self.tokens.shape[0])
+        valid = valid & (tokens != self.separator).int().cumprod(-1).bool()  # cut at the end of its text
+        return tokens, valid, n
+
+
+def ngram_draft(sequence, length, gamma: int, sizes: tuple[int, ...]):
+    """NgramIndex.continuation: what followed the latest occurrence of the longest matching suffix."""
+    starts = latest_matches(sequence, length, sizes, 1)[:, 0]
+    found = starts >= 0
+    start = torch.where(found.any(), starts.gather(0, found.int().argmax()[None])[0], -1)
+    tokens, valid = gather_runs(sequence, start, gamma, length)
+    return torch.where(valid, tokens, 0), valid.sum()
+
+
+def own_candidates(sequence, length, gamma: int, sizes: tuple[int, ...]):
+    """The sequence's own continuations as NgramIndex.candidates gives them, weighted SEQUENCE_WEIGHT *
+    4^(n-1): (tokens, valid [len(sizes) * PER_SIZE, gamma], weights)."""
+    starts = latest_matches(sequence, length, sizes, PER_SIZE)
+    own, own_valid = gather_runs(sequence, starts, gamma, length)
+    # sizes run down one by one (range(max_ngram, min_ngram - 1, -1)); no host list becomes a tensor here: a
+    # copy from the host cannot be captured in a graph
+    sizes_here = sizes[0] - torch.arange(len(sizes), device=sequence.device, dtype=torch.float64)
+    weights = (SEQUENCE_WEIGHT * torch.pow(4.0, sizes_here - 1))[:, None].expand(len(sizes), PER_SIZE)
+    return own.reshape(-1, gamma), own_valid.reshape(-1, gamma), weights.reshape(-1)
+
+
+def stored_candidates(sequence, length, gamma: int, store: DeviceDatastore, limit: int, store_scale: float):
+    """The datastore's continuations, weighted store_scale * 4^(n-1): (tokens, valid [limit, gamma], weights)."""
+    stored, stored_valid, n = store.continuations(sequence, length, gamma, limit)
+    return stored, stored_valid, (store_scale * torch.pow(4.0, (n - 1).double())).expand(limit)
+
+
+def line_of(own, stored):
+    """The heaviest line of both sets of candidates (each: tokens, valid, weights), the sequence's first."""
+    return heaviest_line(*(torch.cat([a, b]) for a, b in zip(own, stored)))
+
+
+def retrieval_draft(sequence, length, gamma: int, sizes: tuple[int, ...], store: DeviceDatastore, limit: int,
+                    store_scale: float):
+    """RetrievalProposer's chain (the loop runs its three parts, the first two side by side)."""
+    return line_of(own_candidates(sequence, length, gamma, sizes),
+                   stored_candidates(sequence, length, gamma, store, limit, store_scale))
+
+
+def accept_greedy(logits: torch.Tensor, draft: torch.Tensor, draft_length: torch.Tensor):
+    """verify.verify_greedy on the device: logits [G + 1, V], draft [G] (its first draft_length real) ->
+    (the target's choices [G + 1], accepted n [], the next token [])."""
+    choices = logits.argmax(-1)
+    gamma = draft.shape[0]
+    agrees = (draft == choices[:gamma]) & (torch.arange(gamma, device=draft.device) < draft_length)
+    accepted = agrees.int().cumprod(0).sum()
+    return choices, accepted, choices.gather(0, accepted[None])[0]
+
+
+def advance(logits, sequence, length, inputs, draft_length, log) -> None:
+    """After a verify pass over inputs = [the last token, the draft [G], the first position]: accept greedily,
+    append the accepted drafts and the next token to sequence (the first `length` [1] entries; its last entry
+    is a sink for the slots not written), and set the next pass's first token and position. log [2G + 3]:
+    the draft, the target's choices, the draft's length, accepted."""
+    gamma = inputs.shape[0] - 2
+    draft = inputs[1:gamma + 1]
+    choices, accepted, next_token = accept_greedy(logits, draft, draft_length)
+    slots = torch.arange(gamma + 1, device=inputs.device)
+    values = torch.where(slots < accepted, torch.cat([draft, draft.new_zeros(1)]), next_token)
+    sink = sequence.shape[0] - 1
+    sequence.index_copy_(0, torch.where(slots <= accepted, length + slots, sink), values)
+    log.copy_(torch.cat([draft, choices, draft_length[None], accepted[None]]))
+    length.add_(accepted + 1)
+    inputs[0].copy_(next_token)
+    inputs[gamma + 1:].copy_(length - 1)
+
+
+# the loop ---------------------------------------------------------------------------------------------------
+
+class LoopState:
+    """The tensors that a loop's graphs read and write (fixed addresses) and its graphs: one lookup graph and
+    one verify graph per attention span. Kept in the runner's workspace beside the runner's own graphs (and
+    dropped with them when the cache grows)."""
+
+    def __init__(self, device: torch.device, capacity: int, gamma: int):
+        self.capacity = capacity
+        self.sequence = torch.zeros(capacity + gamma + 2, dtype=torch.long, device=device)  # last entry: a sink
+        self.length = torch.zeros(1, dtype=torch.long, device=device)
+        self.inputs = torch.zeros(gamma + 2, dtype=torch.long, device=device)  # the verify pass's: ids, start
+        self.draft_length = torch.zeros((), dtype=torch.long, device=device)
+        self.log = torch.zeros(2 * gamma + 3, dtype=torch.long, device=device)
+        self.lookup_graph: torch.cuda.CUDAGraph | None = None
+        self.verify_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+
+    def start(self, sequence: torch.Tensor) -> None:
+        """sequence [T] on the device: copies that queue behind what runs there (a prefill), no wait."""
+        count = sequence.shape[0]
+        self.sequence[:count].copy_(sequence, non_blocking=True)
+        self.length.fill_(count)
+        self.inputs[:1].copy_(sequence[-1:], non_blocking=True)
+        self.inputs[-1].fill_(count - 1)
+
+
+@dataclass
+class StepOutcome:
+    draft_ids: list[int]
+    choices: list[int]  # the target's argmax after each draft prefix [len(draft_ids) + 1]
+    n_accepted: int
+    draft_ms: float
+    verify_ms: float
+
+
+_stores: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Datastore -> {device: DeviceDatastore}
+
+
+def device_datastore(store, device: torch.device) -> DeviceDatastore:
+    """One copy per datastore and device (the graphs hold its addresses)."""
+    copies = _stores.setdefault(store, {})
+    if device not in copies:
+        copies[device] = DeviceDatastore(store, device)
+    return copies[device]
+
+
+def mode() -> str:
+    """SPECVIZ_DEVICE_LOOP: "1" (default) where the fast path has CUDA graphs, "0" never, "force" also without
+    graphs (eagerly, a step at a time: how the tests run it on a CPU)."""
+    return os.environ.get("SPECVIZ_DEVICE_LOOP", "1")
+
+
+_compiled: dict = {}
+
+
+def _maybe_compiled(fn, compile: bool):
+    if not compile:
+        return fn
+    if fn not in _compiled:
+        _compiled[fn] = torch.compile(fn, dynamic=False)
+    return _compiled[fn]
+
+
+class DeviceLoop:
+    """One run's steps on the device (the module's docstring). lookup: "plain", "ngram" or "retrieval"."""
+
+    def __init__(self, runner, lookup: str, gamma: int, sizes: tuple[int, ...] = (3, 2, 1), store=None,
+                 limit: int = 32, store_scale: float = 1.0):
+        if list(sizes) != list(range(sizes[0], sizes[-1] - 1, -1)):
+            raise ValueError(f"n-gram sizes must run down one by one, got {sizes}")
+        self.runner, self.lookup, self.sizes, self.limit, self.store_scale = runner, lookup, sizes, limit, store_scale
+        self.gamma = 0 if lookup == "plain" else gamma
+        self.device = runner.device
+        self.graphs = runner.use_graphs
+        self.store = device_datastore(store, self.device) if lookup == "retrieval" else None
+        compiled = self.graphs and runner.use_compile
+        self._ngram = _maybe_compiled(ngram_draft, compiled)
+        self._own = _maybe_compiled(own_candidates, compiled)
+        self._stored = _maybe_compiled(stored_candidates, compiled)
+        self._line = _maybe_compiled(line_of, compiled)
+        self._side = torch.cuda.Stream(self.device) if self.graphs else None  # the datastore's lookup runs there
+        self._advance = _maybe_compiled(advance, compiled)
+
+    @classmethod
+    def for_run(cls, runner, proposer, settings, detail: bool, prompt_length: int) -> "DeviceLoop | None":
+        """The loop for this run where it applies: greedy, records without detail (the bench), the fast path
+        with graphs, a plain / ngram / retrieval chain, and room in the context for a step launched ahead."""
+        wanted = mode()
+        if wanted == "0" or detail or not settings.greedy or settings.tree:
+            return None
+        if not hasattr(runner, "_decode") or not (runner.use_graphs or wanted == "force"):
+            return None
+        kind = {PlainProposer: "plain", NgramProposer: "ngram", RetrievalProposer: "retrieval"}.get(type(proposer))
+        if kind is None:
+            return None
+        gamma = 0 if kind == "plain" else settings.gamma
+        if prompt_length + settings.max_new_tokens + 4 * (gamma + 1) > runner.context_length:
+            return None
+        if kind == "plain":
+            return cls(runner, kind, 0)
+        sizes = tuple(range(proposer.max_ngram, proposer.min_ngram - 1, -1))
+        if kind == "retrieval":
+            return cls(runner, kind, gamma, sizes, proposer.datastore, proposer.store_limit,
+                       proposer.store_weight * SEQUENCE_WEIGHT)
+        return cls(runner, kind, gamma, sizes)
+
+    # what the graphs run --------------------------------------------------------------------------------
+    def _lookup_step(self, state: LoopState) -> None:
+        if self.lookup == "ngram":
+            draft, length = self._ngram(state.sequence, state.length, self.gamma, self.sizes)
+        else:
+            draft, length = self._line(*self._both_candidates(state))
+        state.inputs[1:self.gamma + 1].copy_(draft)
+        state.draft_length.copy_(length)
+
+    def _both_candidates(self, state: LoopState):
+        """The sequence's and the datastore's candidates; on a GPU side by side on two streams (a graph keeps
+        the fork and the join): each is a few small kernels, and the line waits for the slower only."""
+        look_up_own = lambda: self._own(state.sequence, state.length, self.gamma, self.sizes)  # noqa: E731
+        look_up_stored = lambda: self._stored(state.sequence, state.length, self.gamma, self.store,  # noqa: E731
+                                              self.limit, self.store_scale)
+        if self._side is None:
+            return look_up_own(), look_up_stored()
+        main = torch.cuda.current_stream(self.device)
+        self._side.wait_stream(main)
+        with torch.cuda.stream(self._side):
+            stored = look_up_stored()
+        own = look_up_own()
+        main.wait_stream(self._side)
+        for tensor in stored:  # made on the side stream, read on the main one: not reused before that
+            tensor.record_stream(main)
+        return own, stored
+
+    def _verify_step(self, state: LoopState, span: int) -> None:
+        # the logits in the model's dtype: the argmax of bfloat16 values is that of their float32 copies
+        logits, _ = self.runner._decode(state.inputs[:self.gamma + 1], state.inputs[-1:], span, False,
+                                        float_logits=False)
+        self._advance(logits, state.sequence, state.length, state.inputs, state.draft_length, state.log)
+
+    # state and graphs -----------------------------------------------------------------------------------
+    def _state(self) -> LoopState:
+        space = self.runner.workspace
+        key = ("device-loop", self.lookup, self.gamma, self.sizes, id(self.store), self.limit, self.store_scale)
+        state = space.graphs.get(key)
+        if state is None or state.capacity != space.capacity:
+            state = space.graphs[key] = LoopState(self.device, space.capacity, self.gamma)
+        return state
+
+    def _capture(self, state: LoopState, span: int) -> None:
+        from .fast import capture_graph
+
+        space = self.runner.workspace
+        if self.gamma and state.lookup_graph is None:
+            graph = torch.cuda.CUDAGraph()
+            capture_graph(graph, lambda: self._lookup_step(state), self.device, space)  # idempotent
+            state.lookup_graph = graph
+        # a verify step moves the state on: it runs three times while captured, and is put back after
+        saved = [tensor.clone() for tensor in (state.sequence, state.length, state.inputs)]
+        graph = torch.cuda.CUDAGraph()
+        capture_graph(graph, lambda: self._verify_step(state, span), self.device, space)
+        for tensor, value in zip((state.sequence, state.length, state.inputs), saved):
+            tensor.copy_(value)
+        state.verify_graphs[span] = graph
+
+    def _spans(self, max_length: int) -> list[int]:
+        from .fast import MIN_SPAN, graph_span
+
+        last, spans = graph_span(max_length, self.runner.context_length), []
+        span = min(MIN_SPAN, last)
+        while span < last:
+            spans.append(span)
+            span *= 2
+        return spans + [last]
+
+    def reserve(self, max_length: int) -> None:
+        """Room in the cache for runs of up to max_length tokens, with the steps launched ahead."""
+        from .fast import graph_span
+
+        self.runner.ensure_capacity(graph_span(max_length + 4 * (self.gamma + 1), self.runner.context_length))
+
+    @torch.inference_mode()
+    def prepare(self, max_length: int) -> None:
+        """Capture, untimed, every graph that runs of up to max_length tokens replay (api.warm_up)."""
+        self.reserve(max_length)
+        if self.graphs:
+            state = self._state()
+            for span in self._spans(max_length + 4 * (self.gamma + 1)):
+                if span not in state.verify_graphs:
+                    self._capture(state, span)
+
+    # the run --------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def steps(self, sequence: torch.Tensor, max_new_tokens: int):
+        """Yields a StepOutcome a step, read one step behind the device. sequence [T]: on the runner's device;
+        the runner's cache must hold sequence[:-1] (the engine's prefill). No step is launched once those in flight give max_new_tokens;
+        to stop earlier (an EOS), stop pulling: the step in flight is then computed and dropped (the caller's
+        clock waits for it)."""
+        from .fast import graph_span
+
+        gamma = self.gamma
+        self.reserve(sequence.shape[0] + max_new_tokens)
+        state = self._state()
+        state.start(sequence)
+        produced, step, in_flight = 0, 0, deque()  # produced: tokens of the steps read so far
+        most = max_new_tokens + 1  # every step adds a token: never reached
+        rows = torch.empty((most, 2 * gamma + 3), dtype=torch.long, pin_memory=self.graphs)
+        while True:
+            enough = produced + len(in_flight) >= max_new_tokens  # what is in flight adds a token a step at least
+            if len(in_flight) < 2 and not enough and step < most:  # two in flight: the GPU never waits for the host
+                # each step in flight may add gamma + 1 tokens; the span covers what the new one writes
+                span = graph_span(sequence.shape[0] + produced + 3 * (gamma + 1), self.runner.context_length)
+                in_flight.append((step, self._launch(state, span, rows[step])))
+                step += 1
+                continue
+            if not in_flight:
+                return
+            done, events = in_flight.popleft()
+            outcome = self._read(events, rows[done])
+            produced += outcome.n_accepted + 1
+            yield outcome
+
+    def _launch(self, state: LoopState, span: int, row: torch.Tensor):
+        if not self.graphs:  # eagerly, a step at a time
+            if self.gamma:
+                self._lookup_step(state)
+            self._verify_step(state, span)
+            row.copy_(state.log)
+            return None
+        if span not in state.verify_graphs:
+            self._capture(state, span)
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        events[0].record()
+        if state.lookup_graph is not None:
+            state.lookup_graph.replay()
+        events[1].record()
+        state.verify_graphs[span].replay()
+        row.copy_(state.log, non_blocking=True)
+        events[2].record()
+        return events
+
+    def _read(self, events, row: torch.Tensor) -> StepOutcome:
+        draft_ms = verify_ms = 0.0
+        if events is not None:
+            events[2].synchronize()
+            draft_ms, verify_ms = events[0].elapsed_time(events[1]), events[1].elapsed_time(events[2])
+        values, gamma = row.tolist(), self.gamma
+        length, accepted = values[2 * gamma + 1], values[2 * gamma + 2]
+        return StepOutcome(draft_ids=values[:length], choices=values[gamma:gamma + length + 1],
+                           n_accepted=accepted, draft_ms=draft_ms, verify_ms=verify_ms)

@@ -1,0 +1,196 @@
+"""The device loop (device_loop.py): its lookups give the host proposers' drafts, and its runs give the host
+loop's output and steps. Run here on the CPU, eagerly (SPECVIZ_DEVICE_LOOP=force); the CUDA tests in
+test_fast.py run it through graphs."""
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from specviz import device_loop
+from specviz.api import encode, make_proposer, run_once
+from specviz.datastore import Datastore
+from specviz.proposers import NgramProposer, RetrievalProposer
+from specviz.settings import DecodeSettings
+from specviz.tree import heaviest_line
+
+STORE = Path(__file__).resolve().parents[1] / "assets" / "drafters" / "smollm2-135m-instruct" / "retrieval"
+
+
+def _as_rows(candidates, width, rng):
+    tokens = torch.tensor([c + [rng.randrange(3)] * (width - len(c)) for c, _ in candidates], dtype=torch.long)
+    valid = torch.tensor([[i < len(c) for i in range(width)] for c, _ in candidates])
+    return tokens, valid, torch.tensor([w for _, w in candidates], dtype=torch.float64)
+
+
+def test_heaviest_line_on_the_device_is_the_hosts_ties_included():
+    """Few distinct tokens and few distinct weights: many ties, which both must break the same way."""
+    rng = random.Random(0)
+    for _ in range(1500):
+        width = rng.randrange(1, 7)
+        candidates = [([rng.randrange(3) for _ in range(rng.randrange(0, width + 1))], float(rng.choice([1, 4, 16, 100])))
+                      for _ in range(rng.randrange(1, 12))]
+        line, length = device_loop.heaviest_line(*_as_rows(candidates, width, rng))
+        assert line[:int(length)].tolist() == heaviest_line(candidates, width)
+        assert not line[int(length):].any()
+
+
+@pytest.fixture(scope="module")
+def store():
+    return Datastore.load(STORE, 49152)
+
+
+def _sequences(store, count=160):
+    """Stretches of the datastore's own text (some with a repeat, so that the sequence matches itself) and
+    sequences of a 5-token alphabet (many matches of every size)."""
+    rng, text = random.Random(1), store.tokens[:200_000].tolist()
+    for trial in range(count):
+        if trial % 2:
+            yield [rng.randrange(5) for _ in range(rng.randrange(1, 80))]
+        else:
+            begin = rng.randrange(0, 190_000)
+            sequence = [t if t < store.vocab_size else 2 for t in text[begin:begin + rng.randrange(1, 300)]]
+            yield sequence + sequence[:rng.randrange(0, 20)]
+
+
+def test_lookups_on_the_device_are_the_host_proposers_drafts(store):
+    on_device, generator = device_loop.device_datastore(store, torch.device("cpu")), torch.Generator()
+    checked = 0
+    for number, sequence in enumerate(_sequences(store)):
+        gamma = (1, 4, 16)[number % 3]
+        buffer = torch.zeros(512, dtype=torch.long)
+        buffer[:len(sequence)] = torch.tensor(sequence)
+        length, tokens = torch.tensor([len(sequence)]), torch.tensor(sequence)
+        for proposer in (NgramProposer(), RetrievalProposer(store)):
+            proposer.reset(tokens, DecodeSettings(gamma=gamma), generator)
+            expected = proposer.propose(tokens, gamma).token_ids.tolist()
+            if isinstance(proposer, RetrievalProposer):
+                draft, size = device_loop.retrieval_draft(buffer, length, gamma, (3, 2, 1), on_device, 32, 1.0)
+            else:
+                draft, size = device_loop.ngram_draft(buffer, length, gamma, (3, 2, 1))
+            assert draft[:int(size)].tolist() == expected, (type(proposer).__name__, sequence, gamma)
+            checked += bool(expected)
+    assert checked > 200  # most lookups found something
+
+
+def test_accept_greedy_matches_verify_greedy():
+    from specviz.verify import verify_greedy
+
+    rng = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        gamma = int(torch.randint(1, 6, (1,), generator=rng))
+        logits = torch.randn(gamma + 1, 5, generator=rng)
+        choices = logits.argmax(-1)
+        draft = torch.where(torch.rand(gamma, generator=rng) < 0.7, choices[:gamma], torch.randint(0, 5, (gamma,), generator=rng))
+        length = int(torch.randint(0, gamma + 1, (1,), generator=rng))
+        _, accepted, next_token = device_loop.accept_greedy(logits, draft, torch.tensor(length))
+        verdict = verify_greedy(draft[:length], logits[:length + 1])
+        assert (int(accepted), int(next_token)) == (verdict.n_accepted, verdict.next_token)
+
+
+PROMPTS = ["Write a short poem about the sea, then repeat its first line.",
+           "List the numbers from 1 to 20 separated by commas."]
+
+
+@pytest.mark.parametrize("method,gamma", [("plain", 1), ("ngram", 8), ("retrieval", 8)])
+def test_device_loop_runs_give_the_host_loops_output_and_steps(default_target, monkeypatch, method, gamma):
+    """Same output token for token, and step by step the same drafts and acceptances; only where the host
+    loop shortened its last drafts to the tokens still wanted does the device loop draft longer."""
+    settings = DecodeSettings(max_new_tokens=40, gamma=gamma)
+    for prompt in PROMPTS:
+        ids = encode(default_target, prompt)
+        runs = {}
+        for mode in ("0", "force"):
+            monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", mode)
+            runs[mode] = run_once(default_target, make_proposer(method, default_target), ids, settings, detail=False)
+        host, device = runs["0"], runs["force"]
+        assert (host.settings["loop"], device.settings["loop"]) == ("host", "device")
+        assert device.token_ids == host.token_ids and len(device.token_ids) == 40
+        assert len(device.steps) == len(host.steps)
+        for host_step, device_step in zip(host.steps, device.steps):
+            host_draft = [p.token_id for p in host_step.positions]
+            device_draft = [p.token_id for p in device_step.positions]
+            assert device_draft[:len(host_draft)] == host_draft
+            if len(device_draft) == len(host_draft):
+                assert device_step.n_accepted == host_step.n_accepted
+                assert [t.kind for t in device_step.tokens] == [t.kind for t in host_step.tokens]
+        if method != "plain":
+            assert host.metrics.accepted > 0  # the drafts were really checked against something
+
+
+def test_device_loop_stops_at_eos(default_target, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "force")
+    ids = encode(default_target, "Say just the word yes.")
+    result = run_once(default_target, make_proposer("retrieval", default_target), ids,
+                      DecodeSettings(max_new_tokens=64, gamma=4), detail=False)
+    monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "0")
+    plain = run_once(default_target, make_proposer("plain", default_target), ids,
+                     DecodeSettings(max_new_tokens=64), detail=False)
+    assert result.settings["loop"] == "device"
+    assert plain.stop_reason == "eos" and result.stop_reason == "eos"
+    assert result.token_ids == plain.token_ids
+
+
+def test_device_loop_only_where_it_applies(default_target, monkeypatch):
+    """The host loop for what the device loop does not do: sampling, detailed records (the app), trees,
+    other drafters; and on a CPU unless forced."""
+    ids = encode(default_target, PROMPTS[0])
+    short = DecodeSettings(max_new_tokens=4, gamma=4)
+
+    def loop_of(method="ngram", settings=short, detail=False):
+        return run_once(default_target, make_proposer(method, default_target), ids, settings, detail=detail).settings["loop"]
+
+    assert loop_of() == "host"  # a CPU runner has no graphs
+    monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "force")
+    assert loop_of() == "device"
+    assert loop_of(detail=True) == "host"
+    assert loop_of(settings=DecodeSettings(max_new_tokens=4, gamma=4, temperature=0.7, seed=1)) == "host"
+    assert loop_of(settings=DecodeSettings(max_new_tokens=4, gamma=4, tree=8)) == "host"
+    assert loop_of("early-exit") == "host"
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@cuda
+@pytest.mark.parametrize("method", ["ngram", "retrieval"])
+def test_a_device_loop_step_never_waits_for_the_host(method):
+    """What a graph captures must not read anything back: run a step's functions eagerly with CUDA's sync
+    check set to fail on any read-back."""
+    from specviz import load_model
+    from specviz.fast import make_runner
+
+    target = load_model("default", device="cuda", dtype="float32")
+    runner = make_runner(target.model, compile=False)
+    loop = device_loop.DeviceLoop.for_run(runner, make_proposer(method, target), DecodeSettings(gamma=8), False, 10)
+    loop.reserve(64)
+    state = loop._state()
+    state.start(torch.tensor([1, 2, 3, 1, 2, 3, 1, 2], device="cuda"))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        loop._lookup_step(state)
+        loop._verify_step(state, 128)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert state.log[-2].item() >= 3  # the draft: at least "3 1 2", which followed "1 2" before
+
+
+@cuda
+def test_device_loop_through_graphs_gives_the_host_loops_output_in_float32(default_target, monkeypatch):
+    """On a GPU the loop runs by default, as graphs; float32: the host loop's output exactly, GPU-timed steps."""
+    from specviz import load_model
+
+    target = load_model("default", device="cuda", dtype="float32")
+    settings = DecodeSettings(max_new_tokens=96, gamma=16)
+    for method in ("plain", "ngram", "retrieval"):
+        for prompt in PROMPTS:
+            ids = encode(target, prompt)
+            monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "1")
+            device = run_once(target, make_proposer(method, target), ids, settings, detail=False)
+            monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "0")
+            host = run_once(target, make_proposer(method, target), ids, settings, detail=False)
+            assert (device.settings["loop"], host.settings["loop"]) == ("device", "host")
+            assert device.token_ids == host.token_ids
+            assert device.metrics.verify_seconds > 0
+            assert [s.n_accepted for s in device.steps][:-2] == [s.n_accepted for s in host.steps][:-2]
