@@ -199,7 +199,7 @@ class SpeculativeRun:
         runner.reset()
         prompt_hidden = None
         if len(sequence) > 1:  # the cache holds every token but the last; each step feeds the last one
-            _, prompt_hidden = runner.forward(tokens[:-1], logits_for="last")
+            _, prompt_hidden = runner.forward(tokens[:-1], logits_for="none")  # the logits are not read
         proposer.reset(tokens, settings, generator, prompt_hidden if proposer.needs_target_hidden else None)
         self.tokens = tokens
         prefill_events = None

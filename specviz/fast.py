@@ -552,14 +552,14 @@ class StaticRunner:
     # forward -----------------------------------------------------------------------------------------
     def _decode(self, ids: torch.Tensor, start: torch.Tensor, span: int, last_only: bool,
                 depths: torch.Tensor | None = None, visible: torch.Tensor | None = None, compiled: bool = True,
-                float_logits: bool = True):
+                float_logits: bool = True, with_logits: bool = True):
         """The whole forward as tensor operations (what a graph captures). start [1]: first position. For a
         tree, depths [K] (0 for the root) and visible, the [K, K] visibility packed (tree.visibility_words):
         token i sits at position start + depths[i] but is written at slot start + i, and attends to what
         visible allows among the new ones. compiled=False runs the layers uncompiled: where graphs are on,
         compiled code is only traced for captured shapes, and a forward outside them (a prefill, of any
         length) runs plain kernels. float_logits=False leaves the logits in the model's dtype (an argmax needs
-        no float32 copy)."""
+        no float32 copy); with_logits=False skips the output layer (logits None: a prefill's)."""
         space = self.workspace
         count = ids.shape[0]
         positions = start + torch.arange(count, device=ids.device)  # the cache slots written
@@ -579,6 +579,8 @@ class StaticRunner:
                                   space.values[i, :, :span], cos, sin, positions, mask, self.heads, self.kv_heads,
                                   self.head_dim)
         hidden = rms_norm(x + pending, self.final_norm, self.final_eps)
+        if not with_logits:
+            return None, hidden
         logits = self._linear(hidden[-1:] if last_only else hidden, self.head_matrix, self.head_bias)
         return (logits.float() if float_logits else logits), hidden
 
@@ -587,7 +589,9 @@ class StaticRunner:
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append token_ids [K] (a tensor on any device, or a list) to the sequence. logits_for="last":
         only the last position's logits are needed (prefill, a drafter catching up), so the eager path
-        computes the output layer there only. parents: token_ids are the root and a draft tree with these
+        computes the output layer there only; logits_for="none": no logits are wanted (the engine's prefill),
+        so a prompt's chunks skip the output layer and None comes back (shorter inputs give the last position's).
+        parents: token_ids are the root and a draft tree with these
         parents (tree.py); the cache then holds the tree's nodes in slots until keep_nodes()."""
         if parents is not None:  # built on the host from lists: a list is taken as it is
             return self._forward_tree(token_ids if isinstance(token_ids, list) else token_ids.tolist(), parents)
@@ -598,9 +602,9 @@ class StaticRunner:
     def _forward_chain(self, token_ids: torch.Tensor, logits_for: str):
         count = int(token_ids.shape[0])
         end = self.length + count
-        last_only = logits_for == "last"
+        last_only = logits_for in ("last", "none")
         if self.use_graphs and count > MAX_GRAPH_POSITIONS:
-            return self._forward_in_chunks(token_ids, last_only)
+            return self._forward_in_chunks(token_ids, logits_for)
         if self.use_graphs:
             span = graph_span(end, self.context_length)
             self.ensure_capacity(span)
@@ -629,11 +633,14 @@ class StaticRunner:
             with no_cudnn_attention():
                 return self._decode(ids, start, end, last_only, compiled=False)
 
-    def _forward_in_chunks(self, token_ids: torch.Tensor, last_only: bool):
+    def _forward_in_chunks(self, token_ids: torch.Tensor, logits_for: str):
         """A long input (a prompt) through captured graphs of PREFILL_CHUNK positions, the last chunk padded:
         eagerly, a forward is some 600 kernel launches from Python, 15-30 ms on an H100 whatever the prompt's
         length, where a replay takes ~2 ms. The padding's keys and values land in slots past the input, where
-        no token looks before its own forward has overwritten them (as with a padded draft tree)."""
+        no token looks before its own forward has overwritten them (as with a padded draft tree). With
+        logits_for="none" the chunks' graphs have no output layer (~0.1-0.2 ms a chunk on an H100: the
+        product for 256 rows, their float32 copy and its clone)."""
+        last_only, head = logits_for != "all", logits_for != "none"
         logits, hidden = [], []
         for begin in range(0, int(token_ids.shape[0]), PREFILL_CHUNK):
             chunk = token_ids[begin:begin + PREFILL_CHUNK]
@@ -648,10 +655,13 @@ class StaticRunner:
             padded = torch.cat([chunk, chunk.new_zeros(PREFILL_CHUNK - real)])  # where the ids are: no host trip
             span = graph_span(self.length + PREFILL_CHUNK, self.context_length)
             self.ensure_capacity(span)
-            chunk_logits, chunk_hidden = self._replay(padded, span)
+            chunk_logits, chunk_hidden = self._replay(padded, span, head=head)
             self.length += real
-            logits.append(chunk_logits[real - 1:real] if last_only else chunk_logits[:real])
+            if head:
+                logits.append(chunk_logits[real - 1:real] if last_only else chunk_logits[:real])
             hidden.append(chunk_hidden[:real])
+        if not head:
+            return None, torch.cat(hidden)
         return (logits[-1] if last_only else torch.cat(logits)), torch.cat(hidden)
 
     def _forward_tree(self, ids: list[int], parents: list[int]):
@@ -695,12 +705,13 @@ class StaticRunner:
         self.use_compile = False
         self._layer_fn = self._captured_layer_fn(False)
 
-    def _replay(self, token_ids: torch.Tensor, span: int, tree_inputs: torch.Tensor | None = None):
+    def _replay(self, token_ids: torch.Tensor, span: int, tree_inputs: torch.Tensor | None = None, head: bool = True):
         """tree_inputs: a draft tree's whole graph input, laid out as _Graph lays it out (the ids, the first
-        position, the depths, the visibility words), on the host."""
+        position, the depths, the visibility words), on the host. head=False: a graph without the output layer
+        (its logits None), kept apart as (positions, span, "headless")."""
         space = self.workspace
         tree = tree_inputs is not None
-        key = (int(token_ids.shape[0]), span, tree)
+        key = (int(token_ids.shape[0]), span, tree if head else "headless")
 
         def fill(graph: _Graph) -> None:
             if tree:
@@ -718,24 +729,25 @@ class StaticRunner:
         fill(graph)
         if new:
             try:
-                self._capture(graph, span)
+                self._capture(graph, span, head)
             except Exception as error:  # compile is an optimisation: never fail a run over it
                 if not self.use_compile:
                     raise
                 self._fall_back_to_eager(error)
                 graph = _Graph(key[0], self.device, tree)
                 fill(graph)
-                self._capture(graph, span)
+                self._capture(graph, span, head)
             space.graphs[key] = graph
         graph.graph.replay()
-        return graph.logits.clone(), graph.hidden.clone()
+        return (None if graph.logits is None else graph.logits.clone()), graph.hidden.clone()
 
-    def _capture(self, graph: _Graph, span: int) -> None:
+    def _capture(self, graph: _Graph, span: int, head: bool = True) -> None:
         """Capture on the real inputs (writing the cache at the real positions is idempotent: the replay
         writes the same values)."""
         space = self.workspace
         graph.logits, graph.hidden = capture_graph(
-            graph.graph, lambda: self._decode(graph.ids, graph.start, span, False, graph.depths, graph.visible),
+            graph.graph, lambda: self._decode(graph.ids, graph.start, span, False, graph.depths, graph.visible,
+                                              with_logits=head),
             self.device, space)
 
     @torch.inference_mode()
@@ -755,9 +767,10 @@ class StaticRunner:
                 if (count, span, False) not in self.workspace.graphs:
                     self.length = span - count  # so that the forward ends at `span`: this span's graph
                     self.forward(torch.randint(0, vocab, (count,)))
-            if (PREFILL_CHUNK, span, False) not in self.workspace.graphs and PREFILL_CHUNK <= span:
-                self.length = span - PREFILL_CHUNK  # a prompt's chunk ending in this span
-                self.forward(torch.randint(0, vocab, (PREFILL_CHUNK,)))
+            for flavour, logits_for in ((False, "all"), ("headless", "none")):  # a prompt's chunk ending here
+                if (PREFILL_CHUNK, span, flavour) not in self.workspace.graphs and PREFILL_CHUNK <= span:
+                    self.length = span - PREFILL_CHUNK
+                    self.forward(torch.randint(0, vocab, (PREFILL_CHUNK,)), logits_for=logits_for)
             padded = 2
             while tree and self.supports_tree and padded <= _next_power_of_two(tree + 1):
                 if (padded, span, True) not in self.workspace.graphs and padded <= span:

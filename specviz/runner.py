@@ -80,7 +80,8 @@ class CausalRunner:
     @torch.inference_mode()
     def forward(self, token_ids: torch.Tensor, logits_for: str = "all") -> tuple[torch.Tensor, torch.Tensor]:
         """Append token_ids [K] to the sequence. Returns (logits [K or 1, V] float32, hidden [K, H]).
-        logits_for="last" computes the output layer at the last position only (prefill)."""
+        logits_for="last" computes the output layer at the last position only (prefill); "none" (no logits
+        wanted) does the same here."""
         token_ids = token_ids.to(self.device)
         count = token_ids.shape[0]
         positions = torch.arange(self.length, self.length + count, device=self.device).unsqueeze(0)
@@ -88,12 +89,12 @@ class CausalRunner:
                   self._cache_keyword: self.cache}
         if self._split_output_layer:
             hidden = self.model.get_decoder()(**inputs).last_hidden_state[0]  # [K, H]
-            head_input = hidden[-1:] if logits_for == "last" else hidden
+            head_input = hidden[-1:] if logits_for in ("last", "none") else hidden
             logits = self.model.get_output_embeddings()(head_input)
         else:
             out = self.model(**inputs, output_hidden_states=True)
             hidden = out.hidden_states[-1][0]
-            logits = out.logits[0, -1:] if logits_for == "last" else out.logits[0]
+            logits = out.logits[0, -1:] if logits_for in ("last", "none") else out.logits[0]
         self.length += count
         assert cache_length(self.cache) == self.length, "KV cache out of step with the runner"
         # a sharded model ends on another device than it starts: hand results back where the tokens live
