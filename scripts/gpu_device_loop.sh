@@ -4,6 +4,8 @@
 #   STAGE=check: its CUDA tests, then 2 prompts a category, host loop (SPECVIZ_DEVICE_LOOP=0) and device loop
 #                alternating, twice;
 #   STAGE=sweep: its CUDA tests, the lookups' GPU time (scripts/gpu_lookup_profile.py), 2 prompts a category;
+#   STAGE=prefill: the CUDA tests of the loop and of prompts in chunks, then prefill timings
+#                (scripts/gpu_prefill_timing.py);
 #   STAGE=all:   all 480 prompts, bfloat16, transformers' generate() on 3 of them;
 #   STAGE=fp32:  13 prompts (one a category) in float32: identity with plain.
 # METHODS: the methods beside plain (default ngram:16,retrieval:16).
@@ -23,6 +25,12 @@ if [ "$STAGE" = sweep ]; then  # the lookups' GPU time, then draft lengths side 
   python3 -m pytest -q -x tests/test_device_loop.py -k "graphs or waits" 2>&1 | grep -v "^DEBUG\|^\s*$" | tail -3 | tee "$OUT/pytest.log"
   python3 scripts/gpu_lookup_profile.py 2>&1 | grep -v "Warning\|_warn_once" | tee "$OUT/lookup-profile.txt"
   bench --per-category 2 --dtype bfloat16 --out "$OUT/sweep.json" | grep "overall"
+fi
+if [ "$STAGE" = prefill ]; then  # CUDA tests (chunks with and without the output layer), then prefill timings
+  python3 -m pytest -q -x tests/test_device_loop.py tests/test_fast.py -k "graphs or waits or long_inputs or stand_in" 2>&1 \
+      | grep -v "^DEBUG\|^\s*$" | tail -3 | tee "$OUT/pytest.log"
+  grep -q " passed" "$OUT/pytest.log" && ! grep -q "failed" "$OUT/pytest.log" || exit 1
+  python3 scripts/gpu_prefill_timing.py 2>&1 | grep -v "Converting\|Loading weights\|Warning\|warn" | tee "$OUT/prefill-timing.txt"
 fi
 if [ "$STAGE" = all ]; then
   bench --dtype bfloat16 --transformers hf-generate,hf-prompt-lookup --transformers-limit ${HF_LIMIT:-3} \
