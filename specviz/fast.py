@@ -41,6 +41,9 @@ STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # cos/sin depend on
 MIN_SPAN = 128  # smallest attention span captured in a graph (positions are padded up to a power of two)
 MAX_GRAPH_POSITIONS = MAX_GAMMA + 1  # forwards over more positions (prefills) go through in chunks:
 PREFILL_CHUNK = 256  # positions of one captured prefill forward (the last chunk of an input padded)
+LONG_PREFILL_CHUNK = 512  # ... while more than PREFILL_CHUNK positions remain: on an H100, prompts of 500-1,500
+# tokens prefilled 25-30% faster in chunks of 512 than of 256, those of up to 200 a third slower
+# (results/h100-device-loop/prefill-timing.txt)
 MAX_TREE_POSITIONS = MAX_TREE + 1  # a tree verify pass: the last accepted token and the tree
 
 
@@ -634,29 +637,34 @@ class StaticRunner:
                 return self._decode(ids, start, end, last_only, compiled=False)
 
     def _forward_in_chunks(self, token_ids: torch.Tensor, logits_for: str):
-        """A long input (a prompt) through captured graphs of PREFILL_CHUNK positions, the last chunk padded:
+        """A long input (a prompt) through captured graphs of LONG_PREFILL_CHUNK positions while more than
+        PREFILL_CHUNK remain (and fit in the context), then of PREFILL_CHUNK, the last chunk padded:
         eagerly, a forward is some 600 kernel launches from Python, 15-30 ms on an H100 whatever the prompt's
         length, where a replay takes ~2 ms. The padding's keys and values land in slots past the input, where
         no token looks before its own forward has overwritten them (as with a padded draft tree). With
-        logits_for="none" the chunks' graphs have no output layer (~0.1-0.2 ms a chunk on an H100: the
-        product for 256 rows, their float32 copy and its clone)."""
+        logits_for="none" the chunks' graphs have no output layer (its product for every row, their float32
+        copy and its clone: 0.1-0.7 ms a prompt on an H100)."""
         last_only, head = logits_for != "all", logits_for != "none"
         logits, hidden = [], []
-        for begin in range(0, int(token_ids.shape[0]), PREFILL_CHUNK):
-            chunk = token_ids[begin:begin + PREFILL_CHUNK]
+        begin, total = 0, int(token_ids.shape[0])
+        while begin < total:
+            size = LONG_PREFILL_CHUNK if (total - begin > PREFILL_CHUNK and
+                                          self.length + LONG_PREFILL_CHUNK <= self.context_length) else PREFILL_CHUNK
+            chunk = token_ids[begin:begin + size]
             real = int(chunk.shape[0])
-            if self.length + PREFILL_CHUNK > self.context_length:  # no room for the padding: the rest eagerly
+            if self.length + size > self.context_length:  # no room for the padding: the rest eagerly
                 rest = token_ids[begin:]
                 chunk_logits, chunk_hidden = self._forward_eager(rest, last_only)
                 self.length += int(rest.shape[0])
                 logits.append(chunk_logits)
                 hidden.append(chunk_hidden)
                 break
-            padded = torch.cat([chunk, chunk.new_zeros(PREFILL_CHUNK - real)])  # where the ids are: no host trip
-            span = graph_span(self.length + PREFILL_CHUNK, self.context_length)
+            padded = torch.cat([chunk, chunk.new_zeros(size - real)])  # where the ids are: no host trip
+            span = graph_span(self.length + size, self.context_length)
             self.ensure_capacity(span)
             chunk_logits, chunk_hidden = self._replay(padded, span, head=head)
             self.length += real
+            begin += real
             if head:
                 logits.append(chunk_logits[real - 1:real] if last_only else chunk_logits[:real])
             hidden.append(chunk_hidden[:real])
@@ -767,10 +775,11 @@ class StaticRunner:
                 if (count, span, False) not in self.workspace.graphs:
                     self.length = span - count  # so that the forward ends at `span`: this span's graph
                     self.forward(torch.randint(0, vocab, (count,)))
-            for flavour, logits_for in ((False, "all"), ("headless", "none")):  # a prompt's chunk ending here
-                if (PREFILL_CHUNK, span, flavour) not in self.workspace.graphs and PREFILL_CHUNK <= span:
-                    self.length = span - PREFILL_CHUNK
-                    self.forward(torch.randint(0, vocab, (PREFILL_CHUNK,)), logits_for=logits_for)
+            for size in (PREFILL_CHUNK, LONG_PREFILL_CHUNK):  # a prompt's chunk ending in this span
+                for flavour, logits_for in ((False, "all"), ("headless", "none")):
+                    if (size, span, flavour) not in self.workspace.graphs and size <= span:
+                        self.length = span - size
+                        self.forward(torch.randint(0, vocab, (size,)), logits_for=logits_for)
             padded = 2
             while tree and self.supports_tree and padded <= _next_power_of_two(tree + 1):
                 if (padded, span, True) not in self.workspace.graphs and padded <= span:

@@ -308,7 +308,7 @@ def test_long_inputs_go_through_padded_graph_chunks_as_the_eager_forward_does(co
     """A prompt longer than MAX_GRAPH_POSITIONS goes through captured graphs of PREFILL_CHUNK positions, the
     last one padded (with a context of 320 the padding does not fit: that chunk runs eagerly): the same
     logits and hidden states as the eager forward, and decoding after it sees none of the padding."""
-    from specviz.fast import PREFILL_CHUNK
+    from specviz.fast import LONG_PREFILL_CHUNK, PREFILL_CHUNK
 
     model = tiny_causal_lm(vocab_size=32, seed=7, layers=2, context=context).model.cuda()
     graphed, eager = StaticRunner(model, graphs=True, compile=False), StaticRunner(model, graphs=False, compile=False)
@@ -318,7 +318,8 @@ def test_long_inputs_go_through_padded_graph_chunks_as_the_eager_forward_does(co
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ha, hb, atol=1e-5, rtol=1e-5)
     assert graphed.length == eager.length == count and a.shape[0] == count
-    assert (PREFILL_CHUNK, 256, False) in graphed.workspace.graphs
+    # 300 positions: one chunk of 512 where it fits, else a chunk of 256 and the rest eagerly
+    assert ((LONG_PREFILL_CHUNK, 512, False) if context == 1024 else (PREFILL_CHUNK, 256, False)) in graphed.workspace.graphs
     for start in range(count, 308, 2):
         a, _ = graphed.forward(ids[start:start + 2])
         b, _ = eager.forward(ids[start:start + 2])
@@ -472,13 +473,21 @@ def test_graph_bookkeeping_runs_on_the_cpu_with_a_stand_in_graph(monkeypatch):
     torch.testing.assert_close(ha, hb, atol=1e-5, rtol=1e-5)
     graphed.rollback(0)
     none, hn = graphed.forward(ids[:300], logits_for="none")  # a prefill whose logits nobody reads: no output layer
-    assert none is None and (fast.PREFILL_CHUNK, 256, "headless") in graphed.workspace.graphs
+    assert none is None and (fast.LONG_PREFILL_CHUNK, 512, "headless") in graphed.workspace.graphs
     torch.testing.assert_close(hn, hb, atol=1e-5, rtol=1e-5)
     for start in range(300, 340, 4):  # decoding after it sees none of the padding
         a, _ = graphed.forward(ids[start:start + 4])
         b, _ = eager.forward(ids[start:start + 4])
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-    assert {(fast.PREFILL_CHUNK, 256, False), (fast.PREFILL_CHUNK, 512, False)} <= set(graphed.workspace.graphs)
+    assert (fast.LONG_PREFILL_CHUNK, 512, False) in graphed.workspace.graphs  # 300 positions: one chunk of 512
+    graphed.reset(), eager.reset()  # 600: 512 + 88 in a chunk of 256 (a shorter rest takes the shorter chunk)
+    long_ids = torch.randint(0, 32, (600,))
+    (a, ha), (b, hb) = graphed.forward(long_ids), eager.forward(long_ids)
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ha, hb, atol=1e-5, rtol=1e-5)
+    assert {(fast.LONG_PREFILL_CHUNK, 512, False), (fast.PREFILL_CHUNK, 1024, False)} <= set(graphed.workspace.graphs)
+    graphed.reset(), eager.reset()
+    graphed.forward(ids[:340]), eager.forward(ids[:340])  # back to where the tree below starts
     # a tree of 6 nodes (padded to 8 in its graph), then its path 0, 1, 3, 5 kept: as if the path had been fed
     parents, path = [-1, 0, 0, 1, -1, 3], [0, 1, 3, 5]
     tree_ids = torch.randint(0, 32, (7,))
