@@ -1,6 +1,6 @@
 """A prompt's prefill on the fast path, timed on the GPU: milliseconds for prompts of several lengths, with the
-output layer (logits_for="last") and without ("none", as the engine's prefill now asks), and with chunks of
-256 (the default), 512 and 1024 positions. For deciding how prompts should be chunked.
+output layer (logits_for="last") and without ("none", as the engine's prefill now asks), in chunks of 256, 512
+or 1024 positions, and as the runner chunks now (512 while more than 256 remain, then 256: "256+512").
 
     python scripts/gpu_prefill_timing.py            (on the GPU machine, the default model staged)
 """
@@ -24,9 +24,10 @@ def main() -> None:
     target = load_model("default", device="cuda", dtype="bfloat16")
     vocab = target.model.get_output_embeddings().weight.shape[0]
     print(torch.cuda.get_device_name(), torch.__version__)
-    print(f"{'chunk':>6} {'logits':>7} " + " ".join(f"{n:>8}" for n in LENGTHS) + "   (ms a prefill, median of 7)")
-    for chunk in (256, 512, 1024):
-        fast.PREFILL_CHUNK = chunk
+    print(f"{'chunk':>8} {'logits':>7} " + " ".join(f"{n:>8}" for n in LENGTHS) + "   (ms a prefill, median of 7)")
+    for chunk, long_chunk in ((256, 256), (512, 512), (1024, 1024), (256, 512)):
+        fast.PREFILL_CHUNK, fast.LONG_PREFILL_CHUNK = chunk, long_chunk
+        label = str(chunk) if chunk == long_chunk else f"{chunk}+{long_chunk}"
         runner = fast.make_runner(target.model)
         runner.ensure_capacity(4096)
         for logits_for in ("last", "none"):
@@ -43,7 +44,7 @@ def main() -> None:
                     if attempt >= 2:
                         times.append((time.perf_counter() - begin) * 1e3)
                 row.append(statistics.median(times))
-            print(f"{chunk:>6} {logits_for:>7} " + " ".join(f"{t:8.2f}" for t in row))
+            print(f"{label:>8} {logits_for:>7} " + " ".join(f"{t:8.2f}" for t in row))
         runner.release()
 
 
