@@ -403,9 +403,9 @@ class DeviceLoop:
     @torch.inference_mode()
     def steps(self, sequence: torch.Tensor, max_new_tokens: int):
         """Yields a StepOutcome a step, read one step behind the device. sequence [T]: on the runner's device;
-        the runner's cache must hold sequence[:-1] (the engine's prefill). No step is launched once those in flight give max_new_tokens;
-        to stop earlier (an EOS), stop pulling: the step in flight is then computed and dropped (the caller's
-        clock waits for it)."""
+        the runner's cache must hold sequence[:-1] (the engine's prefill). No step is launched once those in
+        flight give max_new_tokens; to stop earlier (an EOS), stop pulling: the step in flight is then computed
+        and dropped (the caller's clock waits for it)."""
         from .fast import graph_span
 
         gamma = self.gamma
