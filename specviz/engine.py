@@ -54,30 +54,30 @@ def collector_paused():
 
 
 def lean_record(index, draft: Draft, draft_ids: list[int], logits, verdict, kept: list[int], detokenizer,
-                     draft_ms, verify_ms, elapsed_s, total_emitted) -> StepRecord:
-        """Ids, kinds, decisions and timings; no probabilities, texts or top lists (detail=False)."""
-        gamma, n = len(draft_ids), verdict.n_accepted
-        nan, no_top = float("nan"), TopTokens(ids=[], probs=[])
-        positions, tokens = [], []
-        for i, token_id in enumerate(draft_ids):
-            accepted = i < n
-            u = verdict.uniforms[i] if verdict.uniforms is not None and i <= n else None
-            positions.append(DraftPosition(token_id=token_id, text="", q=None, p=nan,
-                                           accept_prob=verdict.accept_probs[i], u=u, accepted=accepted,
-                                           reached=i <= n, p_top=no_top, q_top=None))
-            if (accepted and i >= len(kept)) or (not accepted and len(kept) <= n):
-                continue  # cut at EOS or max-new-tokens, as in _record
-            tokens.append(TokenRecord(id=token_id, text="", step=index,
-                                      kind=TokenKind.ACCEPTED if accepted else TokenKind.REJECTED))
-        kind = TokenKind.TARGET if gamma == 0 else TokenKind.BONUS if n == gamma else TokenKind.RESAMPLED
-        next_token = TokenRecord(id=verdict.next_token, text="", kind=kind, step=index)
-        if len(kept) == n + 1:
-            tokens.append(next_token)
-        return StepRecord(
-            index=index, gamma=gamma, positions=positions, n_accepted=n, next_token=next_token, next_top=no_top,
-            tokens=tokens, draft_ms=draft_ms, verify_ms=verify_ms, elapsed_s=elapsed_s,
-            emitted=len(kept), total_emitted=total_emitted,
-        )
+                draft_ms, verify_ms, elapsed_s, total_emitted) -> StepRecord:
+    """Ids, kinds, decisions and timings; no probabilities, texts or top lists (detail=False)."""
+    gamma, n = len(draft_ids), verdict.n_accepted
+    nan, no_top = float("nan"), TopTokens(ids=[], probs=[])
+    positions, tokens = [], []
+    for i, token_id in enumerate(draft_ids):
+        accepted = i < n
+        u = verdict.uniforms[i] if verdict.uniforms is not None and i <= n else None
+        positions.append(DraftPosition(token_id=token_id, text="", q=None, p=nan,
+                                       accept_prob=verdict.accept_probs[i], u=u, accepted=accepted,
+                                       reached=i <= n, p_top=no_top, q_top=None))
+        if (accepted and i >= len(kept)) or (not accepted and len(kept) <= n):
+            continue  # cut at EOS or max-new-tokens, as in _record
+        tokens.append(TokenRecord(id=token_id, text="", step=index,
+                                  kind=TokenKind.ACCEPTED if accepted else TokenKind.REJECTED))
+    kind = TokenKind.TARGET if gamma == 0 else TokenKind.BONUS if n == gamma else TokenKind.RESAMPLED
+    next_token = TokenRecord(id=verdict.next_token, text="", kind=kind, step=index)
+    if len(kept) == n + 1:
+        tokens.append(next_token)
+    return StepRecord(
+        index=index, gamma=gamma, positions=positions, n_accepted=n, next_token=next_token, next_top=no_top,
+        tokens=tokens, draft_ms=draft_ms, verify_ms=verify_ms, elapsed_s=elapsed_s,
+        emitted=len(kept), total_emitted=total_emitted,
+    )
 
 
 def keep_tokens(new_ids: list[int], output: list[int], max_new_tokens: int, eos_ids) -> list[int]:
