@@ -102,7 +102,7 @@ class DeviceDatastore:
     their order), the positions in key order, the tokens."""
 
     def __init__(self, store, device: torch.device):
-        self.store = store
+        # no reference to `store` kept: _stores maps it weakly to this, and a reference back would keep it alive
         self.width, self.bits, self.separator = store.width, store.bits, store.separator
         flipped = (store.keys ^ np.uint64(1 << 63)).view(np.int64)
         self.keys = torch.from_numpy(flipped).to(device)
@@ -255,6 +255,17 @@ def device_datastore(store, device: torch.device) -> DeviceDatastore:
     return copies[device]
 
 
+_side_streams: dict = {}  # device -> the stream the datastore's lookup is captured on
+
+
+def side_stream(device: torch.device) -> torch.cuda.Stream:
+    """One per device, made when a lookup graph is first captured (a replay needs none: the graph holds the
+    fork and the join)."""
+    if device not in _side_streams:
+        _side_streams[device] = torch.cuda.Stream(device)
+    return _side_streams[device]
+
+
 def mode() -> str:
     """SPECVIZ_DEVICE_LOOP: "1" (default) where the fast path has CUDA graphs, "0" never, "force" also without
     graphs (eagerly, a step at a time: how the tests run it on a CPU)."""
@@ -289,7 +300,6 @@ class DeviceLoop:
         self._own = _maybe_compiled(own_candidates, compiled)
         self._stored = _maybe_compiled(stored_candidates, compiled)
         self._line = _maybe_compiled(line_of, compiled)
-        self._side = torch.cuda.Stream(self.device) if self.graphs else None  # the datastore's lookup runs there
         self._advance = _maybe_compiled(advance, compiled)
 
     @classmethod
@@ -330,14 +340,14 @@ class DeviceLoop:
         look_up_own = lambda: self._own(state.sequence, state.length, self.gamma, self.sizes)  # noqa: E731
         look_up_stored = lambda: self._stored(state.sequence, state.length, self.gamma, self.store,  # noqa: E731
                                               self.limit, self.store_scale)
-        if self._side is None:
+        if not self.graphs:
             return look_up_own(), look_up_stored()
-        main = torch.cuda.current_stream(self.device)
-        self._side.wait_stream(main)
-        with torch.cuda.stream(self._side):
+        main, side = torch.cuda.current_stream(self.device), side_stream(self.device)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
             stored = look_up_stored()
         own = look_up_own()
-        main.wait_stream(self._side)
+        main.wait_stream(side)
         for tensor in stored:  # made on the side stream, read on the main one: not reused before that
             tensor.record_stream(main)
         return own, stored
