@@ -117,8 +117,8 @@ def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024,
         _warmed.add(id(target.model))
     runner = make_runner(target.model)
     for proposer in (PlainProposer(), *proposers) if device_loop else ():  # first: they reserve the most cache
-        loop = DeviceLoop.for_run(runner, proposer, DecodeSettings(max_new_tokens=1, gamma=max(1, max_positions - 1)),
-                                  detail=False, prompt_length=0)
+        loop = DeviceLoop.for_run(runner, proposer, DecodeSettings(max_new_tokens=1, gamma=max(1, max_positions - 1),
+                                                                   tree=tree), detail=False, prompt_length=0)
         if loop is not None:
             loop.prepare(max_length)
     if hasattr(runner, "warm_up"):

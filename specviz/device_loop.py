@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from . import tree as trees
 from .proposers import NgramProposer, PlainProposer, RetrievalProposer
 from .proposers.retrieval import SEQUENCE_WEIGHT
 
@@ -95,6 +96,47 @@ def heaviest_line(tokens: torch.Tensor, valid: torch.Tensor, weights: torch.Tens
     reached = on_line.any(0)
     line = tokens.gather(0, on_line.int().argmax(0)[None])[0]
     return torch.where(reached, line, 0), reached.sum()
+
+
+def weighted_tree(tokens: torch.Tensor, valid: torch.Tensor, weights: torch.Tensor, budget: int):
+    """tree.weighted_trie without a loop: tokens, valid [M, G] (candidate m's run: the valid prefix of its
+    row), weights [M] (whole numbers) -> the `budget` heaviest nodes of the candidates' trie, best first (a
+    parent before its children, siblings best first; past the real nodes, padding):
+    (tokens [B], parents [B] (-1: the root), depths [B] (1: the root's children), real [B] (the first nodes),
+    ancestors [B, B] (node b sees node a: a is b or above it; a padding node sees itself only)).
+
+    A node is a candidate's prefix up to depth d, named by the first candidate that has it (as the host's trie
+    makes it first). weighted_trie pops nodes best first by (weight, first candidate, depth): a child never
+    comes before its parent in that order (no heavier; if as heavy, a later or the same first candidate, and
+    deeper), so the `budget` first nodes in it form a tree, and its order is the host's order of siblings."""
+    count, width = tokens.shape
+    same = (tokens[:, None, :] == tokens[None, :, :]) & valid[:, None, :] & valid[None, :, :]  # [i, j, d]
+    group = same.int().cumprod(-1).bool()  # j agrees with i up to d
+    weight = (group * weights[None, :, None]).sum(1)  # [M, G]
+    first = group.int().argmax(1)  # the group's first member
+    members = torch.arange(count, device=tokens.device)
+    named = valid & (first == members[:, None])  # node (i, d) is named by i
+    flat = count * width
+    place = torch.arange(flat, device=tokens.device).view(count, width)  # i * G + d: first candidate, then depth
+    # one key that orders nodes as the host's heap pops them (exact in float64: the weights are whole numbers)
+    key = torch.where(named, weight * flat + (flat - 1 - place), -1.0).reshape(-1)
+    rank = (key[None, :] > key[:, None]).sum(1)  # nodes ahead of each
+    chosen = named.reshape(-1) & (rank < budget)
+    slots = torch.arange(budget, device=tokens.device)
+    sink = torch.where(chosen, rank, budget)  # the nodes not chosen go to a slot past the end
+    node = torch.zeros(budget + 1, dtype=torch.long, device=tokens.device).index_copy_(
+        0, sink, torch.arange(flat, device=tokens.device))[:budget]
+    real = slots < chosen.sum()
+    row, depth = node // width, node % width
+    above = (depth - 1).clamp(min=0)  # the parent of node (i, d): node (first[i, d - 1], d - 1)
+    parent_node = first.reshape(-1).gather(0, row * width + above) * width + above
+    parents = torch.where(real & (depth > 0), rank.gather(0, parent_node), -1)
+    sees = (depth[None, :] <= depth[:, None]) & group.reshape(-1).gather(
+        0, ((row[:, None] * count + row[None, :]) * width + depth[None, :]).reshape(-1)).view(budget, budget)
+    both = real[:, None] & real[None, :]
+    ancestors = torch.where(both, sees, slots[:, None] == slots[None, :])
+    node_tokens = torch.where(real, tokens.reshape(-1).gather(0, node), 0)
+    return node_tokens, parents, torch.where(real, depth + 1, 1), real, ancestors
 
 
 class DeviceDatastore:
@@ -209,20 +251,78 @@ def advance(logits, sequence, length, inputs, draft_length, log) -> None:
     inputs[gamma + 1:].copy_(length - 1)
 
 
+def tree_lookup(candidates, budget: int, inputs, depths, visible, parents, real) -> None:
+    """A draft tree of the candidates (own, or own and stored: each tokens, valid, weights) written into the
+    verify pass's inputs: ids (the root first), depths [B + 1] and visibility [B + 1, B + 1] (the root sees
+    itself, every node the root and its ancestors), and parents, real [B] (what advance_tree reads)."""
+    tokens, valid, weights = (torch.cat(parts) for parts in zip(*candidates))
+    node_tokens, node_parents, node_depths, node_real, ancestors = weighted_tree(tokens, valid, weights, parents.shape[0])
+    inputs[1:node_tokens.shape[0] + 1].copy_(node_tokens)
+    depths[1:].copy_(node_depths)
+    visible[1:, 1:].copy_(ancestors)
+    parents.copy_(node_parents)
+    real.copy_(node_real)
+
+
+def walk_tree(logits, tokens, parents, real, ancestors, depths, gamma: int):
+    """tree.walk_greedy on the device: logits [B + 1, V] (row 0 the root's, row b + 1 node b's), the tree's
+    tokens, parents, real [B], ancestors [B, B], depths [B] -> (the target's choices [B + 1], accepted n [], the
+    accepted path: its node at each depth [gamma] (the first n real), the next token []). A node is on the
+    path when it and every node above it are the target's choice after their parent (at most one child of a
+    node can be: siblings differ)."""
+    choices = logits.argmax(-1)
+    agrees = real & (tokens == choices.gather(0, parents + 1))
+    on_path = real & ~(ancestors & ~agrees[None, :]).any(-1)
+    accepted = torch.where(on_path, depths, 0).amax()
+    levels = torch.arange(1, gamma + 1, device=tokens.device)
+    path = (on_path[None, :] & (depths[None, :] == levels[:, None])).int().argmax(-1)
+    last_row = torch.where(accepted > 0, path.gather(0, (accepted - 1).clamp(min=0)[None])[0] + 1, 0)
+    return choices, accepted, path, choices.gather(0, last_row[None])[0]
+
+
+def advance_tree(logits, sequence, length, inputs, depths, visible, parents, real, log, gamma: int):
+    """advance() after a tree verify pass over inputs = [the last token, the tree [B], the first position]:
+    the accepted path's tokens and the next token appended. Returns (the cache slots of the path's nodes, the
+    slots they move to: right after the root's), for the caller to move their keys and values. log [3B + 3]:
+    the tree's tokens, parents, the target's choices, the number of real nodes, accepted."""
+    budget = parents.shape[0]
+    tokens = inputs[1:budget + 1]
+    choices, accepted, path, next_token = walk_tree(logits, tokens, parents, real, visible[1:, 1:], depths[1:], gamma)
+    slots = torch.arange(gamma + 1, device=inputs.device)
+    values = torch.where(slots < accepted, torch.cat([tokens.gather(0, path), tokens.new_zeros(1)]), next_token)
+    sink = sequence.shape[0] - 1
+    sequence.index_copy_(0, torch.where(slots <= accepted, length + slots, sink), values)
+    start = inputs[-1:]  # the root's slot
+    behind = start + 1 + slots[:gamma]
+    moved = torch.where(slots[:gamma] < accepted, start + 1 + path, behind)  # the rest stay: past what is kept
+    log.copy_(torch.cat([tokens, parents, choices, real.sum()[None], accepted[None]]))
+    length.add_(accepted + 1)
+    inputs[0].copy_(next_token)
+    inputs[-1:].copy_(length - 1)
+    return moved, behind
+
+
 # the loop ---------------------------------------------------------------------------------------------------
 
 class LoopState:
     """The tensors that a loop's graphs read and write (fixed addresses) and its graphs: one lookup graph and
     one verify graph per attention span. Kept in the runner's workspace beside the runner's own graphs (and
-    dropped with them when the cache grows)."""
+    dropped with them when the cache grows). tree: the nodes of a draft tree (0: a chain)."""
 
-    def __init__(self, device: torch.device, capacity: int, gamma: int):
+    def __init__(self, device: torch.device, capacity: int, gamma: int, tree: int = 0):
         self.capacity = capacity
+        width = tree + 1 if tree else gamma + 1  # the verify pass's positions
         self.sequence = torch.zeros(capacity + gamma + 2, dtype=torch.long, device=device)  # last entry: a sink
         self.length = torch.zeros(1, dtype=torch.long, device=device)
-        self.inputs = torch.zeros(gamma + 2, dtype=torch.long, device=device)  # the verify pass's: ids, start
+        self.inputs = torch.zeros(width + 1, dtype=torch.long, device=device)  # the verify pass's: ids, start
         self.draft_length = torch.zeros((), dtype=torch.long, device=device)
-        self.log = torch.zeros(2 * gamma + 3, dtype=torch.long, device=device)
+        self.log = torch.zeros(3 * tree + 3 if tree else 2 * gamma + 3, dtype=torch.long, device=device)
+        if tree:  # the tree's layout (tree_lookup writes it)
+            self.depths = torch.zeros(width, dtype=torch.long, device=device)
+            self.visible = torch.eye(width, dtype=torch.bool, device=device)
+            self.visible[:, 0] = True
+            self.parents = torch.full((tree,), -1, dtype=torch.long, device=device)
+            self.real = torch.zeros(tree, dtype=torch.bool, device=device)
         self.lookup_graph: torch.cuda.CUDAGraph | None = None
         self.verify_graphs: dict[int, torch.cuda.CUDAGraph] = {}
 
@@ -242,6 +342,7 @@ class StepOutcome:
     n_accepted: int
     draft_ms: float
     verify_ms: float
+    tree_size: int = 0  # a tree's nodes (draft_ids: the line shown, as the host loop's _verify_tree shows it)
 
 
 _stores: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Datastore -> {device: DeviceDatastore}
@@ -284,14 +385,20 @@ def _maybe_compiled(fn, compile: bool):
 
 
 class DeviceLoop:
-    """One run's steps on the device (the module's docstring). lookup: "plain", "ngram" or "retrieval"."""
+    """One run's steps on the device (the module's docstring). lookup: "plain", "ngram" or "retrieval"; tree:
+    draft trees of that many nodes (ngram, retrieval), 0 for chains."""
 
     def __init__(self, runner, lookup: str, gamma: int, sizes: tuple[int, ...] = (3, 2, 1), store=None,
-                 limit: int = 32, store_scale: float = 1.0):
+                 limit: int = 32, store_scale: float = 1.0, tree: int = 0):
         if list(sizes) != list(range(sizes[0], sizes[-1] - 1, -1)):
             raise ValueError(f"n-gram sizes must run down one by one, got {sizes}")
         self.runner, self.lookup, self.sizes, self.limit, self.store_scale = runner, lookup, sizes, limit, store_scale
         self.gamma = 0 if lookup == "plain" else gamma
+        self.tree = 0 if lookup == "plain" else tree
+        self.width = self.tree + 1 if self.tree else self.gamma + 1  # the verify pass's positions
+        # how far past a run's tokens the steps launched ahead reach: one more step in flight (gamma + 1 tokens)
+        # and a verify pass's own positions, with a step's worth to spare
+        self.ahead = 2 * (self.gamma + 1) + self.width
         self.device = runner.device
         self.graphs = runner.use_graphs
         self.store = device_datastore(store, self.device) if lookup == "retrieval" else None
@@ -301,32 +408,42 @@ class DeviceLoop:
         self._stored = _maybe_compiled(stored_candidates, compiled)
         self._line = _maybe_compiled(line_of, compiled)
         self._advance = _maybe_compiled(advance, compiled)
+        self._tree_lookup = _maybe_compiled(tree_lookup, compiled)
+        self._advance_tree = _maybe_compiled(advance_tree, compiled)
 
     @classmethod
     def for_run(cls, runner, proposer, settings, detail: bool, prompt_length: int) -> "DeviceLoop | None":
         """The loop for this run where it applies: greedy, records without detail (the bench), the fast path
         with graphs, a plain / ngram / retrieval chain, and room in the context for a step launched ahead."""
         wanted = mode()
-        if wanted == "0" or detail or not settings.greedy or settings.tree:
+        if wanted == "0" or detail or not settings.greedy:
             return None
         if not hasattr(runner, "_decode") or not (runner.use_graphs or wanted == "force"):
             return None
         kind = {PlainProposer: "plain", NgramProposer: "ngram", RetrievalProposer: "retrieval"}.get(type(proposer))
-        if kind is None:
-            return None
-        gamma = 0 if kind == "plain" else settings.gamma
-        if prompt_length + settings.max_new_tokens + 4 * (gamma + 1) > runner.context_length:
+        if kind is None or (settings.tree and kind != "plain" and not runner.supports_tree):
             return None
         if kind == "plain":
-            return cls(runner, kind, 0)
-        sizes = tuple(range(proposer.max_ngram, proposer.min_ngram - 1, -1))
-        if kind == "retrieval":
-            return cls(runner, kind, gamma, sizes, proposer.datastore, proposer.store_limit,
-                       proposer.store_weight * SEQUENCE_WEIGHT)
-        return cls(runner, kind, gamma, sizes)
+            loop = cls(runner, kind, 0)
+        else:
+            sizes, tree = tuple(range(proposer.max_ngram, proposer.min_ngram - 1, -1)), settings.tree
+            if kind == "retrieval":
+                loop = cls(runner, kind, settings.gamma, sizes, proposer.datastore, proposer.store_limit,
+                           proposer.store_weight * SEQUENCE_WEIGHT, tree=tree)
+            else:
+                loop = cls(runner, kind, settings.gamma, sizes, tree=tree)
+        if prompt_length + settings.max_new_tokens + loop.ahead + loop.gamma + 1 > runner.context_length:
+            return None
+        return loop
 
     # what the graphs run --------------------------------------------------------------------------------
     def _lookup_step(self, state: LoopState) -> None:
+        if self.tree:
+            own = self._own(state.sequence, state.length, self.gamma, self.sizes)
+            candidates = (own,) if self.lookup == "ngram" else self._both_candidates(state)
+            self._tree_lookup(candidates, self.tree, state.inputs, state.depths, state.visible, state.parents,
+                              state.real)
+            return
         if self.lookup == "ngram":
             draft, length = self._ngram(state.sequence, state.length, self.gamma, self.sizes)
         else:
@@ -354,17 +471,27 @@ class DeviceLoop:
 
     def _verify_step(self, state: LoopState, span: int) -> None:
         # the logits in the model's dtype: the argmax of bfloat16 values is that of their float32 copies
-        logits, _ = self.runner._decode(state.inputs[:self.gamma + 1], state.inputs[-1:], span, False,
+        tree = (state.depths, state.visible) if self.tree else (None, None)
+        logits, _ = self.runner._decode(state.inputs[:self.width], state.inputs[-1:], span, False, *tree,
                                         float_logits=False)
-        self._advance(logits, state.sequence, state.length, state.inputs, state.draft_length, state.log)
+        if not self.tree:
+            self._advance(logits, state.sequence, state.length, state.inputs, state.draft_length, state.log)
+            return
+        moved, behind = self._advance_tree(logits, state.sequence, state.length, state.inputs, state.depths,
+                                           state.visible, state.parents, state.real, state.log, self.gamma)
+        # the accepted nodes' keys and values (every layer's) moved next to the root's, as runner.keep_nodes
+        # does; outside compiled code, which might copy the whole cache to write into it
+        cache = self.runner.workspace.keys_values
+        cache.index_copy_(3, behind, cache.index_select(3, moved))
 
     # state and graphs -----------------------------------------------------------------------------------
     def _state(self) -> LoopState:
         space = self.runner.workspace
-        key = ("device-loop", self.lookup, self.gamma, self.sizes, id(self.store), self.limit, self.store_scale)
+        key = ("device-loop", self.lookup, self.gamma, self.tree, self.sizes, id(self.store), self.limit,
+               self.store_scale)
         state = space.graphs.get(key)
         if state is None or state.capacity != space.capacity:
-            state = space.graphs[key] = LoopState(self.device, space.capacity, self.gamma)
+            state = space.graphs[key] = LoopState(self.device, space.capacity, self.gamma, self.tree)
         return state
 
     def _capture(self, state: LoopState, span: int) -> None:
@@ -397,7 +524,7 @@ class DeviceLoop:
         """Room in the cache for runs of up to max_length tokens, with the steps launched ahead."""
         from .fast import graph_span
 
-        self.runner.ensure_capacity(graph_span(max_length + 4 * (self.gamma + 1), self.runner.context_length))
+        self.runner.ensure_capacity(graph_span(max_length + self.ahead + self.gamma + 1, self.runner.context_length))
 
     @torch.inference_mode()
     def prepare(self, max_length: int) -> None:
@@ -405,7 +532,7 @@ class DeviceLoop:
         self.reserve(max_length)
         if self.graphs:
             state = self._state()
-            for span in self._spans(max_length + 4 * (self.gamma + 1)):
+            for span in self._spans(max_length + self.ahead + self.gamma + 1):
                 if span not in state.verify_graphs:
                     self._capture(state, span)
 
@@ -424,12 +551,12 @@ class DeviceLoop:
         state.start(sequence)
         produced, step, in_flight = 0, 0, deque()  # produced: tokens of the steps read so far
         most = max_new_tokens + 1  # every step adds a token: never reached
-        rows = torch.empty((most, 2 * gamma + 3), dtype=torch.long, pin_memory=self.graphs)
+        rows = torch.empty((most, state.log.shape[0]), dtype=torch.long, pin_memory=self.graphs)
         while True:
             enough = produced + len(in_flight) >= max_new_tokens  # what is in flight adds a token a step at least
             if len(in_flight) < 2 and not enough and step < most:  # two in flight: the GPU never waits for the host
-                # each step in flight may add gamma + 1 tokens; the span covers what the new one writes
-                span = graph_span(sequence.shape[0] + produced + 3 * (gamma + 1), self.runner.context_length)
+                # the step in flight may add gamma + 1 tokens; the span covers what the new one writes
+                span = graph_span(sequence.shape[0] + produced + self.ahead, self.runner.context_length)
                 in_flight.append((step, self._launch(state, span, rows[step])))
                 step += 1
                 continue
@@ -465,6 +592,24 @@ class DeviceLoop:
             events[2].synchronize()
             draft_ms, verify_ms = events[0].elapsed_time(events[1]), events[1].elapsed_time(events[2])
         values, gamma = row.tolist(), self.gamma
+        if self.tree:
+            return self._tree_outcome(values, draft_ms, verify_ms)
         length, accepted = values[2 * gamma + 1], values[2 * gamma + 2]
         return StepOutcome(draft_ids=values[:length], choices=values[gamma:gamma + length + 1],
                            n_accepted=accepted, draft_ms=draft_ms, verify_ms=verify_ms)
+
+    def _tree_outcome(self, values: list[int], draft_ms: float, verify_ms: float) -> StepOutcome:
+        """A tree step's log, shown as the host loop's _verify_tree shows it: the accepted path, then the
+        drafter's favourite line below where it stopped, with the target's choice before each."""
+        budget = self.tree
+        count, accepted = values[3 * budget + 1], values[3 * budget + 2]
+        tokens, parents = values[:count], values[budget:budget + count]
+        choices = values[2 * budget:2 * budget + count + 1]
+        path = trees.walk_greedy(tokens, parents, choices).path
+        if len(path) != accepted:
+            raise RuntimeError(f"the device accepted {accepted} tree nodes where the host's walk accepts {len(path)}")
+        line = path + trees.first_child_chain(parents, path[-1] if path else -1)
+        return StepOutcome(draft_ids=[tokens[node] for node in line],
+                           choices=[choices[row] for row in [0] + [node + 1 for node in line]],
+                           n_accepted=accepted, draft_ms=draft_ms, verify_ms=verify_ms,
+                           tree_size=0 if trees.is_chain(parents) else count)  # as the host loop counts it

@@ -323,6 +323,7 @@ class SpeculativeRun:
             sequence.extend(kept)
             record = lean_record(len(self.steps), None, outcome.draft_ids, None, verdict, kept, None,
                                  outcome.draft_ms, outcome.verify_ms, time.perf_counter() - start, len(output))
+            record.tree_size = outcome.tree_size
             self.steps.append(record)
             tokens_shown.extend(record.tokens)
             yield record

@@ -557,9 +557,9 @@ class StaticRunner:
                 depths: torch.Tensor | None = None, visible: torch.Tensor | None = None, compiled: bool = True,
                 float_logits: bool = True, with_logits: bool = True):
         """The whole forward as tensor operations (what a graph captures). start [1]: first position. For a
-        tree, depths [K] (0 for the root) and visible, the [K, K] visibility packed (tree.visibility_words):
-        token i sits at position start + depths[i] but is written at slot start + i, and attends to what
-        visible allows among the new ones. compiled=False runs the layers uncompiled: where graphs are on,
+        tree, depths [K] (0 for the root) and visible, the [K, K] visibility packed (tree.visibility_words) or
+        as a bool matrix (the device loop's): token i sits at position start + depths[i] but is written at slot
+        start + i, and attends to what visible allows among the new ones. compiled=False runs the layers uncompiled: where graphs are on,
         compiled code is only traced for captured shapes, and a forward outside them (a prefill, of any
         length) runs plain kernels. float_logits=False leaves the logits in the model's dtype (an argmax needs
         no float32 copy); with_logits=False skips the output layer (logits None: a prefill's)."""
@@ -572,7 +572,9 @@ class StaticRunner:
         if visible is None:
             mask = attention_mask(positions, span, self.window)
         else:
-            mask = tree_attention_mask(start, unpack_visibility(visible, count), span)
+            if visible.dtype != torch.bool:  # packed words (a host-built tree's); the device loop's is a matrix
+                visible = unpack_visibility(visible, count)
+            mask = tree_attention_mask(start, visible, span)
         layer_fn = self._layer_fn if compiled else self._eager_layer_fn
         pending = torch.zeros_like(x)  # each layer's MLP output, added by the next layer (decoder_layer)
         for i, layer in enumerate(self.layers):

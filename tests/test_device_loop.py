@@ -12,7 +12,7 @@ from specviz.api import encode, make_proposer, run_once
 from specviz.datastore import Datastore
 from specviz.proposers import NgramProposer, RetrievalProposer
 from specviz.settings import DecodeSettings
-from specviz.tree import heaviest_line
+from specviz.tree import _preorder, ancestor_masks, depths, heaviest_line, weighted_trie
 
 STORE = Path(__file__).resolve().parents[1] / "assets" / "drafters" / "smollm2-135m-instruct" / "retrieval"
 
@@ -33,6 +33,33 @@ def test_heaviest_line_on_the_device_is_the_hosts_ties_included():
         line, length = device_loop.heaviest_line(*_as_rows(candidates, width, rng))
         assert line[:int(length)].tolist() == heaviest_line(candidates, width)
         assert not line[int(length):].any()
+
+
+def _laid_out_as_the_host(node_tokens, parents, real):
+    """weighted_tree's nodes (best first) in tree.py's preorder, as weighted_trie lays them out."""
+    count = int(real.sum())
+    tokens, parents = node_tokens[:count].tolist(), parents[:count].tolist()
+    kids = {}
+    for node, parent in enumerate(parents):
+        kids.setdefault(parent, []).append(node)
+    return _preorder(tokens, parents, kids)
+
+
+def test_draft_trees_on_the_device_are_the_hosts_ties_included():
+    rng = random.Random(2)
+    for _ in range(1500):
+        width, budget = rng.randrange(1, 7), rng.randrange(1, 20)
+        candidates = [([rng.randrange(3) for _ in range(rng.randrange(0, width + 1))], float(rng.choice([1, 4, 16, 100])))
+                      for _ in range(rng.randrange(1, 12))]
+        node_tokens, parents, node_depths, real, ancestors = device_loop.weighted_tree(
+            *_as_rows(candidates, width, rng), budget)
+        assert _laid_out_as_the_host(node_tokens, parents, real) == weighted_trie(candidates, budget)
+        count = int(real.sum())
+        assert node_depths[:count].tolist() == depths(parents[:count].tolist())
+        masks = ancestor_masks(parents[:count].tolist())  # row b + 1: bit a + 1 set iff a is b or above it
+        expected = [[bool(masks[b + 1] >> (a + 1) & 1) for a in range(count)] for b in range(count)]
+        assert ancestors[:count, :count].tolist() == expected
+        assert not node_tokens[count:].any() and torch.equal(ancestors[count:, count:], torch.eye(budget - count, dtype=torch.bool))
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +100,47 @@ def test_lookups_on_the_device_are_the_host_proposers_drafts(store):
     assert checked > 200  # most lookups found something
 
 
+def test_tree_lookups_on_the_device_are_the_host_proposers_trees(store):
+    on_device, generator = device_loop.device_datastore(store, torch.device("cpu")), torch.Generator()
+    checked = 0
+    for number, sequence in enumerate(_sequences(store, 60)):
+        gamma, budget = (4, 16)[number % 2], (15, 63)[number % 3 > 0]
+        buffer = torch.zeros(512, dtype=torch.long)
+        buffer[:len(sequence)] = torch.tensor(sequence)
+        length, tokens = torch.tensor([len(sequence)]), torch.tensor(sequence)
+        settings = DecodeSettings(gamma=gamma, tree=budget)
+        for proposer in (NgramProposer(), RetrievalProposer(store)):
+            proposer.reset(tokens, settings, generator)
+            draft = proposer.propose(tokens, gamma)
+            candidates = [device_loop.own_candidates(buffer, length, gamma, (3, 2, 1))]
+            if isinstance(proposer, RetrievalProposer):
+                candidates.append(device_loop.stored_candidates(buffer, length, gamma, on_device, 32, 1.0))
+            tree = device_loop.weighted_tree(*(torch.cat(parts) for parts in zip(*candidates)), budget)
+            expected = (draft.token_ids.tolist(), draft.parents or [])
+            assert _laid_out_as_the_host(tree[0], tree[1], tree[3]) == expected, (type(proposer).__name__, sequence)
+            checked += len(expected[0]) > 1
+    assert checked > 50
+
+
+def test_walk_tree_matches_the_hosts_greedy_walk():
+    from specviz.tree import walk_greedy
+
+    rng = random.Random(3)
+    for _ in range(300):
+        budget, gamma = rng.randrange(1, 16), rng.randrange(1, 6)
+        candidates = [([rng.randrange(3) for _ in range(rng.randrange(0, gamma + 1))], 1.0) for _ in range(rng.randrange(1, 10))]
+        node_tokens, parents, node_depths, real, ancestors = device_loop.weighted_tree(
+            *_as_rows(candidates, gamma, rng), budget)
+        choices = torch.tensor([rng.randrange(3) for _ in range(budget + 1)])
+        logits = torch.nn.functional.one_hot(choices, 3).float()
+        _, accepted, path, next_token = device_loop.walk_tree(logits, node_tokens, parents, real, ancestors,
+                                                             node_depths, gamma)
+        count = int(real.sum())
+        walk = walk_greedy(node_tokens[:count].tolist(), parents[:count].tolist(), choices[:count + 1].tolist())
+        assert int(accepted) == len(walk.path) and path[:len(walk.path)].tolist() == walk.path
+        assert int(next_token) == walk.next_token
+
+
 def test_accept_greedy_matches_verify_greedy():
     from specviz.verify import verify_greedy
 
@@ -92,11 +160,13 @@ PROMPTS = ["Write a short poem about the sea, then repeat its first line.",
            "List the numbers from 1 to 20 separated by commas."]
 
 
-@pytest.mark.parametrize("method,gamma", [("plain", 1), ("ngram", 8), ("retrieval", 8)])
-def test_device_loop_runs_give_the_host_loops_output_and_steps(default_target, monkeypatch, method, gamma):
-    """Same output token for token, and step by step the same drafts and acceptances; only where the host
-    loop shortened its last drafts to the tokens still wanted does the device loop draft longer."""
-    settings = DecodeSettings(max_new_tokens=40, gamma=gamma)
+@pytest.mark.parametrize("method,gamma,tree", [("plain", 1, 0), ("ngram", 8, 0), ("retrieval", 8, 0), ("ngram", 6, 15),
+                                               ("retrieval", 8, 31)])
+def test_device_loop_runs_give_the_host_loops_output_and_steps(default_target, monkeypatch, method, gamma, tree):
+    """Same output token for token, and step by step the same drafts (a tree's: the same line shown, the same
+    size) and acceptances, until the host loop shortens its drafts to the tokens still wanted (the device
+    loop does not)."""
+    settings = DecodeSettings(max_new_tokens=40, gamma=gamma, tree=tree)
     for prompt in PROMPTS:
         ids = encode(default_target, prompt)
         runs = {}
@@ -106,16 +176,20 @@ def test_device_loop_runs_give_the_host_loops_output_and_steps(default_target, m
         host, device = runs["0"], runs["force"]
         assert (host.settings["loop"], device.settings["loop"]) == ("host", "device")
         assert device.token_ids == host.token_ids and len(device.token_ids) == 40
-        assert len(device.steps) == len(host.steps)
+        compared = 0
         for host_step, device_step in zip(host.steps, device.steps):
-            host_draft = [p.token_id for p in host_step.positions]
-            device_draft = [p.token_id for p in device_step.positions]
-            assert device_draft[:len(host_draft)] == host_draft
-            if len(device_draft) == len(host_draft):
-                assert device_step.n_accepted == host_step.n_accepted
-                assert [t.kind for t in device_step.tokens] == [t.kind for t in host_step.tokens]
+            if settings.max_new_tokens - (host_step.total_emitted - host_step.emitted) - 1 < gamma:
+                break  # the host loop drafted less from here on
+            assert [p.token_id for p in device_step.positions] == [p.token_id for p in host_step.positions]
+            assert device_step.n_accepted == host_step.n_accepted
+            assert device_step.tree_size == host_step.tree_size
+            assert [t.kind for t in device_step.tokens] == [t.kind for t in host_step.tokens]
+            compared += 1
+        assert compared >= len(host.steps) // 2
         if method != "plain":
             assert host.metrics.accepted > 0  # the drafts were really checked against something
+        if tree:
+            assert any(step.tree_size for step in device.steps)
 
 
 def test_device_loop_stops_at_eos(default_target, monkeypatch):
@@ -132,8 +206,8 @@ def test_device_loop_stops_at_eos(default_target, monkeypatch):
 
 
 def test_device_loop_only_where_it_applies(default_target, monkeypatch):
-    """The host loop for what the device loop does not do: sampling, detailed records (the app), trees,
-    other drafters; and on a CPU unless forced."""
+    """The host loop for what the device loop does not do: sampling, detailed records (the app), other
+    drafters; and on a CPU unless forced."""
     ids = encode(default_target, PROMPTS[0])
     short = DecodeSettings(max_new_tokens=4, gamma=4)
 
@@ -145,7 +219,8 @@ def test_device_loop_only_where_it_applies(default_target, monkeypatch):
     assert loop_of() == "device"
     assert loop_of(detail=True) == "host"
     assert loop_of(settings=DecodeSettings(max_new_tokens=4, gamma=4, temperature=0.7, seed=1)) == "host"
-    assert loop_of(settings=DecodeSettings(max_new_tokens=4, gamma=4, tree=8)) == "host"
+    assert loop_of(settings=DecodeSettings(max_new_tokens=4, gamma=4, tree=8)) == "device"
+    assert loop_of("retrieval", settings=DecodeSettings(max_new_tokens=4, gamma=4, tree=8)) == "device"
     assert loop_of("early-exit") == "host"
 
 
@@ -153,8 +228,8 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 
 
 @cuda
-@pytest.mark.parametrize("method", ["ngram", "retrieval"])
-def test_a_device_loop_step_never_waits_for_the_host(method):
+@pytest.mark.parametrize("method,tree", [("ngram", 0), ("retrieval", 0), ("ngram", 15), ("retrieval", 63)])
+def test_a_device_loop_step_never_waits_for_the_host(method, tree):
     """What a graph captures must not read anything back: run a step's functions eagerly with CUDA's sync
     check set to fail on any read-back."""
     from specviz import load_model
@@ -162,7 +237,8 @@ def test_a_device_loop_step_never_waits_for_the_host(method):
 
     target = load_model("default", device="cuda", dtype="float32")
     runner = make_runner(target.model, compile=False)
-    loop = device_loop.DeviceLoop.for_run(runner, make_proposer(method, target), DecodeSettings(gamma=8), False, 10)
+    loop = device_loop.DeviceLoop.for_run(runner, make_proposer(method, target), DecodeSettings(gamma=8, tree=tree),
+                                          False, 10)
     loop.reserve(64)
     state = loop._state()
     state.start(torch.tensor([1, 2, 3, 1, 2, 3, 1, 2], device="cuda"))
@@ -173,7 +249,10 @@ def test_a_device_loop_step_never_waits_for_the_host(method):
         loop._verify_step(state, 128)
     finally:
         torch.cuda.set_sync_debug_mode(0)
-    assert state.log[-2].item() >= 3  # the draft: at least "3 1 2", which followed "1 2" before
+    if tree:  # the path: at least "3 1 2" (what followed "1 2" before), if the target agrees
+        assert state.log[-2].item() >= 3 and state.length.item() == 8 + state.log[-1].item() + 1
+    else:
+        assert state.log[-2].item() >= 3  # the draft: at least "3 1 2", which followed "1 2" before
 
 
 @cuda
@@ -182,8 +261,8 @@ def test_device_loop_through_graphs_gives_the_host_loops_output_in_float32(defau
     from specviz import load_model
 
     target = load_model("default", device="cuda", dtype="float32")
-    settings = DecodeSettings(max_new_tokens=96, gamma=16)
-    for method in ("plain", "ngram", "retrieval"):
+    for method, tree in (("plain", 0), ("ngram", 0), ("retrieval", 0), ("ngram", 31), ("retrieval", 63)):
+        settings = DecodeSettings(max_new_tokens=96, gamma=16, tree=tree)
         for prompt in PROMPTS:
             ids = encode(target, prompt)
             monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "1")
