@@ -1,4 +1,5 @@
-"""The device loop: greedy plain, `ngram` and `retrieval` decoding with every step's work on the GPU.
+"""The device loop: greedy plain, `ngram` and `retrieval` decoding (chains and draft trees) with every step's
+work on the GPU.
 
 Why: on an H100 a verify pass of the 135M target takes ~1.0 ms of GPU time, and the host loop (engine.py)
 spends 0.2 ms (plain) to 0.5 ms (retrieval) a step on the host while the GPU waits: reading the verdict,
@@ -10,6 +11,10 @@ two CUDA graphs that read and write only device tensors:
    input;
 2. the verify pass (the fast path's forward, fast.StaticRunner._decode) and greedy acceptance: the accepted
    tokens appended to the sequence on the device, the next pass's first token and position set.
+
+With a draft tree (`--tree N`), the lookup writes the weighted trie's N best nodes (weighted_tree, the trees
+tree.weighted_trie makes) with their depths and visibility; the verify pass walks the tree greedily
+(walk_tree) and moves the accepted path's keys and values next to the root's, as StaticRunner.keep_nodes does.
 
 The host only replays them and reads each step's log (its draft, the target's choices, how many were accepted)
 one step behind, while the GPU runs the next step: the GPU never waits for the host. The run stops on the host's
@@ -75,6 +80,17 @@ def gather_runs(source: torch.Tensor, starts: torch.Tensor, width: int, end: tor
     return source[index.clamp(0, source.shape[0] - 1)], valid
 
 
+def trie_groups(tokens: torch.Tensor, valid: torch.Tensor, weights: torch.Tensor):
+    """tokens, valid [M, G] (candidate m's run: the valid prefix of its row), weights [M] -> (group [M, M, G]:
+    candidate j agrees with candidate i up to depth d; the weight of i's group at d [M, G]; its first member
+    [M, G]). A group at depth d is a node of the candidates' trie."""
+    same = (tokens[:, None, :] == tokens[None, :, :]) & valid[:, None, :] & valid[None, :, :]  # [i, j, d]
+    group = same.int().cumprod(-1).bool()
+    weight = (group * weights[None, :, None]).sum(1)
+    first = group.int().argmax(1)  # argmax returns the first of equals
+    return group, weight, first
+
+
 def heaviest_line(tokens: torch.Tensor, valid: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """tree.heaviest_line without a loop over depths. tokens, valid [M, G] (candidate m's run: the valid prefix
     of its row), weights [M] -> (the line [G], zeros past its end; its length [], a tensor).
@@ -85,10 +101,7 @@ def heaviest_line(tokens: torch.Tensor, valid: torch.Tensor, weights: torch.Tens
     group wins among the groups of its parent (the candidates that agree with it up to d - 1); the line
     follows the candidates that win at every depth so far. Weights must add exactly (whole numbers)."""
     count = tokens.shape[0]
-    same = (tokens[:, None, :] == tokens[None, :, :]) & valid[:, None, :] & valid[None, :, :]  # [i, j, d]
-    group = same.int().cumprod(-1).bool()  # j agrees with i up to d
-    weight = (group * weights[None, :, None]).sum(1)  # [M, G]
-    first = group.int().argmax(1)  # the group's first member (argmax returns the first of equals)
+    group, weight, first = trie_groups(tokens, valid, weights)
     score = torch.where(valid, weight * count + (count - 1 - first), -1.0)  # heavier first, then earlier
     parent = torch.cat([valid[None, :, :1].expand(count, count, 1), group[:, :, :-1]], dim=-1)
     best_in_parent = torch.where(parent, score[None, :, :], -1.0).amax(1)
@@ -110,10 +123,7 @@ def weighted_tree(tokens: torch.Tensor, valid: torch.Tensor, weights: torch.Tens
     comes before its parent in that order (no heavier; if as heavy, a later or the same first candidate, and
     deeper), so the `budget` first nodes in it form a tree, and its order is the host's order of siblings."""
     count, width = tokens.shape
-    same = (tokens[:, None, :] == tokens[None, :, :]) & valid[:, None, :] & valid[None, :, :]  # [i, j, d]
-    group = same.int().cumprod(-1).bool()  # j agrees with i up to d
-    weight = (group * weights[None, :, None]).sum(1)  # [M, G]
-    first = group.int().argmax(1)  # the group's first member
+    group, weight, first = trie_groups(tokens, valid, weights)
     members = torch.arange(count, device=tokens.device)
     named = valid & (first == members[:, None])  # node (i, d) is named by i
     flat = count * width
