@@ -449,8 +449,10 @@ class DeviceLoop:
     # what the graphs run --------------------------------------------------------------------------------
     def _lookup_step(self, state: LoopState) -> None:
         if self.tree:
-            own = self._own(state.sequence, state.length, self.gamma, self.sizes)
-            candidates = (own,) if self.lookup == "ngram" else self._both_candidates(state)
+            if self.lookup == "ngram":
+                candidates = (self._own(state.sequence, state.length, self.gamma, self.sizes),)
+            else:
+                candidates = self._both_candidates(state)
             self._tree_lookup(candidates, self.tree, state.inputs, state.depths, state.visible, state.parents,
                               state.real)
             return

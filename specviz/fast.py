@@ -559,9 +559,9 @@ class StaticRunner:
         """The whole forward as tensor operations (what a graph captures). start [1]: first position. For a
         tree, depths [K] (0 for the root) and visible, the [K, K] visibility packed (tree.visibility_words) or
         as a bool matrix (the device loop's): token i sits at position start + depths[i] but is written at slot
-        start + i, and attends to what visible allows among the new ones. compiled=False runs the layers uncompiled: where graphs are on,
-        compiled code is only traced for captured shapes, and a forward outside them (a prefill, of any
-        length) runs plain kernels. float_logits=False leaves the logits in the model's dtype (an argmax needs
+        start + i, and attends to what visible allows among the new ones. compiled=False runs the layers
+        uncompiled: where graphs are on, compiled code is only traced for captured shapes, and a forward outside
+        them (a prefill, of any length) runs plain kernels. float_logits=False leaves the logits in the model's dtype (an argmax needs
         no float32 copy); with_logits=False skips the output layer (logits None: a prefill's)."""
         space = self.workspace
         count = ids.shape[0]
