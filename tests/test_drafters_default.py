@@ -14,7 +14,7 @@ from specviz import DecodeSettings, DrafterMismatchError, InvalidSettingError, M
 from specviz.api import default_lookup, encode, make_proposer, run_once
 from specviz.proposers import PlainProposer
 from specviz.proposers.checkpoints import ASSETS, SHIPPED
-from specviz.train.data import load_dataset
+from specviz.train.data import FROM_GERMAN, load_dataset
 
 from test_default_model import PROMPTS
 
@@ -116,14 +116,31 @@ def test_train_drafter_command_end_to_end(default_target, tmp_path):
     """A toy budget on the CPU: data written by the target, a few steps, files that load and decode exactly."""
     data = tmp_path / "data.pt"
     proc = run_cli("train-drafter", "--method", "medusa", "--out", str(tmp_path / "medusa"), "--data", str(data),
-                   "--prompts", "6", "--prompt-tokens", "48", "--response-tokens", "12", "--gen-batch", "6",
-                   "--data-only", "--device", "cpu")
+                   "--prompts", "6", "--prompt-tokens", "48", "--response-tokens", "48", "--gen-batch", "6",
+                   "--german-share", "1", "--data-only", "--device", "cpu")
     assert proc.returncode == 0 and data.is_file(), proc.stderr[-2000:]
+    written = torch.load(data, weights_only=True)
+    texts = [default_target.tokenizer.decode(ids) for ids in written["sequences"]]
+    assert written["stats"]["german_conversations"] > 0
+    assert any(template.split("{")[0] in text for template in FROM_GERMAN for text in texts)  # and back
+    assert "answers into German" in proc.stderr and "German into English" in proc.stderr
     assert not (tmp_path / "medusa" / "checkpoint.pt").exists()  # stopped after the data
     proc = run_cli("train-drafter", "--method", "medusa", "--out", str(tmp_path / "medusa"), "--data", str(data),
                    "--steps", "3", "--eval-every", "2", "--draft-vocab", "512", "--heads", "2", "--device", "cpu")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "train medusa" in proc.stderr  # the progress bar
+    # a warm start from those heads: their blocks are where training begins
+    proc = run_cli("train-drafter", "--method", "medusa", "--out", str(tmp_path / "warm"), "--data", str(data),
+                   "--steps", "1", "--lr", "0", "--draft-vocab", "256", "--heads", "2", "--init", str(tmp_path / "medusa"),
+                   "--device", "cpu")
+    assert proc.returncode == 0 and "started from the heads" in proc.stderr, proc.stderr[-2000:]
+    from safetensors.torch import load_file
+    before, after = (load_file(str(tmp_path / name / "medusa_lm_head.safetensors")) for name in ("medusa", "warm"))
+    assert torch.equal(before["1.0.linear.weight"], after["1.0.linear.weight"])  # lr 0: unchanged
+    assert before["draft_vocab"].numel() == 512 and after["draft_vocab"].numel() == 256
+    proc = run_cli("train-drafter", "--method", "medusa", "--out", str(tmp_path / "bad"), "--data", str(data),
+                   "--steps", "1", "--heads", "3", "--init", str(tmp_path / "medusa"), "--device", "cpu")
+    assert proc.returncode != 0 and "pass --heads and --layers that match it" in proc.stderr
     proc = run_cli("train-drafter", "--method", "eagle", "--out", str(tmp_path / "eagle"), "--data", str(data),
                    "--steps", "2", "--draft-vocab", "512", "--ttt-steps", "2", "--device", "cpu")
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -210,6 +210,20 @@ def load_medusa(folder: Path, target: LoadedModel) -> MedusaDrafter:
     return MedusaDrafter(heads, heads_out, str(folder))
 
 
+def read_medusa_blocks(folder: Path, heads: MedusaHeads) -> None:
+    """Load the residual blocks of the Medusa heads in `folder` into `heads` (training's --init: a warm start).
+    Only the blocks: ours share the target's output layer, so a new draft vocabulary keeps them valid."""
+    state, file = read_state(folder, MEDUSA_WEIGHTS)
+    blocks = {k: v for k, v in state.items() if _BLOCK_KEY.match(k)}
+    expected = heads.state_dict_published()
+    if set(blocks) != set(expected) or any(blocks[k].shape != v.shape for k, v in expected.items()):
+        shapes = {k: tuple(v.shape) for k, v in blocks.items() if k.endswith("0.linear.weight")}
+        raise ModelLoadError(f"{file} does not hold {heads.num_heads} heads of {len(heads.blocks[0])} blocks of "
+                             f"size {heads.blocks[0][0].linear.in_features} (it has {shapes or 'no heads'}); "
+                             "pass --heads and --layers that match it")
+    heads.load_published({k: v.to(expected[k].dtype) for k, v in blocks.items()})
+
+
 _loaded: dict[tuple, object] = {}
 _lock = threading.Lock()
 

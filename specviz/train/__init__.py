@@ -26,6 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--prompt-tokens", type=int, default=64)
     group.add_argument("--response-tokens", type=int, default=384)
     group.add_argument("--long-share", type=float, default=0.25, help="extra long-context prompts per answered one")
+    group.add_argument("--german-share", type=float, default=0.0,
+                       help="answers the target translates into German and back, per answered prompt")
+    group.add_argument("--extra-minutes", type=float, default=0.5,
+                       help="time each later round (long contexts, German) may take after --gen-minutes")
     group.add_argument("--gen-batch", type=int, default=256)
     group.add_argument("--gen-minutes", type=float, default=None, help="stop answering new batches after this")
     group.add_argument("--gen-dtype", default="auto", help="dtype for generating (auto: bfloat16 on GPU)")
@@ -43,6 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--eval-every", type=int, default=200)
     group.add_argument("--seed", type=int, default=0)
     group.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    group.add_argument("--init", default=None, help="medusa: start from the heads in this folder (same --heads and "
+                       "--layers; a warm start on new data, with a fresh schedule)")
 
 
 def run(args) -> int:
@@ -52,6 +58,11 @@ def run(args) -> int:
     from .data import DataPlan, build_dataset, load_dataset, save_dataset
     from .trainer import TrainOptions, train, write_json
 
+    if args.init and args.method != "medusa":
+        raise InvalidSettingError("--init starts Medusa heads from a folder; it is not available for "
+                                  f"--method {args.method}")
+    if args.init and args.resume:
+        raise InvalidSettingError("--init starts a new training run; --resume goes on with OUT/checkpoint.pt: give one")
     if args.steps is None and args.minutes is None and not args.data_only and args.method != "retrieval":
         raise InvalidSettingError("give --steps N or --minutes M (or both: training stops at whichever comes first)")
     out = Path(args.out)
@@ -72,7 +83,8 @@ def run(args) -> int:
     else:
         generator_model = load_model(args.target, args.device, args.gen_dtype)
         plan = DataPlan(prompts=args.prompts, prompt_tokens=args.prompt_tokens, response_tokens=args.response_tokens,
-                        long_share=args.long_share, batch_size=args.gen_batch, minutes=args.gen_minutes, seed=args.seed)
+                        long_share=args.long_share, german_share=args.german_share, batch_size=args.gen_batch,
+                        minutes=args.gen_minutes, extra_minutes=args.extra_minutes, seed=args.seed)
         data = build_dataset(generator_model, plan, log)
         data["stats"]["device"] = str(generator_model.device)
         data["stats"]["dtype"] = str(generator_model.dtype).replace("torch.", "")
@@ -94,7 +106,7 @@ def run(args) -> int:
         method=args.method, steps=args.steps, minutes=args.minutes, batch_tokens=args.batch_tokens, lr=args.lr,
         draft_vocab=args.draft_vocab, ttt_steps=args.ttt_steps, feature_weight=args.feature_weight,
         medusa_heads=args.heads, medusa_layers=args.layers, eval_every=args.eval_every, seed=args.seed,
-        command=command, save_every=args.eval_every,
+        command=command, save_every=args.eval_every, init=args.init,
     )
     meta = train(target, data, out, options, resume=args.resume, log=log)
     write_json(out / "train_log.json", meta)

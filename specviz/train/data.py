@@ -8,6 +8,8 @@
    learns exactly the distribution it must predict (EAGLE and Medusa-2 train on the target's own outputs).
 3. Long contexts: some answers become documents inside new prompts (summarise, answer from the text,
    translate), so that the drafter also sees long prompts whose words come back in the answer.
+4. German: the target translates some answers into German (its German is poor, but German-looking), and
+   those texts come back as German-to-English requests, whose answers quote and translate them.
 
 Spec-Bench is never read here: it is for evaluation only.
 """
@@ -68,6 +70,10 @@ LONG_TEMPLATES = [
     "Extract the key facts from this text as a list:\n{doc}",
     "Translate German to English: {doc}",
 ]
+TO_GERMAN = ["Translate into German: {doc}", "Translate the following text into German.\n\n{doc}",
+             "Please translate this into German:\n{doc}"]
+FROM_GERMAN = ["Translate German to English: {doc}", "Translate the following German text into English:\n{doc}",
+               "What does this German text say in English?\n\n{doc}", "Translate from German: {doc}"]
 
 
 @dataclass
@@ -77,8 +83,10 @@ class DataPlan:
     response_tokens: int = 384  # the longest answer
     long_share: float = 0.25  # extra long-context prompts, as a share of the answered ones
     sampled_share: float = 0.2  # answers sampled (temperature 0.7) rather than greedy
+    german_share: float = 0.0  # answers translated into German and back, as a share of the answered ones
     batch_size: int = 256
     minutes: float | None = None  # stop answering new batches after this long (the prompts made so far stay)
+    extra_minutes: float = 0.5  # each later round (long contexts; German) may go on this long after `minutes`
     seed: int = 0
 
 
@@ -207,6 +215,19 @@ def long_context_prompts(rows: list[dict], prompts: list[str], count: int, targe
     return out
 
 
+def german_prompts(rows: list[dict], count: int, target: LoadedModel, rng: random.Random,
+                   templates: list[str], max_tokens: int = 160) -> dict[str, set[int]]:
+    """Prompts that ask for a translation of an answer (cut to max_tokens), with the row ids they quote."""
+    docs = [r for r in rows if len(r["ids"]) - r["prompt_length"] >= 24]
+    out: dict[str, set[int]] = {}
+    for _ in range(min(count, len(docs))):
+        row = rng.choice(docs)
+        answer_ids = [t for t in row["ids"][row["prompt_length"]:][:max_tokens] if t not in target.eos_token_ids]
+        doc = target.tokenizer.decode(answer_ids, skip_special_tokens=True).strip()
+        out.setdefault(rng.choice(templates).format(doc=doc), set()).update({row["row_id"], *row.get("sources", [])})
+    return out
+
+
 def build_dataset(target: LoadedModel, plan: DataPlan, log=print) -> dict:
     """{"sequences": [[ids]], "prompt_lengths", "greedy", "row_ids", "sources" (row ids of the answers a
     long-context prompt quotes), "plan", "stats"}: prompt + answer token ids, one conversation per row."""
@@ -225,16 +246,33 @@ def build_dataset(target: LoadedModel, plan: DataPlan, log=print) -> dict:
     for row_id, row in enumerate(rows):
         row["row_id"], row["sources"] = row_id, []
     long_prompts = long_context_prompts(rows, prompts, int(len(rows) * plan.long_share), target, rng)
-    long_deadline = None if deadline is None else max(deadline, time.monotonic() + 30)
-    with tqdm(total=len(long_prompts), desc="long-context answers", unit="prompt") as bar:
-        long_rows = answer(target, list(long_prompts), plan, plan.response_tokens // 2, rng, generator, long_deadline, bar)
-    for row_id, row in enumerate(long_rows, start=len(rows)):
-        row["row_id"], row["sources"] = row_id, sorted(long_prompts[row["prompt"]])
+
+    def extra_round(quoted: dict[str, set[int]], desc: str, max_new: int):
+        """Answer prompts that quote earlier answers (within extra_minutes); returns the new rows."""
+        round_deadline = None if deadline is None else max(deadline, time.monotonic()) + plan.extra_minutes * 60
+        with tqdm(total=len(quoted), desc=desc, unit="prompt") as bar:
+            new_rows = answer(target, list(quoted), plan, max_new, rng, generator, round_deadline, bar)
+        for row_id, row in enumerate(new_rows, start=len(rows)):
+            row["row_id"], row["sources"] = row_id, sorted(quoted[row["prompt"]])
+        return new_rows
+
+    long_rows = extra_round(long_prompts, "long-context answers", plan.response_tokens // 2)
     rows += long_rows
+    german_rows = []
+    if plan.german_share > 0:
+        count = int((len(rows) - len(long_rows)) * plan.german_share)
+        to_german = extra_round(german_prompts(rows[: len(rows) - len(long_rows)], count, target, rng, TO_GERMAN),
+                                "answers into German", plan.response_tokens // 2)
+        rows += to_german
+        back = extra_round(german_prompts(to_german, len(to_german), target, rng, FROM_GERMAN),
+                           "German into English", plan.response_tokens // 2)
+        rows += back
+        german_rows = to_german + back
     rng.shuffle(rows)
     answer_tokens = sum(len(r["ids"]) - r["prompt_length"] for r in rows)
     stats = {"prompts_asked": plan.prompts, "prompts_kept": len(prompts), "conversations": len(rows),
-             "long_context_conversations": len(long_rows), "answer_tokens": answer_tokens,
+             "long_context_conversations": len(long_rows), "german_conversations": len(german_rows),
+             "answer_tokens": answer_tokens,
              "total_tokens": sum(len(r["ids"]) for r in rows), "seconds": round(time.monotonic() - start, 1),
              "examples": [r["prompt"][:200] for r in rows[:8]]}
     log(f"dataset: {stats['conversations']} conversations, {answer_tokens} answer tokens, {stats['seconds']}s")

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models import LoadedModel
-from ..proposers.checkpoints import save_eagle, save_medusa
+from ..proposers.checkpoints import read_medusa_blocks, save_eagle, save_medusa
 from ..proposers.draft_head import TargetParts
 from ..proposers.eagle import EagleConfig, EagleNet
 from ..proposers.medusa import MedusaHeads
@@ -43,6 +43,7 @@ class TrainOptions:
     eval_every: int = 200
     save_every: int = 200
     seed: int = 0
+    init: str | None = None  # medusa: a folder of heads to start from
     command: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -206,6 +207,9 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
         model = EagleNet(config)
     else:
         model = MedusaHeads(parts.hidden_size, options.medusa_heads, options.medusa_layers)
+        if options.init and checkpoint is None:
+            read_medusa_blocks(Path(options.init), model)
+            log(f"started from the heads in {options.init}")
     model.to(device).float().train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=options.lr, betas=(0.9, 0.95),
                                   weight_decay=options.weight_decay)
