@@ -106,11 +106,11 @@ class DraftHead:
         return onednn_linear(features, self.packed, self.bias).float()
 
     def top_tokens(self, features: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """features [..., H] -> the k likeliest tokens (ids in the full vocabulary) and their log
-        probabilities, [..., k] each, best first; computed over the scored tokens only (the others have
-        probability 0), without building full-vocabulary rows."""
+        """features [..., H] -> the k likeliest tokens (ids in the full vocabulary; fewer when fewer are scored)
+        and their log probabilities, [..., k] each, best first; computed over the scored tokens only (the
+        others have probability 0), without building full-vocabulary rows."""
         logits = self.sub_logits(features)
-        values, indices = top_k(logits, k)
+        values, indices = top_k(logits, min(k, logits.shape[-1]))  # never more than it scores
         ids = indices if self.token_ids is None else self.token_ids[indices]
         return ids, values - torch.logsumexp(logits, -1, keepdim=True)
 
