@@ -24,15 +24,9 @@ from specviz.models import DEFAULT_MODEL, load_model
 from specviz.proposers.checkpoints import load_drafter
 from specviz.proposers.draft_head import DraftHead, TargetParts
 from specviz.proposers.medusa import TREE_TOP_K
-from specviz.tree import product_tree
-
-
-@torch.inference_mode()
-def greedy_answer(target, prompt_ids: list[int], max_new: int) -> list[int]:
-    ids = torch.tensor([prompt_ids], device=target.device)
-    out = target.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new, do_sample=False,
-                                eos_token_id=sorted(target.eos_token_ids), pad_token_id=sorted(target.eos_token_ids)[0])
-    return out[0, len(prompt_ids):].tolist()
+from specviz.settings import DecodeSettings
+from specviz.train.data import _stop_id, continue_batch
+from specviz.tree import depths, product_tree, walk_greedy
 
 
 @torch.inference_mode()
@@ -44,22 +38,15 @@ def hidden_states(target, ids: list[int]) -> torch.Tensor:
 def replay(answer: list[int], tops: tuple[torch.Tensor, torch.Tensor], prompt_length: int, budget: int,
            depth: int) -> tuple[int, int]:
     """(steps, tokens) of a greedy run whose trees come from tops = (ids, log probs) [heads, T, k]."""
-    ids, values = tops
+    ids, values = (t[:depth].transpose(0, 1).tolist() for t in tops)  # [T][heads][k], read once
     known, steps, end = prompt_length + 1, 0, prompt_length + len(answer)  # first answer token from prefill
-    full = [None] * prompt_length + answer
+    full = [None] * prompt_length + answer + [None] * (depth + 1)  # None past the end: never matched
     while known < end:
         at = known - 2  # the hidden state of the position before the last token
-        candidates = [(ids[h, at].tolist(), values[h, at].tolist()) for h in range(depth)]
-        tokens, parents = product_tree(candidates, budget)
-        accepted_at = {-1: 0}  # node -> its depth when its whole path matches
-        best = 0
-        for node, (token, parent) in enumerate(zip(tokens, parents)):
-            if parent in accepted_at:
-                d = accepted_at[parent]
-                if known + d < end and full[known + d] == token:
-                    accepted_at[node] = d + 1
-                    best = max(best, d + 1)
-        known += best + 1
+        tokens, parents = product_tree(list(zip(ids[at], values[at])), budget)
+        # the target's greedy choice after the root and after each node is the answer's next token there
+        choices = [full[known]] + [full[known + d] for d in depths(parents)]
+        known += len(walk_greedy(tokens, parents, choices).path) + 1
         steps += 1
     return steps, len(answer)
 
@@ -77,8 +64,8 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=TREE_TOP_K)
     parser.add_argument("--depth-bonus", type=float, default=0.0, help="added to every head's log probs (a path of depth d gains d times it)")
     parser.add_argument("--full-vocab", action="store_true", help="score every token, not only the draft vocabulary")
-    parser.add_argument("--batch", type=int, default=0, help="write missing continuations in left-padded batches "
-                        "of this many (a GPU; batched numerics may differ slightly from single runs)")
+    parser.add_argument("--batch", type=int, default=1, help="write missing continuations in left-padded batches "
+                        "of this many (on a GPU; batched numerics may differ slightly from single runs)")
     parser.add_argument("--replay-limit", type=int, default=None, help="replay only the first N prompts")
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
@@ -90,35 +77,26 @@ def main() -> None:
     cache = json.loads(cache_file.read_text()) if cache_file.is_file() else {}
     start = time.monotonic()
     missing = [p for p in prompts if str(p["prompt_id"]) not in cache]
-    if args.batch and missing:
-        from specviz.settings import DecodeSettings
-        from specviz.train.data import _stop_id, continue_batch
-        stop = _stop_id(target)
-        encoded = sorted(((target.encode_prompt(p["prompt"]), str(p["prompt_id"])) for p in missing), key=lambda e: len(e[0]))
-        for at in range(0, len(encoded), args.batch):
-            chunk = encoded[at: at + args.batch]
-            generator = torch.Generator(device=target.device)
-            answers = continue_batch(target, [ids for ids, _ in chunk], args.max_new_tokens, DecodeSettings(), generator, stop)
-            for (ids, key), new in zip(chunk, answers):
-                cache[key] = {"prompt_ids": ids, "answer": new}
-            print(f"{at + len(chunk)}/{len(encoded)} continuations (batched), {time.monotonic() - start:.0f}s", flush=True)
-    for number, p in enumerate(prompts):
-        key = str(p["prompt_id"])
-        if key not in cache:
-            prompt_ids = target.encode_prompt(p["prompt"])
-            cache[key] = {"prompt_ids": prompt_ids, "answer": greedy_answer(target, prompt_ids, args.max_new_tokens)}
-            if number % 10 == 9:
-                print(f"{number + 1}/{len(prompts)} continuations, {time.monotonic() - start:.0f}s", flush=True)
-                cache_file.write_text(json.dumps(cache))
+    stop = _stop_id(target)
+    encoded = sorted(((target.encode_prompt(p["prompt"]), str(p["prompt_id"])) for p in missing), key=lambda e: len(e[0]))
+    for at in range(0, len(encoded), args.batch):  # shortest first: little padding
+        chunk = encoded[at: at + args.batch]
+        answers = continue_batch(target, [ids for ids, _ in chunk], args.max_new_tokens, DecodeSettings(),
+                                 torch.Generator(device=target.device), stop)
+        for (ids, key), new in zip(chunk, answers):
+            cache[key] = {"prompt_ids": ids, "answer": new}
+        print(f"{at + len(chunk)}/{len(encoded)} continuations, {time.monotonic() - start:.0f}s", flush=True)
+        cache_file.write_text(json.dumps(cache))
     cache_file.write_text(json.dumps(cache))
 
     drafter = load_drafter("medusa", target, args.heads)
     if args.full_vocab:
-        parts = TargetParts(target.model, target.model.config.hidden_size)
+        config = target.model.config
+        parts = TargetParts(target.model, config.hidden_size // config.num_attention_heads)
         drafter.outputs = [DraftHead.from_target(parts, None)]
     budgets = [int(b) for b in args.trees.split(",")]
     totals = {b: defaultdict(lambda: [0, 0]) for b in budgets}
-    hits = torch.zeros(drafter.heads.num_heads, 3)  # top-1, top-10 rank hits, positions
+    hits = torch.zeros(drafter.heads.num_heads, 3)  # top-1 hits, top-k hits, positions
     for p in prompts[: args.replay_limit]:
         row = cache[str(p["prompt_id"])]
         ids = row["prompt_ids"] + row["answer"]

@@ -561,8 +561,9 @@ class StaticRunner:
         as a bool matrix (the device loop's): token i sits at position start + depths[i] but is written at slot
         start + i, and attends to what visible allows among the new ones. compiled=False runs the layers
         uncompiled: where graphs are on, compiled code is only traced for captured shapes, and a forward outside
-        them (a prefill, of any length) runs plain kernels. float_logits=False leaves the logits in the model's dtype (an argmax needs
-        no float32 copy); with_logits=False skips the output layer (logits None: a prefill's)."""
+        them (a prefill, of any length) runs plain kernels. float_logits=False leaves the logits in the model's
+        dtype (an argmax needs no float32 copy); with_logits=False skips the output layer (logits None: a
+        prefill's)."""
         space = self.workspace
         count = ids.shape[0]
         positions = start + torch.arange(count, device=ids.device)  # the cache slots written

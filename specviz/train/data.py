@@ -222,8 +222,8 @@ def german_prompts(rows: list[dict], count: int, target: LoadedModel, rng: rando
     out: dict[str, set[int]] = {}
     for _ in range(min(count, len(docs))):
         row = rng.choice(docs)
-        answer_ids = [t for t in row["ids"][row["prompt_length"]:][:max_tokens] if t not in target.eos_token_ids]
-        doc = target.tokenizer.decode(answer_ids, skip_special_tokens=True).strip()
+        answer_ids = row["ids"][row["prompt_length"]:][:max_tokens]
+        doc = target.tokenizer.decode(answer_ids, skip_special_tokens=True).strip()  # the end-of-turn token dropped
         out.setdefault(rng.choice(templates).format(doc=doc), set()).update({row["row_id"], *row.get("sources", [])})
     return out
 
