@@ -10,7 +10,7 @@ import sys
 
 from .errors import SpecvizError
 from .records import TokenKind
-from .settings import DecodeSettings
+from .settings import MAX_TREE, DecodeSettings
 
 EXIT_BAD_INPUT = 2
 
@@ -43,7 +43,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                             "auto: retrieval on a CPU where a datastore ships for the target, else ngram)")
     group.add_argument("--gamma", type=int, default=4, help="draft tokens per step, 1..32 (adaptive: the maximum)")
     group.add_argument("--tree", type=int, default=0, help="0 = draft a chain; N = a draft tree of up to N tokens, "
-                       "depth gamma, verified in one pass (ngram, retrieval, medusa, eagle; 1..127)")
+                       f"depth gamma, verified in one pass (ngram, retrieval, medusa, eagle; 1..{MAX_TREE})")
     group.add_argument("--max-new-tokens", type=int, default=128)
     group.add_argument("--temperature", type=_number, default=0.0, help="0 = greedy")
     group.add_argument("--top-k", type=int, default=0, help="0 = off")

@@ -87,6 +87,16 @@ def test_medusa_tree_takes_each_heads_likeliest_tokens_beyond_the_tenth(tiny_tar
     assert all(score[a] + second[b] <= cutoff + 1e-5 for a in score for b in second if (a, b) not in kept and (None, a) in kept)
 
 
+def test_medusa_trees_past_127_nodes_give_plain_greedy_output(tiny_target):
+    """Large trees (up to settings.MAX_TREE; replays put Medusa's best tau there): verified exactly, and really
+    that large (three heads of 100 candidates each have far more than 300 paths)."""
+    settings = DecodeSettings(max_new_tokens=30, gamma=3, tree=300)
+    plain = run_once(tiny_target, PlainProposer(), PROMPT, settings)
+    result = run_once(tiny_target, MedusaProposer(random_medusa(tiny_target, seed=2)), PROMPT, settings)
+    assert result.token_ids == plain.token_ids
+    assert all(step.tree_size == 300 for step in result.steps[1:-1])
+
+
 def test_one_token_prompt_drafts_once_a_feature_exists(tiny_target):
     settings = DecodeSettings(max_new_tokens=12, gamma=3)
     for proposer in (EagleProposer(random_eagle(tiny_target)), MedusaProposer(random_medusa(tiny_target))):

@@ -179,6 +179,32 @@ def test_models_spread_over_devices_take_the_transformers_forward():
     assert isinstance(make_runner(model), CausalRunner)
 
 
+def test_a_tree_of_the_largest_size_replays_in_a_padded_graph_as_eager(monkeypatch):
+    """settings.MAX_TREE nodes: one position short of a power of two, so the graph holds no padding node; a
+    tree of 600 is padded to the same graph. Stand-in graphs on the CPU, as above."""
+    import specviz.fast as fast
+    from specviz.settings import MAX_TREE
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", StandInGraph)
+    monkeypatch.setattr(fast, "capture_graph", stand_in_capture)
+    model = tiny_causal_lm(vocab_size=32, seed=7, layers=2, context=4096).model
+    graphed, eager = StaticRunner(model, graphs=False, compile=False), StaticRunner(model, graphs=False, compile=False)
+    graphed.use_graphs = True
+    ids = torch.randint(0, 32, (40,))
+    graphed.forward(ids), eager.forward(ids)
+    rng = random.Random(3)
+    for count in (MAX_TREE, 600):
+        parents = [rng.randrange(-1, i) if rng.random() < 0.3 else i - 1 for i in range(count)]
+        tree_ids = torch.randint(0, 32, (count + 1,))
+        (a, ha), (b, hb) = graphed.forward(tree_ids, parents=parents), eager.forward(tree_ids, parents=parents)
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ha, hb, atol=1e-5, rtol=1e-5)
+        graphed.rollback(40), eager.rollback(40)
+    assert [key for key in graphed.workspace.graphs if key[2] is True] == [(MAX_TREE + 1, 2048, True)]
+    with pytest.raises(ValueError, match=f"more than {MAX_TREE}"):
+        eager.forward(torch.randint(0, 32, (MAX_TREE + 2,)), parents=list(range(-1, MAX_TREE)))
+
+
 def test_environment_switch_forces_transformers(tiny_target, monkeypatch):
     assert isinstance(make_runner(tiny_target.model), StaticRunner)
     monkeypatch.setenv("SPECVIZ_FAST", "0")
@@ -385,7 +411,7 @@ def test_triton_attention_matches_scaled_dot_product_attention(dtype):
     keys = torch.randn(kv_heads, capacity, head_dim, device="cuda", dtype=dtype)
     values = torch.randn(kv_heads, capacity, head_dim, device="cuda", dtype=dtype)
     for count, span, start, tree in [(1, 128, 40, False), (9, 512, 300, False), (33, 512, 257, True),
-                                     (200, 256, 0, False)]:
+                                     (200, 256, 0, False), (600, 1024, 300, True)]:  # a large tree: one pass
         q = torch.randn(count, heads + kv_heads, head_dim, device="cuda", dtype=dtype)[:, :heads]  # strided, as in a layer
         positions = start + torch.arange(count, device="cuda")
         if tree:

@@ -34,9 +34,12 @@ def test_depths_children_and_visibility():
 
 
 def test_visibility_of_large_random_trees_is_each_rows_ancestor_line():
-    """Trees past 8 and 64 nodes (the bit masks span several bytes), against walking up the parents."""
+    """Trees past 8 and 64 nodes (the bit masks span several bytes), up to the largest allowed, against walking
+    up the parents."""
+    from specviz.settings import MAX_TREE
+
     rng = random.Random(0)
-    for count in (0, 7, 8, 9, 63, 64, 127):
+    for count in (0, 7, 8, 9, 63, 64, 127, 300, MAX_TREE):
         parents = [rng.randrange(-1, i) if rng.random() < 0.4 else i - 1 for i in range(count)]
         visible = trees.visibility(parents)
         assert visible.shape == (count + 1, count + 1) and visible.dtype == torch.bool
@@ -83,7 +86,7 @@ def test_visibility_words_unpack_to_the_visibility():
     """The packed rows that a graph's input carries (two words a row past 64 positions, the top bit set in
     the first word of a 64-position row) unpack on the device side to exactly visibility()."""
     rng = random.Random(1)
-    for count in (0, 1, 62, 63, 64, 100, 127):
+    for count in (0, 1, 62, 63, 64, 100, 127, 511, 1023):
         parents = [rng.randrange(-1, i) if rng.random() < 0.5 else i - 1 for i in range(count)]
         words = torch.tensor(trees.visibility_words(parents), dtype=torch.long)
         assert words.numel() == (count + 1) * -(-(count + 1) // 64)
