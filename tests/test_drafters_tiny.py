@@ -510,6 +510,36 @@ def test_our_saved_files_round_trip(tiny_target, tmp_path):
                [s.positions[0].token_id for s in b.steps if s.positions]
 
 
+def test_averaged_heads_are_the_mean_of_two_sets_and_load(tiny_target, tmp_path):
+    """scripts/average_medusa.py (how the shipped heads are made): each block the two sets' mean, the second
+    set's draft vocabulary, a config that records both; heads of other shapes are refused."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from specviz.proposers.checkpoints import average_medusa_blocks, save_medusa
+
+    meta = {"trained_for": {"hidden_size": 32, "vocab_size": tiny_target.vocab_size}, "command": "test"}
+    first, second = random_medusa(tiny_target, heads=2, seed=1), random_medusa(tiny_target, heads=2, seed=2)
+    save_medusa(tmp_path / "a", first.heads, torch.tensor([1, 2, 3]), meta, dtype=torch.float32)
+    save_medusa(tmp_path / "b", second.heads, torch.tensor([4, 5, 6, 7]), {**meta, "command": "second"},
+                dtype=torch.float32)
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, str(root / "scripts" / "average_medusa.py"), str(tmp_path / "a"),
+                    str(tmp_path / "b"), "--out", str(tmp_path / "avg")], check=True, cwd=root,
+                   env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True)
+    averaged = make_proposer("medusa", tiny_target, heads=str(tmp_path / "avg")).drafter
+    for mixed, a, b in zip(averaged.heads.parameters(), first.heads.parameters(), second.heads.parameters()):
+        torch.testing.assert_close(mixed, (a + b) / 2)
+    assert averaged.outputs[0].token_ids.tolist() == [4, 5, 6, 7]
+    config = json.loads((tmp_path / "avg" / "config.json").read_text())["specviz"]
+    assert config["command"] == "second" and config["averaged"]["first"]["command"] == "test"
+    deeper = MedusaHeads(32, 3).state_dict_published()
+    with pytest.raises(ModelLoadError, match="--init"):
+        average_medusa_blocks(first.heads.state_dict_published(), deeper)
+
+
 def test_top_k_in_two_stages_equals_topk():
     from specviz.proposers.draft_head import top_k
 

@@ -253,6 +253,27 @@ def save_config(folder: Path, data: dict) -> None:
     (folder / "config.json").write_text(json.dumps(data, indent=1) + "\n")
 
 
+def average_medusa_blocks(first: dict, second: dict, weight: float = 0.5) -> dict:
+    """Two state dicts of Medusa heads that share the target's output layer (ours) -> their blocks averaged,
+    (1 - weight) * first + weight * second in float32, stored in the second's dtype, with the second's draft
+    vocabulary (scripts/average_medusa.py). Meaningful when the second was trained from the first (--init): a
+    "model soup". Refuses other shapes, and heads with their own output layers (tied to their vocabularies)."""
+    blocks = [k for k in second if k != "draft_vocab"]
+    if not all(_BLOCK_KEY.match(k) for k in blocks):
+        raise ModelLoadError("only heads that share the target's output layer (those trained here) can be averaged")
+    if set(first) - {"draft_vocab"} != set(blocks):
+        raise ModelLoadError("the two sets of heads have different blocks: train the second with --init FIRST")
+    out = {}
+    for key in blocks:
+        if first[key].shape != second[key].shape:
+            raise ModelLoadError(f"{key}: {tuple(first[key].shape)} in the first set, "
+                                 f"{tuple(second[key].shape)} in the second")
+        out[key] = ((1 - weight) * first[key].float() + weight * second[key].float()).to(second[key].dtype)
+    if "draft_vocab" in second:
+        out["draft_vocab"] = second["draft_vocab"]
+    return out
+
+
 def save_eagle(folder: Path, net: EagleNet, token_ids: torch.Tensor | None, meta: dict,
                dtype: torch.dtype = torch.float16) -> Path:
     """Our EAGLE files: EAGLE-1's keys and config names, as safetensors, plus draft_vocab and a specviz block."""
