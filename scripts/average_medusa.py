@@ -20,9 +20,9 @@ from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
-from specviz.proposers.checkpoints import average_medusa_blocks
+from specviz.proposers.checkpoints import MEDUSA_WEIGHTS, average_medusa_blocks
 
-WEIGHTS = "medusa_lm_head.safetensors"  # what train-drafter writes
+WEIGHTS = MEDUSA_WEIGHTS[0]  # the safetensors file that train-drafter writes
 
 
 def main() -> None:
