@@ -18,9 +18,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
-from specviz.proposers.checkpoints import MEDUSA_WEIGHTS, average_medusa_blocks
+from specviz.errors import ModelLoadError
+from specviz.proposers.checkpoints import MEDUSA_WEIGHTS, average_medusa_blocks, read_config, read_state
 
 WEIGHTS = MEDUSA_WEIGHTS[0]  # the safetensors file that train-drafter writes
 
@@ -34,14 +35,16 @@ def main() -> None:
     args = parser.parse_args()
     if not 0 <= args.weight <= 1:
         sys.exit("--weight must be between 0 and 1")
-    for folder in (args.first, args.second):
-        if not (folder / WEIGHTS).is_file() or not (folder / "config.json").is_file():
-            sys.exit(f"{folder} has no {WEIGHTS} and config.json: not Medusa heads trained by specviz")
-    configs = [json.loads((folder / "config.json").read_text()) for folder in (args.first, args.second)]
-    if configs[0]["specviz"]["trained_for"] != configs[1]["specviz"]["trained_for"]:
-        sys.exit("the two sets of heads were made for different targets")
-    merged = average_medusa_blocks(*(load_file(str(folder / WEIGHTS)) for folder in (args.first, args.second)),
-                                   args.weight)
+    try:  # the loader's own readers, with its messages
+        states = [read_state(folder, MEDUSA_WEIGHTS)[0] for folder in (args.first, args.second)]
+        configs = [read_config(folder) for folder in (args.first, args.second)]
+        if configs[0]["specviz"]["trained_for"] != configs[1]["specviz"]["trained_for"]:
+            sys.exit("the two sets of heads were made for different targets")
+        merged = average_medusa_blocks(*states, args.weight)
+    except ModelLoadError as error:
+        sys.exit(f"cannot average these heads: {error}")
+    except KeyError:
+        sys.exit("cannot average these heads: a config.json has no specviz record (not heads trained by specviz)")
     args.out.mkdir(parents=True, exist_ok=True)
     save_file(merged, str(args.out / WEIGHTS))
     config = configs[1]

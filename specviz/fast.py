@@ -692,7 +692,7 @@ class StaticRunner:
         depths = [0, *tree_depths(all_parents)]
         visible = visibility_words(all_parents)
         if graphed:  # the graph's whole input (_Graph's layout) as one host tensor: one copy
-            inputs = torch.tensor(ids + [0] * pad + [self.length] + depths + visible, dtype=torch.long)
+            inputs = torch.cat([torch.tensor(ids + [0] * pad + [self.length] + depths, dtype=torch.long), visible])
             span = graph_span(self.length + count + pad, self.context_length)
             self.ensure_capacity(span)
             logits, hidden = self._replay(inputs[:count + pad], span, tree_inputs=inputs)
@@ -701,8 +701,8 @@ class StaticRunner:
             end = self.length + count
             self.ensure_capacity(end)
             start = torch.full((1,), self.length, dtype=torch.long, device=self.device)
-            ids, depths, visible = (torch.tensor(values, dtype=torch.long, device=self.device)
-                                    for values in (ids, depths, visible))
+            ids, depths = (torch.tensor(values, dtype=torch.long, device=self.device) for values in (ids, depths))
+            visible = visible.to(self.device)
             with no_cudnn_attention():
                 logits, hidden = self._decode(ids, start, end, False, depths, visible, compiled=False)
         self.length += count

@@ -88,7 +88,7 @@ def test_visibility_words_unpack_to_the_visibility():
     rng = random.Random(1)
     for count in (0, 1, 62, 63, 64, 100, 127, 511, 1023):
         parents = [rng.randrange(-1, i) if rng.random() < 0.5 else i - 1 for i in range(count)]
-        words = torch.tensor(trees.visibility_words(parents), dtype=torch.long)
+        words = trees.visibility_words(parents)
         assert words.numel() == (count + 1) * -(-(count + 1) // 64)
         assert torch.equal(trees.unpack_visibility(words, count + 1), trees.visibility(parents))
         # visibility() is itself this unpacking: the bits are also checked against the host's own masks
