@@ -186,6 +186,15 @@ class Report:
         return out
 
 
+def resolve_models(target, draft, device=None, dtype=None, device_map=None, max_memory=None, draft_device=None
+                   ) -> tuple[LoadedModel, LoadedModel | None]:
+    """Names (or loaded models) -> loaded target and drafter; the drafter sits on one device."""
+    target_model = target if isinstance(target, LoadedModel) else load_model(target, device, dtype, device_map, max_memory)
+    draft_model = draft if isinstance(draft, LoadedModel) or draft is None else \
+        load_model(draft, draft_device or str(target_model.device), dtype)
+    return target_model, draft_model
+
+
 def generate(
     prompt: str,
     method: str = "ngram",
@@ -206,9 +215,7 @@ def generate(
     settings = (settings or DecodeSettings()).validate()
     if not isinstance(prompt, str) or not prompt.strip():  # before loading anything
         raise InvalidSettingError("the prompt is empty; type some text")
-    target_model = target if isinstance(target, LoadedModel) else load_model(target, device, dtype, device_map, max_memory)
-    draft_model = draft if isinstance(draft, LoadedModel) or draft is None else \
-        load_model(draft, draft_device or str(target_model.device), dtype)  # the drafter sits on one device
+    target_model, draft_model = resolve_models(target, draft, device, dtype, device_map, max_memory, draft_device)
     proposer = make_proposer(method, target_model, draft_model, exit_layer, heads=heads, adaptive_lookup=adaptive_lookup)
     prompt_ids = encode(target_model, prompt, chat)
     warm_up(target_model)

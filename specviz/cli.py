@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz generate ...` and `python -m specviz bench ...`.
+"""Command line: `python -m specviz generate | bench | check-exactness | train-drafter ...`.
 
 Bad input ends with exit code 2 and one line on stderr, never a traceback."""
 from __future__ import annotations
@@ -13,6 +13,7 @@ from .records import TokenKind
 from .settings import MAX_TREE, DecodeSettings
 
 EXIT_BAD_INPUT = 2
+EXACTNESS_PROMPT = "Name one animal, one colour and one city."
 
 
 class _Parser(argparse.ArgumentParser):
@@ -94,6 +95,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="at most N prompts for transformers, spread over the categories")
     bench.add_argument("--out", required=True, help="where to write the results JSON")
 
+    check = commands.add_parser("check-exactness", help="test that a method's sampled output is the target's distribution")
+    check.add_argument("--method", default="ngram", choices=[m for m in METHODS if m != "plain"])
+    check.add_argument("--prompt", default=EXACTNESS_PROMPT)
+    check.add_argument("--samples", type=int, default=3000, help="engine runs for the method (and as many for the control)")
+    check.add_argument("--depth", type=int, default=2, help="new tokens whose joint distribution is tested (1..4)")
+    check.add_argument("--control", type=_number, default=0.9, help="the control runs the method at this fraction of "
+                       "the temperature, a small bias the test must catch; 0 = no control")
+    check.add_argument("--alpha", type=_number, default=0.001, help="significance level of the test")
+    # --seed (below): run i uses seed SEED + i (default 0), the control the seeds after them
+    add_model_options(check)
+    check.set_defaults(temperature=1.0)
+
     from .train import add_arguments as add_train_arguments
 
     train = commands.add_parser("train-drafter", help="train Medusa heads or an EAGLE drafter for a target (GPU), or write a retrieval datastore")
@@ -164,6 +177,54 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_check_exactness(args) -> int:
+    from tqdm import tqdm
+
+    from .api import encode, make_proposer, resolve_models
+    from .exactness import check_exactness
+
+    if args.samples < 100:
+        raise SpecvizError("--samples must be at least 100 for the test to mean anything")
+    if not 1 <= args.depth <= 4:
+        raise SpecvizError("--depth must be between 1 and 4")
+    if not 0 <= args.control < 1:
+        raise SpecvizError("--control must be in [0, 1): the fraction of the temperature the control runs at")
+    settings = settings_from(args)
+    if settings.greedy:
+        raise SpecvizError("check-exactness tests sampling: give a --temperature above 0")
+    target, draft = resolve_models(args.target, args.draft, args.device, args.dtype, draft_device=args.draft_device)
+    prompt_ids = encode(target, args.prompt, chat=not args.raw_prompt)
+    make = lambda: make_proposer(args.method, target, draft, args.exit_layer, heads=args.heads,  # noqa: E731
+                                 adaptive_lookup=args.adaptive_lookup)
+    make()  # a bad drafter or option fails here, before any sampling
+    bars = {}
+
+    def progress(stage: str, done: int) -> None:
+        if stage not in bars:
+            bars[stage] = tqdm(total=args.samples, desc=f"{args.method if stage == 'method' else 'control'} runs",
+                               file=sys.stderr, leave=False)
+        bars[stage].update(done - bars[stage].n)
+
+    report = check_exactness(target, make, prompt_ids, settings, args.samples, args.depth,
+                             control_factor=args.control or None, progress=progress)
+    for bar in bars.values():
+        bar.close()
+    fit = report.fit
+    print(f"{report.method}: {report.samples} samples of the first {report.depth} tokens, temperature "
+          f"{settings.temperature:g}, top-k {settings.top_k}, top-p {settings.top_p:g}, gamma {settings.gamma}, "
+          f"tree {settings.tree}, on {target.device} {str(target.dtype).replace('torch.', '')}")
+    alpha = "n/a" if not report.drafted else f"{report.accepted / report.drafted:.2f}"
+    print(f"  drafted {report.drafted}, accepted {report.accepted} (alpha {alpha})")
+    print(f"  method:  chi-square {fit.statistic:.1f}, dof {fit.dof}, p = {fit.p_value:.3g}  "
+          f"{'exact (no difference found)' if report.passed(args.alpha) else 'NOT the target distribution'}")
+    if report.control is not None:
+        control = report.control
+        caught = report.control_caught(args.alpha)
+        print(f"  control (temperature x {args.control:g}): chi-square {control.statistic:.1f}, dof {control.dof}, "
+              f"p = {control.p_value:.3g}  {'caught, as it must be' if caught else 'NOT caught: raise --samples'}")
+    return 0 if report.passed(args.alpha) else 1
+
+
 def cmd_train(args) -> int:
     from .train import run
 
@@ -173,7 +234,9 @@ def cmd_train(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        return {"generate": cmd_generate, "bench": cmd_bench, "train-drafter": cmd_train}[args.command](args)
+        commands = {"generate": cmd_generate, "bench": cmd_bench, "check-exactness": cmd_check_exactness,
+                    "train-drafter": cmd_train}
+        return commands[args.command](args)
     except SpecvizError as error:
         print(f"specviz: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -53,25 +53,34 @@ def collector_paused():
             gc.enable()
 
 
+def accepted_in_output(n_verified: int, kept: list[int]) -> tuple[int, bool]:
+    """(drafts the output kept, whether the step was cut). A step is cut when an end-of-sequence token or the
+    token limit ends the output inside its accepted drafts: drafts the target accepted after the cut are not
+    part of the output, so they do not count as accepted (alpha, tau and the per-position curve agree)."""
+    cut = len(kept) <= n_verified
+    return (len(kept) if cut else n_verified), cut
+
+
 def lean_record(index, draft: Draft, draft_ids: list[int], logits, verdict, kept: list[int], detokenizer,
                 draft_ms, verify_ms, elapsed_s, total_emitted) -> StepRecord:
     """Ids, kinds, decisions and timings; no probabilities, texts or top lists (detail=False)."""
-    gamma, n = len(draft_ids), verdict.n_accepted
+    gamma = len(draft_ids)
+    n, cut = accepted_in_output(verdict.n_accepted, kept)
     nan, no_top = float("nan"), TopTokens(ids=[], probs=[])
     positions, tokens = [], []
     for i, token_id in enumerate(draft_ids):
         accepted = i < n
-        u = verdict.uniforms[i] if verdict.uniforms is not None and i <= n else None
+        reached = accepted or (i == n and not cut)
+        u = verdict.uniforms[i] if verdict.uniforms is not None and reached else None
         positions.append(DraftPosition(token_id=token_id, text="", q=None, p=nan,
                                        accept_prob=verdict.accept_probs[i], u=u, accepted=accepted,
-                                       reached=i <= n, p_top=no_top, q_top=None))
-        if (accepted and i >= len(kept)) or (not accepted and len(kept) <= n):
-            continue  # cut at EOS or max-new-tokens, as in _record
-        tokens.append(TokenRecord(id=token_id, text="", step=index,
-                                  kind=TokenKind.ACCEPTED if accepted else TokenKind.REJECTED))
-    kind = TokenKind.TARGET if gamma == 0 else TokenKind.BONUS if n == gamma else TokenKind.RESAMPLED
+                                       reached=reached, p_top=no_top, q_top=None))
+        if accepted or not cut:  # a cut step shows nothing past its last kept token
+            tokens.append(TokenRecord(id=token_id, text="", step=index,
+                                      kind=TokenKind.ACCEPTED if accepted else TokenKind.REJECTED))
+    kind = TokenKind.TARGET if gamma == 0 else TokenKind.BONUS if verdict.n_accepted == gamma else TokenKind.RESAMPLED
     next_token = TokenRecord(id=verdict.next_token, text="", kind=kind, step=index)
-    if len(kept) == n + 1:
+    if not cut:
         tokens.append(next_token)
     return StepRecord(
         index=index, gamma=gamma, positions=positions, n_accepted=n, next_token=next_token, next_top=no_top,
@@ -375,7 +384,8 @@ class SpeculativeRun:
     def _record(self, index, draft: Draft, draft_ids: list[int], logits, verdict, kept: list[int], detokenizer,
                 draft_ms, verify_ms, elapsed_s, total_emitted) -> StepRecord:
         settings = self.settings
-        gamma, n = draft.size, verdict.n_accepted
+        gamma = draft.size
+        n, cut = accepted_in_output(verdict.n_accepted, kept)
         p_shown = display_probs(logits, settings)  # [g + 1, V]
         q_shown = None
         if draft.probs is not None:
@@ -392,27 +402,25 @@ class SpeculativeRun:
         positions, tokens = [], []
         for i, token_id in enumerate(draft_ids):
             accepted = i < n
-            u = verdict.uniforms[i] if verdict.uniforms is not None else None
-            text = detokenizer.push(token_id) if accepted and i < len(kept) else detokenizer.peek(token_id)
+            reached = accepted or (i == n and not cut)
+            u = verdict.uniforms[i] if verdict.uniforms is not None and reached else None
+            text = detokenizer.push(token_id) if accepted else detokenizer.peek(token_id)
             positions.append(DraftPosition(
                 token_id=token_id, text=text, q=q_of[i], p=p_of[i], accept_prob=verdict.accept_probs[i],
-                u=u if i <= n else None, accepted=accepted, reached=i <= n, p_top=p_tops[i], q_top=q_tops[i],
+                u=u, accepted=accepted, reached=reached, p_top=p_tops[i], q_top=q_tops[i],
             ))
-            if accepted and i >= len(kept):
-                continue  # cut at EOS or max-new-tokens
-            if not accepted and len(kept) <= n:
-                continue  # the step was cut before its rejected drafts
-            tokens.append(TokenRecord(
-                id=token_id, text=text, kind=TokenKind.ACCEPTED if accepted else TokenKind.REJECTED,
-                step=index, p=p_of[i], q=q_of[i], accept_prob=verdict.accept_probs[i], u=u if i <= n else None,
-            ))
+            if accepted or not cut:  # a cut step shows nothing past its last kept token
+                tokens.append(TokenRecord(
+                    id=token_id, text=text, kind=TokenKind.ACCEPTED if accepted else TokenKind.REJECTED,
+                    step=index, p=p_of[i], q=q_of[i], accept_prob=verdict.accept_probs[i], u=u,
+                ))
 
-        kind = TokenKind.TARGET if gamma == 0 else TokenKind.BONUS if n == gamma else TokenKind.RESAMPLED
+        kind = TokenKind.TARGET if gamma == 0 else TokenKind.BONUS if verdict.n_accepted == gamma else TokenKind.RESAMPLED
         next_id = verdict.next_token
         # greedy draws from a one-hot; show the target's softmax instead
         next_top = _top((p_shown[n] if settings.greedy else verdict.next_distribution).unsqueeze(0))[0]
         next_token = TokenRecord(id=next_id, text="", kind=kind, step=index, p=float(p_shown[n, next_id]))
-        if len(kept) == n + 1:
+        if not cut:
             next_token.text = detokenizer.push(next_id)
             tokens.append(next_token)
         return StepRecord(

@@ -72,3 +72,24 @@ def test_bench_contract(tmp_path):
         assert set(block["per_category"]) == {"coding", "all"}
     assert "bench" in proc.stderr  # the progress bar
     assert "overall" in proc.stdout  # the table
+
+
+def test_check_exactness_reports_the_test_and_its_control(tmp_path):
+    from specviz.testing import save_tiny_model, word_tokenizer
+
+    folder = save_tiny_model(tmp_path / "tiny", vocab_size=8, tokenizer=word_tokenizer(8))
+    proc = run_cli("check-exactness", "--target", folder, "--raw-prompt", "--prompt", "w1 w2 w3 w1 w2 w3 w1",
+                   "--method", "ngram", "--samples", "300", "--control", "0.5")
+    assert proc.returncode == 0, proc.stderr
+    method, control = [line for line in proc.stdout.splitlines() if "p = " in line]
+    assert "exact (no difference found)" in method
+    assert "caught, as it must be" in control  # half the temperature: a bias 300 samples see
+    assert "runs" in proc.stderr  # the progress bar
+
+
+def test_check_exactness_refuses_what_it_cannot_test():
+    for args, message in [(["--samples", "5"], "at least 100"), (["--temperature", "0"], "--temperature above 0"),
+                          (["--depth", "9"], "--depth must be")]:
+        proc = run_cli("check-exactness", "--method", "ngram", *args)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr

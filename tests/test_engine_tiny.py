@@ -1,20 +1,14 @@
 """The engine on tiny random transformers models: exact greedy equality, exact sampling distribution,
 caches that equal a fresh prefill after rejections, and consistent step records."""
-from collections import Counter
-
 import pytest
 import torch
 
 from specviz import DecodeSettings, SpeculativeRun, TokenKind
 from specviz.api import make_proposer, run_once
-from specviz.datastore import Datastore
-from specviz.proposers import AdaptiveProposer, Draft, Feedback, ModelDrafter, NgramProposer, PlainProposer, RetrievalProposer
+from specviz.proposers import AdaptiveProposer, Draft, Feedback, ModelDrafter, NgramProposer, PlainProposer
 from specviz.runner import CausalRunner, layer_keys_values
 from specviz.testing import perturbed_copy, tiny_causal_lm
-from specviz.verify import verify_sampled
 
-from stats import assert_same_distribution
-from test_verify import wrong_verify_sampled
 
 PROMPT = [3, 7, 1, 3, 7, 2, 9, 3, 7]  # repeats, so that n-gram lookup finds matches
 METHODS = ["draft", "ngram", "early-exit", "adaptive"]
@@ -129,18 +123,41 @@ def test_stops_at_eos_like_plain(tiny_target, tiny_drafter):
     assert result.token_ids[-1] == eos and eos not in result.token_ids[:-1]
 
 
-# Sampling through the engine reproduces the target's distribution exactly ----------------------------
+@pytest.mark.parametrize("detail", [True, False], ids=["app-records", "bench-records"])
+def test_drafts_accepted_after_an_eos_are_not_counted(tiny_target, detail):
+    """The target drafting for itself accepts every draft: 4 drafts and a bonus a step, output tokens
+    5k .. 5k + 4 in step k. An EOS at the first or second draft of a step ends the output there; the drafts
+    after it, which the target accepted too, are not part of the output and do not count as accepted."""
+    plain = run_once(tiny_target, PlainProposer(), PROMPT, DecodeSettings(max_new_tokens=40)).token_ids
+    at = next(i for i in range(10, 40) if i % 5 in (0, 1) and plain[i] not in plain[:i])
+    step, kept = at // 5, at % 5 + 1  # the step the EOS falls in; drafts of that step the output keeps
+    tiny_target.model.generation_config.eos_token_id = plain[at]
+    try:
+        run = SpeculativeRun(tiny_target, make_proposer("draft", tiny_target, tiny_target), PROMPT,
+                             DecodeSettings(max_new_tokens=40, gamma=4), detail=detail)
+        steps = list(run)
+    finally:
+        tiny_target.model.generation_config.eos_token_id = None
+    result, last = run.result, steps[-1]
+    assert result.token_ids == plain[:at + 1] and result.stop_reason == "eos"
+    assert len(steps) == step + 1 and last.gamma == 4
+    assert last.n_accepted == kept and last.emitted == kept
+    assert [p.accepted for p in last.positions] == [i < kept for i in range(4)]
+    assert [p.reached for p in last.positions] == [i < kept for i in range(4)]
+    assert [t.kind for t in last.tokens] == [TokenKind.ACCEPTED] * kept  # no bonus, nothing struck after the EOS
+    metrics = result.metrics
+    assert metrics.drafted == 4 * (step + 1) and metrics.accepted == 4 * step + kept
+    assert metrics.acceptance_rate == pytest.approx((4 * step + kept) / (4 * (step + 1)))
+    assert metrics.mean_accepted_length == pytest.approx((at + 1) / (step + 1))  # what the output kept, per forward
+    last_share = lambda i: (step + (i < kept)) / (step + 1)  # noqa: E731
+    assert metrics.per_position_acceptance == pytest.approx([last_share(i) for i in range(4)])
+
+
+# What the sampling tests of tree.py share (the engine's own are in test_sampling_exactness.py) --------
 
 SAMPLE_PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]
 OUTPUTS = 2
 RUNS = 3000
-
-
-@pytest.fixture(scope="module")
-def small_vocab_pair():
-    target = tiny_causal_lm(vocab_size=6, seed=10, sharpness=1.2)
-    drafter = perturbed_copy(target, noise=1.0, seed=11)
-    return target, drafter
 
 
 def exact_joint(target, prompt, outputs):
@@ -153,41 +170,6 @@ def exact_joint(target, prompt, outputs):
             for b in range(second.shape[0]):
                 probs[(a, b)] = float(first[a] * second[b])
     return probs
-
-
-def engine_samples(target, make, verifier, runs=RUNS):
-    counts = Counter()
-    for seed in range(runs):
-        settings = DecodeSettings(max_new_tokens=OUTPUTS, gamma=3, temperature=1.0, seed=seed, stop_at_eos=False)
-        run = SpeculativeRun(target, make(), SAMPLE_PROMPT, settings, verifier=verifier)
-        for _ in run:
-            pass
-        counts[tuple(run.result.token_ids)] += 1
-    return counts
-
-
-def _drafters(target, drafter):
-    store = Datastore.from_texts([[1, 2, 4, 5], [2, 0, 3, 3], [3, 1, 1, 2, 5]], target.vocab_size)
-    return {
-        "model-drafter": lambda: ModelDrafter(drafter.model, target.vocab_size),
-        "one-hot-drafter": lambda: NgramProposer(),
-        "retrieval-drafter": lambda: RetrievalProposer(store),  # one-hot too, and it always drafts
-    }
-
-
-@pytest.mark.parametrize("kind", ["model-drafter", "one-hot-drafter", "retrieval-drafter"])
-def test_engine_sampling_has_the_target_distribution(small_vocab_pair, kind):
-    target, drafter = small_vocab_pair
-    counts = engine_samples(target, _drafters(target, drafter)[kind], verify_sampled)
-    assert_same_distribution(counts, exact_joint(target, SAMPLE_PROMPT, OUTPUTS), RUNS)
-
-
-@pytest.mark.parametrize("kind", ["model-drafter", "one-hot-drafter"])
-def test_engine_distribution_test_fails_for_wrong_verifier(small_vocab_pair, kind):
-    target, drafter = small_vocab_pair
-    counts = engine_samples(target, _drafters(target, drafter)[kind], wrong_verify_sampled)
-    with pytest.raises(AssertionError, match="not the target's distribution"):
-        assert_same_distribution(counts, exact_joint(target, SAMPLE_PROMPT, OUTPUTS), RUNS)
 
 
 class OracleProposer(NgramProposer):

@@ -94,6 +94,11 @@ class DraftHead:
         packable = onednn_allowed(self.weight.device, self.weight.dtype, self.weight.numel() * self.weight.element_size())
         self.packed = pack_matrix(self.weight) if packable else None
 
+    @property
+    def scored(self) -> int:
+        """How many tokens the head scores (its draft vocabulary's size)."""
+        return int(self.weight.shape[0])
+
     @classmethod
     def from_target(cls, parts: TargetParts, token_ids: torch.Tensor | None) -> "DraftHead":
         ids = token_ids.to(parts.device) if token_ids is not None else None

@@ -245,11 +245,17 @@ class EagleProposer(Proposer):
             self.trees = self._tree_drafting(prompt_ids.shape[0] + settings.max_new_tokens, settings.gamma)
             self._finalizer = weakref.finalize(self, self.trees.release)
 
+    @property
+    def tree_width(self) -> int:
+        """TREE_WIDTH, or fewer where the draft vocabulary has fewer tokens: a node cannot keep more children
+        than its head scores."""
+        return min(TREE_WIDTH, self.drafter.head.scored)
+
     def _tree_drafting(self, length: int, gamma: int):
         from .eagle_tree import CATCH_UP_ROWS, TreeDrafting  # it builds on this module
 
         rows = gamma + 1  # what a step feeds: the accepted drafts and the token before them
-        scratch = max(rows + (gamma - 1) * TREE_WIDTH, CATCH_UP_ROWS)  # slots written past the prefix
+        scratch = max(rows + (gamma - 1) * self.tree_width, CATCH_UP_ROWS)  # slots written past the prefix
         return TreeDrafting(self.drafter, length + scratch + 1, rows)
 
     @torch.inference_mode()
@@ -263,7 +269,7 @@ class EagleProposer(Proposer):
         trees = self._tree_drafting(max_length, gamma)
         features = torch.zeros(1, self.drafter.net.config.hidden_size, device=parts.device, dtype=parts.dtype)
         trees.catch_up(features, torch.zeros(1, dtype=torch.long, device=parts.device))
-        trees.step(features, torch.zeros(1, dtype=torch.long, device=parts.device), gamma, TREE_WIDTH, tree)
+        trees.step(features, torch.zeros(1, dtype=torch.long, device=parts.device), gamma, self.tree_width, tree)
         trees.release()
 
     def release(self) -> None:
@@ -325,7 +331,7 @@ class EagleProposer(Proposer):
         self.pending = self.pending[:0]
         # always the run's own depth: a shallower one (the last steps before max_new_tokens) would be a new
         # graph, and a new compile of seconds, in the middle of a timed run; the nodes too deep are dropped
-        ids, parents = trees.step(features, token_ids, self.settings.gamma, TREE_WIDTH, self.tree_budget())
+        ids, parents = trees.step(features, token_ids, self.settings.gamma, self.tree_width, self.tree_budget())
         if gamma < self.settings.gamma:
             kept = sum(depth <= gamma for depth in tree_depths(parents))  # nodes come by depth, parents first
             ids, parents = ids[:kept], parents[:kept]

@@ -1,0 +1,113 @@
+"""Sampled output is the target's distribution, end to end, for every method that drafts: chains and trees,
+plain temperature, top-k and top-p. Each scenario samples the engine RUNS times on a tiny random model
+(vocabulary 6, so the exact joint distribution of the first two new tokens is cheap to enumerate) and
+tests the first two tokens against it (specviz.exactness). Runs generate two tokens more than are tested,
+so that the steps that decide them draft gamma tokens (a run of exactly two tokens drafts at most one).
+
+The controls show the test has power at this size: the same engine at 0.85 of the temperature (total
+variation ~0.09 from the target, measured below), and a verifier that resamples from p instead of the
+residual, must both fail it."""
+import dataclasses
+
+import pytest
+import torch
+
+from specviz import DecodeSettings
+from specviz.datastore import Datastore
+from specviz.exactness import goodness_of_fit, sample_outputs, target_distribution
+from specviz.proposers import (AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,
+                               NgramProposer, RetrievalProposer)
+from specviz.testing import perturbed_copy, tiny_causal_lm
+
+from test_drafters_tiny import random_eagle, random_medusa
+from test_verify import wrong_verify_sampled
+
+VOCAB = 6
+PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]  # repeats, so that lookups find matches
+DEPTH = 2
+RUNS = 3000
+ALPHA = 1e-4  # scenarios are seeded, so a pass is reproducible; the level keeps false alarms rare
+TREE = 6
+
+WARPS = {
+    "temperature": DecodeSettings(temperature=1.0),
+    "top-k": DecodeSettings(temperature=0.8, top_k=3),
+    "top-p": DecodeSettings(temperature=1.2, top_p=0.8),
+}
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_causal_lm(vocab_size=VOCAB, seed=10, sharpness=2.0)
+
+
+@pytest.fixture(scope="module")
+def makers(target):
+    drafter = perturbed_copy(target, noise=1.0, seed=11)
+    draft_vocab = torch.tensor([0, 2, 3, 5])  # q is zero on tokens 1 and 4: the residual must still reach them
+    medusa = random_medusa(target, heads=3, seed=3, token_ids=draft_vocab)
+    eagle = random_eagle(target, seed=3, token_ids=draft_vocab)
+    store = Datastore.from_texts([[1, 2, 4, 5], [2, 0, 3, 3], [3, 1, 1, 2, 5]], VOCAB)
+    return {
+        "draft": lambda: ModelDrafter(drafter.model, VOCAB),
+        "ngram": lambda: NgramProposer(min_ngram=1),
+        "retrieval": lambda: RetrievalProposer(store),
+        "early-exit": lambda: EarlyExitDrafter(target.model, VOCAB, 1),
+        "medusa": lambda: MedusaProposer(medusa),
+        "eagle": lambda: EagleProposer(eagle),
+        "adaptive": lambda: AdaptiveProposer(EagleProposer(eagle), lookup=NgramProposer(min_ngram=1)),
+    }
+
+
+def settings_for(warp: str, tree: int) -> DecodeSettings:
+    return dataclasses.replace(WARPS[warp], gamma=3, tree=tree, max_new_tokens=DEPTH + 2, stop_at_eos=False)
+
+
+def fit_of(target, make, settings, verifier=None, exact_settings=None):
+    exact = target_distribution(target, PROMPT, exact_settings or settings, DEPTH, RUNS)
+    samples = sample_outputs(target, make, PROMPT, settings, DEPTH, RUNS, verifier=verifier)
+    return goodness_of_fit(samples.counts, exact, RUNS), samples
+
+
+SCENARIOS = [
+    *[(method, 0, "temperature") for method in ("draft", "ngram", "retrieval", "early-exit", "medusa", "eagle", "adaptive")],
+    *[(method, TREE, "temperature") for method in ("ngram", "retrieval", "medusa", "eagle", "adaptive")],
+    ("draft", 0, "top-k"), ("medusa", 0, "top-k"), ("ngram", TREE, "top-k"), ("eagle", TREE, "top-k"),
+    ("draft", 0, "top-p"), ("eagle", 0, "top-p"), ("retrieval", 0, "top-p"), ("medusa", TREE, "top-p"),
+]
+
+
+@pytest.mark.parametrize("method,tree,warp", SCENARIOS,
+                         ids=[f"{m}-{'tree' if t else 'chain'}-{w}" for m, t, w in SCENARIOS])
+def test_sampled_output_has_the_target_distribution(target, makers, method, tree, warp):
+    fit, samples = fit_of(target, makers[method], settings_for(warp, tree))
+    assert samples.drafted > 0 and 0 < samples.accepted < samples.drafted  # it speculated, and was rejected
+    if tree:
+        assert samples.tree_steps > 0  # it really verified trees
+    assert fit.p_value >= ALPHA, f"p = {fit.p_value:.2g} (chi-square {fit.statistic:.1f}, dof {fit.dof})"
+
+
+@pytest.mark.parametrize("method,tree", [("draft", 0), ("ngram", 0), ("eagle", TREE)],
+                         ids=["drafter-with-q", "one-hot-lookup", "tree"])
+def test_a_slightly_cooler_sampler_fails_the_test(target, makers, method, tree):
+    """The control: the engine is exact at 0.85 of the temperature, so it fails a test against the target's
+    distribution at the full temperature."""
+    settings = settings_for("temperature", tree)
+    cooler = dataclasses.replace(settings, temperature=0.85 * settings.temperature)
+    fit, _ = fit_of(target, makers[method], cooler, exact_settings=settings)
+    assert fit.p_value < ALPHA, f"the control passed: p = {fit.p_value:.2g}"
+
+
+@pytest.mark.parametrize("method", ["draft", "ngram"], ids=["drafter-with-q", "one-hot-lookup"])
+def test_a_verifier_without_the_residual_fails_the_test(target, makers, method):
+    fit, _ = fit_of(target, makers[method], settings_for("temperature", 0), verifier=wrong_verify_sampled)
+    assert fit.p_value < ALPHA, f"the wrong verifier passed: p = {fit.p_value:.2g}"
+
+
+def test_the_control_is_a_small_bias(target):
+    """Total variation between the target's first two tokens at temperature 1 and at 0.85: the size of the
+    bias the controls show the test catches."""
+    full = target_distribution(target, PROMPT, WARPS["temperature"], DEPTH, RUNS, min_expected=0)
+    cooler = target_distribution(target, PROMPT, DecodeSettings(temperature=0.85), DEPTH, RUNS, min_expected=0)
+    distance = 0.5 * sum(abs(full[k] - cooler.get(k, 0.0)) for k in full)
+    assert 0.03 < distance < 0.12
