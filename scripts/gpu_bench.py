@@ -1,4 +1,4 @@
-"""The GPU benchmark of README's table, in one process (the model loads and compiles once), stage by stage;
+"""The GPU benchmark of docs/benchmarks (2026-11-26), in one process (the model loads and compiles once), stage by stage;
 each stage writes its JSON as soon as it ends, so a run stopped at its time limit keeps what it finished.
 
   A  bfloat16, all Spec-Bench prompts: specviz plain and ngram; transformers generate() plain and with

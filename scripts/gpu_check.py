@@ -1,6 +1,6 @@
 """GPU check and forward timings for the fast path (one call on the GPU machine; see scripts/gpu_run.sh).
 
-1. The two ceilings (METHOD.md): device-to-device copy bandwidth, and the physical floor of one forward
+1. The two ceilings: device-to-device copy bandwidth, and the physical floor of one forward
    (every weight byte read once) for the default model.
 2. Correctness: the static-cache forward against transformers' forward (bf16 and float32), graph replay
    against the eager static forward, compiled against eager.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine, the default model staged (DESIGN.md section 7), Spec-Bench's prompts at runs/question.jsonl:
+# On the GPU machine, the default model staged (docs/gpu.md), Spec-Bench's prompts at runs/question.jsonl:
 # the device loop (specviz/device_loop.py) measured.
 #   STAGE=check: its CUDA tests, then 2 prompts a category, host loop (SPECVIZ_DEVICE_LOOP=0) and device loop
 #                alternating, twice;

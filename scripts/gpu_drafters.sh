@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The trained drafters on the GPU machine (issue 4), one stage per call; run from the carried copy of the repo
-# with Spec-Bench's question.jsonl beside it (evaluation only) and the default model staged (DESIGN.md 7):
+# The trained drafters on the GPU machine , one stage per call; run from the carried copy of the repo
+# with Spec-Bench's question.jsonl beside it (evaluation only) and the default model staged (docs/gpu.md):
 #   STAGE=bench  bash scripts/gpu_drafters.sh   shipped eagle and medusa on Spec-Bench, bf16 and float32
 #   STAGE=train  bash scripts/gpu_drafters.sh   new data (more kinds of prompt), then EAGLE training; the
 #                                               call's time limit may stop it: STAGE=resume goes on

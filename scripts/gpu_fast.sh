@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The fast path on the GPU machine (issue 5), one stage per call; run from the carried copy of the repo with
-# the default model staged (DESIGN.md 7) and Spec-Bench's question.jsonl beside it:
+# The fast path on the GPU machine , one stage per call; run from the carried copy of the repo with
+# the default model staged (docs/gpu.md) and Spec-Bench's question.jsonl beside it:
 #   STAGE=check bash scripts/gpu_fast.sh   CUDA tests (graphs, the attention kernel, EAGLE trees), then 26 prompts
 #                                          (2 per category): plain, ngram, EAGLE trees, adaptive on EAGLE trees
 #   STAGE=all PART=runs/part1.jsonl HF=1 bash scripts/gpu_fast.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Retraining the Medusa heads on the GPU machine (issue 4), one stage per call, all calls on one warm machine
+# Retraining the Medusa heads on the GPU machine , one stage per call, all calls on one warm machine
 # (/root/sv3 must survive between them); run from the carried copy of the repo with the default model staged
-# (DESIGN.md 7) and Spec-Bench's question.jsonl beside it (evaluation only):
+# (docs/gpu.md) and Spec-Bench's question.jsonl beside it (evaluation only):
 #   STAGE=data   bash scripts/gpu_medusa.sh   the target writes a new data set (~6 min); GERMAN=0.15: a share of
 #                                             answers translated into German and back (train/data.py)
 #   STAGE=train VARIANT=l3 LAYERS=3 bash scripts/gpu_medusa.sh   one variant (5 heads of LAYERS blocks) for

@@ -1,4 +1,4 @@
-"""Where a captured forward's time goes on the GPU (issue 5): the default target's shape (SmolLM2-135M:
+"""Where a captured forward's time goes on the GPU : the default target's shape (SmolLM2-135M:
 30 layers, hidden 576, 9 heads, 3 key-value heads, MLP 1536, vocabulary 49,152) with random weights, so no
 model needs staging; the fast path's graphs over compiled layers; PyTorch's profiler (CUPTI traces the
 kernels inside graph replays). Prints, for K = 1 and K = 9 positions and a 32-node tree, the forward's time,

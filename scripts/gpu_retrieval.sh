@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Retrieval drafting on the GPU machine, one stage per call; run from the carried copy of the repo with the
-# default model staged (DESIGN.md 7) and Spec-Bench's question.jsonl beside it:
+# default model staged (docs/gpu.md) and Spec-Bench's question.jsonl beside it:
 #   STAGE=check bash scripts/gpu_retrieval.sh   CUDA tests of trees and adaptive, then 26 prompts (2 per category):
 #                                               plain, ngram:16, retrieval chains and trees, adaptive with each lookup
 #   STAGE=all bash scripts/gpu_retrieval.sh     all 480 prompts: ngram:16, retrieval:16, retrieval:16:31 (HF=1: and

@@ -1,7 +1,7 @@
 """The fast path: a Llama-family forward over a static KV cache written by position (gpt-fast's design).
 
 Why: with transformers' eager forward a 135M model costs ~18 ms a step on an H200 whatever the number of
-positions (DESIGN.md section 6): Python and kernel launches, not arithmetic. Here
+positions (docs/fast-path.md): Python and kernel launches, not arithmetic. Here
 
 - the KV cache is one preallocated tensor per layer; a forward writes its tokens' keys and values at their
   positions and attends over the positions up to its own, so rolling back is setting `length` (free);

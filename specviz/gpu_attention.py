@@ -6,7 +6,7 @@ were packed into rows and the mask repeated for them, then unpacked. These kerne
 [K, heads, D] layout, the mask as the forward built it ([K, span], shared by every layer), and writes [K,
 heads * D] for the output projection; it stops at the last slot any token may see (read from the device, so
 one captured graph serves every length up to its span). Measured in a captured forward of the default model
-(H100, bfloat16, 300 cached tokens; scripts/gpu_profile.py): see README's fast-path section.
+(H100, bfloat16, 300 cached tokens; scripts/gpu_profile.py): see docs/fast-path.md.
 
 In the target's layers (fast.triton_decoder_layer) the kernel also takes the new tokens' own keys and values,
 reads them from there and writes them into the cache: two kernels fewer a layer than writing the cache first.

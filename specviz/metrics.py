@@ -1,4 +1,4 @@
-"""Run metrics, defined as vLLM, SGLang and llama.cpp define them (DESIGN.md section 2)."""
+"""Run metrics, defined as vLLM, SGLang and llama.cpp define them (docs/design.md)."""
 from __future__ import annotations
 
 from .records import RunMetrics, StepRecord

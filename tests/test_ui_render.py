@@ -9,6 +9,8 @@ from specviz.records import DraftPosition, StepRecord, TokenKind, TokenRecord, T
 from specviz.theory import expected_speedup, expected_tokens_per_step
 from specviz.ui import charts, render, view
 
+pytestmark = pytest.mark.quick
+
 INJECTIONS = ["${alert(1)}", "<img src=x onerror=alert(1)>", "`${document.cookie}`", "<script>alert(1)</script>"]
 
 

@@ -12,6 +12,8 @@ from specviz.verify import Verdict, residual_distribution, verify_greedy, verify
 
 from stats import assert_same_distribution
 
+pytestmark = pytest.mark.quick
+
 
 def test_warp_greedy_is_one_hot_argmax():
     logits = torch.tensor([[0.1, 3.0, -1.0, 2.9]])

@@ -1,4 +1,4 @@
-"""Training data without a data set (DESIGN.md section 8): the target writes its own prompts and answers them.
+"""Training data without a data set (docs/drafters.md): the target writes its own prompts and answers them.
 
 1. Prompts, Magpie-style (Xu et al. 2024): the chat template up to the user turn's header, optionally followed
    by a few opening words that this module writes (to spread topics: code, maths, chat, summaries, lists,

@@ -2,7 +2,7 @@
 
 Every piece of prompt, model or token text goes through escape_text(): html.escape, and also `$`, braces and
 backticks as character references, so that nothing the model writes can become markup or be evaluated by a
-client-side template (gr.HTML templates are JavaScript template literals: DESIGN.md section 5)."""
+client-side template (gr.HTML templates are JavaScript template literals: docs/design.md, "Pitfalls")."""
 from __future__ import annotations
 
 import html
