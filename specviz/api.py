@@ -19,7 +19,7 @@ from .proposers import (METHODS, AdaptiveProposer, EagleProposer, EarlyExitDraft
                         NgramProposer, PlainProposer, Proposer, RetrievalProposer)
 from .proposers.checkpoints import load_drafter, shipped_drafter_exists
 from .records import RunResult
-from .settings import DecodeSettings
+from .settings import DecodeSettings, check_prompt_text
 
 
 def make_proposer(
@@ -92,8 +92,7 @@ def default_lookup(target: LoadedModel) -> str:
 
 
 def encode(target: LoadedModel, prompt: str, chat: bool = True) -> list[int]:
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise InvalidSettingError("the prompt is empty; type some text")
+    check_prompt_text(prompt)
     return target.encode_prompt(prompt, chat=chat)
 
 
@@ -213,8 +212,7 @@ def generate(
     adaptive_lookup: str = "auto",
 ) -> Report:
     settings = (settings or DecodeSettings()).validate()
-    if not isinstance(prompt, str) or not prompt.strip():  # before loading anything
-        raise InvalidSettingError("the prompt is empty; type some text")
+    check_prompt_text(prompt)  # before loading anything
     target_model, draft_model = resolve_models(target, draft, device, dtype, device_map, max_memory, draft_device)
     proposer = make_proposer(method, target_model, draft_model, exit_layer, heads=heads, adaptive_lookup=adaptive_lookup)
     prompt_ids = encode(target_model, prompt, chat)

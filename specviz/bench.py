@@ -8,12 +8,12 @@ import json
 import platform
 import statistics
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 
+from .clock import device_clock
 from .api import encode, first_difference, make_proposer, run_once, warm_up
 from .errors import InvalidSettingError
 from .models import load_model
@@ -121,17 +121,10 @@ def hf_generate(target, prompt_ids: list[int], settings: DecodeSettings, mode: s
         raise InvalidSettingError(f"unknown transformers baseline {mode!r}; choose from {', '.join(HF_BASELINES)}")
     if settings.seed is not None:
         torch.manual_seed(settings.seed)
-    _sync(device)
-    start = time.perf_counter()
+    start = device_clock(device)
     with torch.inference_mode():
         out = model.generate(input_ids, **options)
-    _sync(device)
-    return out[0, len(prompt_ids):].tolist(), time.perf_counter() - start
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    return out[0, len(prompt_ids):].tolist(), device_clock(device) - start
 
 
 def _hf_row(prompt: dict, mode: str, ids: list[int], seconds: float, plain) -> dict:

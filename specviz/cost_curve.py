@@ -13,12 +13,12 @@ with every cache call through specviz.runner. No UI imports (this runs on the GP
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from .clock import device_clock
 from .fast import cost_curve as fast_cost_curve
 from .fast import make_runner
 from .models import LoadedModel
@@ -34,12 +34,6 @@ class CostPoint:
     x: int  # K or B
     ms: float  # median forward time in milliseconds
     context: int  # tokens already in the cache
-
-
-def _clock(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
 
 
 def _random_ids(target: LoadedModel, shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
@@ -76,9 +70,9 @@ def measure_batch(target: LoadedModel, batch_sizes: Sequence[int] = BATCH_SIZES,
         positions = torch.full((b, 1), context, device=device)
         times = []
         for _ in range(repeats + 1):  # the first one untimed
-            start = _clock(device)
+            start = device_clock(device)
             model(input_ids=ids[:, context:], position_ids=positions, use_cache=True, **{keyword: cache})
-            times.append((_clock(device) - start) * 1e3)
+            times.append((device_clock(device) - start) * 1e3)
             drop_last(cache, 1)
         del cache
         yield CostPoint("batch", b, statistics.median(times[1:]), context)

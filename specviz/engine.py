@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from . import verify as verification
+from .clock import device_clock
 from .errors import InvalidSettingError
 from .metrics import summarize
 from .models import LoadedModel
@@ -29,13 +30,6 @@ from . import tree as trees
 from .text import IncrementalDetokenizer
 
 TOP_N = 20  # tokens of p and q kept per position for the inspector
-
-
-def _clock(device: torch.device) -> float:
-    """The time once the device has done what it was given."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
 
 
 @contextlib.contextmanager
@@ -111,7 +105,7 @@ def _top(probs: torch.Tensor, n: int = TOP_N) -> list[TopTokens]:
 def check_prompt(target: LoadedModel, prompt_ids: list[int], settings: DecodeSettings) -> None:
     context = target.context_length
     if not prompt_ids:
-        raise InvalidSettingError("the prompt is empty; type some text")
+        raise InvalidSettingError("the prompt has no tokens; type some text")
     if len(prompt_ids) >= context:
         raise InvalidSettingError(
             f"the prompt is {len(prompt_ids)} tokens, longer than the model's context of {context}; shorten it"
@@ -188,7 +182,7 @@ class SpeculativeRun:
         # is timed by the host clock alone, and a verify pass has ended once its result has been read
         host_drafts = proposer.drafts_on_host
         loop = self._device_loop()
-        start = _clock(device)
+        start = device_clock(device)
         if loop is not None and loop.graphs:
             prefill_start = torch.cuda.Event(enable_timing=True)
             prefill_start.record()
@@ -216,7 +210,7 @@ class SpeculativeRun:
             prefill_events = (prefill_start, torch.cuda.Event(enable_timing=True))
             prefill_events[1].record()
         else:
-            prefill_seconds = _clock(device) - start
+            prefill_seconds = device_clock(device) - start
 
         if loop is not None:  # every step on the device: the host loop below is skipped
             stop_reason = yield from self._run_on_device(loop, sequence, tokens, output, tokens_shown, start, eos_ids)
@@ -235,7 +229,7 @@ class SpeculativeRun:
                 if draft.size > fits:  # near the end of the context: the first nodes are a tree too
                     draft = Draft(draft.token_ids[:fits], None, None, draft.parents[:fits])
                     draft_ids = draft_ids[:fits]
-            draft_end = time.perf_counter() if host_drafts else _clock(device)
+            draft_end = time.perf_counter() if host_drafts else device_clock(device)
 
             cached = runner.length
             tree_size = 0
@@ -288,7 +282,7 @@ class SpeculativeRun:
             emitted_tokens = [t for t in tokens_shown if t.kind != TokenKind.REJECTED]
             if held_back and emitted_tokens:
                 emitted_tokens[-1].text += held_back
-        wall = _clock(device) - start
+        wall = device_clock(device) - start
         if prefill_events is not None:
             prefill_seconds = prefill_events[0].elapsed_time(prefill_events[1]) / 1e3
         self.result = RunResult(

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import statistics
 import threading
-import time
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import gpu_attention
+from .clock import device_clock
 from .settings import MAX_GAMMA, MAX_TREE
 from .tree import WORD, check_tree, depths as tree_depths, unpack_visibility, visibility_words
 
@@ -915,17 +915,12 @@ def cost_curve(model: torch.nn.Module, positions: list[int], context: int = 256,
         ids = torch.randint(0, vocab, (count,), generator=generator)
         times = []
         for attempt in range(repeats + 2):  # the first two warm up (and capture a graph)
-            _sync(device)
-            begin = time.perf_counter()
+            begin = device_clock(device)
             runner.forward(ids)
-            _sync(device)
+            end = device_clock(device)
             if attempt >= 2:
-                times.append((time.perf_counter() - begin) * 1e3)
+                times.append((end - begin) * 1e3)
             runner.rollback(context)
         curve[count] = statistics.median(times)
     return curve
 
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

@@ -44,6 +44,12 @@ class DecodeSettings:
         return self
 
 
+def check_prompt_text(prompt) -> None:
+    """The one check of a prompt's text, made before any model is loaded."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InvalidSettingError("the prompt is empty; type some text")
+
+
 def _as_number(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidSettingError(f"{name} must be a number, got {value!r}")

@@ -25,6 +25,7 @@ from ..errors import SpecvizError
 from ..models import DEFAULT_MODEL, load_model
 from ..proposers import METHODS, PlainProposer
 from ..records import StepRecord, TokenRecord
+from ..settings import check_prompt_text
 from . import charts, render, view
 from .gpu import gpu
 from .live import (BASELINE, ENGINE_LOCK, FAILED, PAUSED, READY, RUNNING, STOPPED, USES_DRAFT_MODEL, LiveRun,
@@ -290,8 +291,7 @@ class SpecvizApp:
             settings = settings_from_form(max_new_tokens, gamma, temperature, top_p, seed, tree)
             if settings.max_new_tokens > MAX_NEW_TOKENS:
                 raise SpecvizError(f"max new tokens is limited to {MAX_NEW_TOKENS} in the app, got {settings.max_new_tokens}")
-            if not isinstance(prompt, str) or not prompt.strip():
-                raise SpecvizError("the prompt is empty; type some text")
+            check_prompt_text(prompt)
             if method not in METHODS:
                 raise SpecvizError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
             target_name = model_name(target)
@@ -456,8 +456,7 @@ class SpecvizApp:
 
         try:
             settings = settings_from_form(max_new_tokens, gamma, temperature, top_p, seed, tree)
-            if not isinstance(prompt, str) or not prompt.strip():
-                raise SpecvizError("the prompt is empty; type some text")
+            check_prompt_text(prompt)
             chosen = [m for m in (methods or []) if m in METHODS and m != "plain"]
             if not chosen:
                 raise SpecvizError("tick at least one method to compare with plain decoding")
@@ -685,8 +684,7 @@ def speculate(prompt: str, method: str = "ngram", max_new_tokens: int = 64, gamm
             raise SpecvizError(f"max_new_tokens is limited to {MAX_NEW_TOKENS} here, got {settings.max_new_tokens}")
         if method not in METHODS:
             raise SpecvizError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise SpecvizError("the prompt is empty; type some text")
+        check_prompt_text(prompt)
         draft_name = model_name(draft) if method in USES_DRAFT_MODEL else None
         target_model, draft_model = load_models(RunRequest(prompt, method, model_name(target) or DEFAULT_MODEL,
                                                            draft_name, settings))
