@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gpu_check import copy_bandwidth  # noqa: E402  (this folder: the same measurement as the check's)
 from specviz.bench import run_bench  # noqa: E402
-from specviz.fast import cost_curve, make_runner  # noqa: E402
+from specviz.runners.static import cost_curve, make_runner  # noqa: E402
 from specviz.models import load_model  # noqa: E402
 from specviz.settings import DecodeSettings  # noqa: E402
 

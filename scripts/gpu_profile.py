@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from specviz.fast import StaticRunner  # noqa: E402
+from specviz.runners.static import StaticRunner  # noqa: E402
 
 
 def default_shaped_model(dtype: torch.dtype):

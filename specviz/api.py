@@ -12,7 +12,7 @@ import torch
 
 from .device_loop import DeviceLoop
 from .engine import SpeculativeRun
-from .fast import make_runner, runners_of
+from .runners.static import make_runner, runners_of
 from .errors import InvalidSettingError
 from .models import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
 from .proposers import (METHODS, AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,

@@ -6,7 +6,7 @@
 - against batch size B (one new position per sequence): when batching already fills the device, the extra
   positions speculation adds are no longer free, and speculation stops paying.
 
-The K curve is specviz.fast.cost_curve, one K at a time (so that the app can show progress and let other
+The K curve is specviz.runners.static.cost_curve, one K at a time (so that the app can show progress and let other
 users' steps in between); the batch curve runs transformers' forward (the engine has no batched runner),
 with every cache call through specviz.runner. No UI imports (this runs on the GPU machine too).
 """
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from .clock import device_clock
-from .fast import cost_curve as fast_cost_curve
-from .fast import make_runner
+from .runners.static import cost_curve as fast_cost_curve
+from .runners.static import make_runner
 from .models import LoadedModel
 from .runner import _cache_keyword, drop_last, input_device, new_cache
 
@@ -45,7 +45,7 @@ def _random_ids(target: LoadedModel, shape: tuple[int, ...], seed: int = 0) -> t
 def measure_positions(target: LoadedModel, positions: Sequence[int] = POSITIONS, context: int = 128,
                       repeats: int = 3) -> Iterator[CostPoint]:
     """One forward of K new positions after a cache of `context` tokens, one K at a time, through the runner
-    the engine uses (specviz.fast.cost_curve: graphs and compile where the engine has them)."""
+    the engine uses (specviz.runners.static.cost_curve: graphs and compile where the engine has them)."""
     runner = make_runner(target.model)
     try:
         for k in positions:

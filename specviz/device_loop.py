@@ -9,7 +9,7 @@ two CUDA graphs that read and write only device tensors:
 1. the lookup: the draft (sequence n-gram matches, and for `retrieval` the datastore's continuations, merged
    into the weighted trie's heaviest line as tree.heaviest_line merges them) written into the verify pass's
    input;
-2. the verify pass (the fast path's forward, fast.StaticRunner._decode) and greedy acceptance: the accepted
+2. the verify pass (the fast path's forward, runners.static.StaticRunner.decode) and greedy acceptance: the accepted
    tokens appended to the sequence on the device, the next pass's first token and position set.
 
 With a draft tree (`--tree N`), the lookup writes the weighted trie's N best nodes (weighted_tree, the trees
@@ -428,7 +428,7 @@ class DeviceLoop:
         wanted = mode()
         if wanted == "0" or detail or not settings.greedy:
             return None
-        if not hasattr(runner, "_decode") or not (runner.use_graphs or wanted == "force"):
+        if not hasattr(runner, "decode") or not (runner.use_graphs or wanted == "force"):
             return None
         kind = {PlainProposer: "plain", NgramProposer: "ngram", RetrievalProposer: "retrieval"}.get(type(proposer))
         if kind is None or (settings.tree and kind != "plain" and not runner.supports_tree):
@@ -484,8 +484,8 @@ class DeviceLoop:
     def _verify_step(self, state: LoopState, span: int) -> None:
         # the logits in the model's dtype: the argmax of bfloat16 values is that of their float32 copies
         tree = (state.depths, state.visible) if self.tree else (None, None)
-        logits, _ = self.runner._decode(state.inputs[:self.width], state.inputs[-1:], span, False, *tree,
-                                        float_logits=False)
+        logits, _ = self.runner.decode(state.inputs[:self.width], state.inputs[-1:], span, False, *tree,
+                                       float_logits=False)
         if not self.tree:
             self._advance(logits, state.sequence, state.length, state.inputs, state.draft_length, state.log)
             return
@@ -493,21 +493,20 @@ class DeviceLoop:
                                            state.visible, state.parents, state.real, state.log, self.gamma)
         # the accepted nodes' keys and values (every layer's) moved next to the root's, as runner.keep_nodes
         # does; outside compiled code, which might copy the whole cache to write into it
-        cache = self.runner.workspace.keys_values
-        cache.index_copy_(3, behind, cache.index_select(3, moved))
+        self.runner.move_slots(moved, behind)
 
     # state and graphs -----------------------------------------------------------------------------------
     def _state(self) -> LoopState:
         space = self.runner.workspace
         key = ("device-loop", self.lookup, self.gamma, self.tree, self.sizes, id(self.store), self.limit,
                self.store_scale)
-        state = space.graphs.get(key)
+        state = space.users.get(key)
         if state is None or state.capacity != space.capacity:
-            state = space.graphs[key] = LoopState(self.device, space.capacity, self.gamma, self.tree)
+            state = space.users[key] = LoopState(self.device, space.capacity, self.gamma, self.tree)
         return state
 
     def _capture(self, state: LoopState, span: int) -> None:
-        from .fast import capture_graph
+        from .runners.graphs import capture_graph
 
         space = self.runner.workspace
         if self.gamma and state.lookup_graph is None:
@@ -523,7 +522,7 @@ class DeviceLoop:
         state.verify_graphs[span] = graph
 
     def _spans(self, max_length: int) -> list[int]:
-        from .fast import MIN_SPAN, graph_span
+        from .runners.graphs import MIN_SPAN, graph_span
 
         last, spans = graph_span(max_length, self.runner.context_length), []
         span = min(MIN_SPAN, last)
@@ -534,7 +533,7 @@ class DeviceLoop:
 
     def reserve(self, max_length: int) -> None:
         """Room in the cache for runs of up to max_length tokens, with the steps launched ahead."""
-        from .fast import graph_span
+        from .runners.graphs import graph_span
 
         self.runner.ensure_capacity(graph_span(max_length + self.ahead + self.gamma + 1, self.runner.context_length))
 
@@ -555,7 +554,7 @@ class DeviceLoop:
         the runner's cache must hold sequence[:-1] (the engine's prefill). No step is launched once those in
         flight give max_new_tokens; to stop earlier (an EOS), stop pulling: the step in flight is then computed
         and dropped (the caller's clock waits for it)."""
-        from .fast import graph_span
+        from .runners.graphs import graph_span
 
         gamma = self.gamma
         self.reserve(sequence.shape[0] + max_new_tokens)

@@ -23,7 +23,7 @@ from .models import LoadedModel
 from .proposers import Draft, Feedback, Proposer
 from .records import DraftPosition, RunResult, StepRecord, TokenKind, TokenRecord, TopTokens
 from .device_loop import DeviceLoop
-from .fast import make_runner
+from .runners.static import make_runner
 from .sampling import display_probs, make_generator, warp_probs
 from .settings import DecodeSettings
 from . import tree as trees

@@ -8,7 +8,7 @@ heads * D] for the output projection; it stops at the last slot any token may se
 one captured graph serves every length up to its span). Measured in a captured forward of the default model
 (H100, bfloat16, 300 cached tokens; scripts/gpu_profile.py): see docs/fast-path.md.
 
-In the target's layers (fast.triton_decoder_layer) the kernel also takes the new tokens' own keys and values,
+In the target's layers (runners.llama.triton_decoder_layer) the kernel also takes the new tokens' own keys and values,
 reads them from there and writes them into the cache: two kernels fewer a layer than writing the cache first.
 
 One program serves BLOCK_M rows of one key-value head: row r is query head kv * group + r // K at token

@@ -233,7 +233,7 @@ def test_a_device_loop_step_never_waits_for_the_host(method, tree):
     """What a graph captures must not read anything back: run a step's functions eagerly with CUDA's sync
     check set to fail on any read-back."""
     from specviz import load_model
-    from specviz.fast import make_runner
+    from specviz.runners.static import make_runner
 
     target = load_model("default", device="cuda", dtype="float32")
     runner = make_runner(target.model, compile=False)

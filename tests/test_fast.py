@@ -1,4 +1,4 @@
-"""The fast path (specviz/fast.py): the static-cache forward computes what transformers computes, rolling
+"""The fast path (specviz/runners/): the static-cache forward computes what transformers computes, rolling
 back is free and exact, the engine gives the same output with it, and the benchmark's transformers
 baselines agree with specviz. Correctness only: no timing is asserted (timings are reported by the bench).
 The CUDA tests (graphs, compile) run where a GPU is present and are skipped elsewhere."""
@@ -11,8 +11,9 @@ import torch
 from specviz import DecodeSettings, SpeculativeRun
 from specviz.api import make_proposer, run_once
 from specviz.bench import aggregate, compare_with_transformers, hf_generate
-from specviz.fast import (PackedLinear, StaticRunner, cost_curve, make_runner, onednn_linear, pack_linears, pack_matrix,
-                          unsupported_reason)
+from specviz.runners.llama import unsupported_reason
+from specviz.runners.onednn import PackedLinear, onednn_linear, pack_linears, pack_matrix
+from specviz.runners.static import StaticRunner, cost_curve, make_runner
 from specviz.models import LoadedModel
 from specviz.proposers import PlainProposer
 from specviz.proposers.ngram import NgramIndex, lookup_continuation
@@ -150,7 +151,7 @@ def test_compiled_layers_serve_spans_shorter_than_the_one_first_traced(tiny_targ
     """torch.compile once took the cache and the span for one size when it first traced them equal (a span
     that fills the cache), then failed on every shorter span (seen on the GPU in float32). Here a first
     forward fills the cache exactly, the next ones do not; compiled must agree with eager, without falling back."""
-    import specviz.fast as fast
+    import specviz.runners.static as static
 
     model = tiny_target.model
     compiled = StaticRunner(model, compile=True, onednn=False)
@@ -160,7 +161,7 @@ def test_compiled_layers_serve_spans_shorter_than_the_one_first_traced(tiny_targ
     for count in (64, 3, 1, 5):  # 64: the first capacity exactly
         ids = torch.randint(0, vocab, (count,), generator=generator)
         torch.testing.assert_close(compiled.forward(ids)[0], eager.forward(ids)[0], atol=1e-4, rtol=1e-4)
-    assert compiled.use_compile and not fast._compile_failed
+    assert compiled.use_compile and not static._compile_failed
     assert not [w for w in recwarn if "torch.compile failed" in str(w.message)]
 
 
@@ -182,11 +183,11 @@ def test_models_spread_over_devices_take_the_transformers_forward():
 def test_a_tree_of_the_largest_size_replays_in_a_padded_graph_as_eager(monkeypatch):
     """settings.MAX_TREE nodes: one position short of a power of two, so the graph holds no padding node; a
     tree of 600 is padded to the same graph. Stand-in graphs on the CPU, as above."""
-    import specviz.fast as fast
+    import specviz.runners.static as static
     from specviz.settings import MAX_TREE
 
     monkeypatch.setattr(torch.cuda, "CUDAGraph", StandInGraph)
-    monkeypatch.setattr(fast, "capture_graph", stand_in_capture)
+    monkeypatch.setattr(static, "capture_graph", stand_in_capture)
     model = tiny_causal_lm(vocab_size=32, seed=7, layers=2, context=4096).model
     graphed, eager = StaticRunner(model, graphs=False, compile=False), StaticRunner(model, graphs=False, compile=False)
     graphed.use_graphs = True
@@ -334,7 +335,7 @@ def test_long_inputs_go_through_padded_graph_chunks_as_the_eager_forward_does(co
     """A prompt longer than MAX_GRAPH_POSITIONS goes through captured graphs of PREFILL_CHUNK positions, the
     last one padded (with a context of 320 the padding does not fit: that chunk runs eagerly): the same
     logits and hidden states as the eager forward, and decoding after it sees none of the padding."""
-    from specviz.fast import LONG_PREFILL_CHUNK, PREFILL_CHUNK
+    from specviz.runners.static import LONG_PREFILL_CHUNK, PREFILL_CHUNK
 
     model = tiny_causal_lm(vocab_size=32, seed=7, layers=2, context=context).model.cuda()
     graphed, eager = StaticRunner(model, graphs=True, compile=False), StaticRunner(model, graphs=False, compile=False)
@@ -404,7 +405,7 @@ triton_cuda = pytest.mark.skipif(not _triton_ready(), reason="needs a CUDA GPU a
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_triton_attention_matches_scaled_dot_product_attention(dtype):
     from specviz import gpu_attention
-    from specviz.fast import sdpa_attention, tree_attention_mask
+    from specviz.runners.llama import sdpa_attention, tree_attention_mask
 
     torch.manual_seed(0)
     heads, kv_heads, head_dim, capacity = 9, 3, 64, 1024
@@ -483,12 +484,12 @@ def stand_in_capture(graph, run, device, owner):
 def test_graph_bookkeeping_runs_on_the_cpu_with_a_stand_in_graph(monkeypatch):
     """Chunked prefill (padded graphs of PREFILL_CHUNK positions) and EAGLE's catch-up graph, through stand-in
     graphs: the same results as the eager paths (the real graphs are tested on the GPU)."""
-    import specviz.fast as fast
+    import specviz.runners.static as static
     from specviz.proposers import eagle_tree
     from test_drafters_tiny import random_eagle
 
     monkeypatch.setattr(torch.cuda, "CUDAGraph", StandInGraph)
-    monkeypatch.setattr(fast, "capture_graph", stand_in_capture)
+    monkeypatch.setattr(static, "capture_graph", stand_in_capture)
     monkeypatch.setattr(eagle_tree, "capture_graph", stand_in_capture)
     model = tiny_causal_lm(vocab_size=32, seed=7, layers=2, context=1024).model
     graphed, eager = StaticRunner(model, graphs=False, compile=False), StaticRunner(model, graphs=False, compile=False)
@@ -499,19 +500,19 @@ def test_graph_bookkeeping_runs_on_the_cpu_with_a_stand_in_graph(monkeypatch):
     torch.testing.assert_close(ha, hb, atol=1e-5, rtol=1e-5)
     graphed.rollback(0)
     none, hn = graphed.forward(ids[:300], logits_for="none")  # a prefill whose logits nobody reads: no output layer
-    assert none is None and (fast.LONG_PREFILL_CHUNK, 512, "headless") in graphed.workspace.graphs
+    assert none is None and (static.LONG_PREFILL_CHUNK, 512, "headless") in graphed.workspace.graphs
     torch.testing.assert_close(hn, hb, atol=1e-5, rtol=1e-5)
     for start in range(300, 340, 4):  # decoding after it sees none of the padding
         a, _ = graphed.forward(ids[start:start + 4])
         b, _ = eager.forward(ids[start:start + 4])
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-    assert (fast.LONG_PREFILL_CHUNK, 512, False) in graphed.workspace.graphs  # 300 positions: one chunk of 512
+    assert (static.LONG_PREFILL_CHUNK, 512, False) in graphed.workspace.graphs  # 300 positions: one chunk of 512
     graphed.reset(), eager.reset()  # 600: 512 + 88 in a chunk of 256 (a shorter rest takes the shorter chunk)
     long_ids = torch.randint(0, 32, (600,))
     (a, ha), (b, hb) = graphed.forward(long_ids), eager.forward(long_ids)
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ha, hb, atol=1e-5, rtol=1e-5)
-    assert {(fast.LONG_PREFILL_CHUNK, 512, False), (fast.PREFILL_CHUNK, 1024, False)} <= set(graphed.workspace.graphs)
+    assert {(static.LONG_PREFILL_CHUNK, 512, False), (static.PREFILL_CHUNK, 1024, False)} <= set(graphed.workspace.graphs)
     graphed.reset(), eager.reset()
     graphed.forward(ids[:340]), eager.forward(ids[:340])  # back to where the tree below starts
     # a tree of 6 nodes (padded to 8 in its graph), then its path 0, 1, 3, 5 kept: as if the path had been fed

@@ -25,7 +25,7 @@ import torch
 
 from ..datastore import Datastore
 from ..errors import DrafterMismatchError, ModelLoadError, OfflineError
-from ..fast import pack_linears
+from ..runners.onednn import pack_linears
 from ..models import DEFAULT_MODEL, LoadedModel
 from .draft_head import DraftHead, TargetParts
 from .eagle import EagleConfig, EagleDrafter, EagleNet
@@ -162,7 +162,7 @@ def load_eagle(folder: Path, target: LoadedModel) -> EagleDrafter:
     if missing or unexpected:
         raise ModelLoadError(f"{file} does not match the EAGLE-1 layout: missing {missing[:4]}, unexpected {unexpected[:4]}")
     net.to(target.device, target.dtype).eval().requires_grad_(False)
-    pack_linears(net)  # on a CPU in float32: prepacked for oneDNN (specviz.fast)
+    pack_linears(net)  # on a CPU in float32: prepacked for oneDNN (specviz.runners.onednn)
     parts = TargetParts(target.model, config.head_dim)
     return EagleDrafter(net, parts, DraftHead.from_target(parts, token_ids), str(folder))
 
@@ -198,7 +198,7 @@ def load_medusa(folder: Path, target: LoadedModel) -> MedusaDrafter:
     except RuntimeError as error:
         raise ModelLoadError(f"{file} does not match config.json's heads and layers: {str(error).splitlines()[0]}") from None
     heads.to(target.device, target.dtype).eval().requires_grad_(False)
-    pack_linears(heads)  # on a CPU in float32: prepacked for oneDNN (specviz.fast)
+    pack_linears(heads)  # on a CPU in float32: prepacked for oneDNN (specviz.runners.onednn)
     if outputs:  # published Medusa-1: every head has its own output layer
         if sorted(outputs) != list(range(num_heads)):
             raise ModelLoadError(f"{file} has output layers for heads {sorted(outputs)}, expected 0..{num_heads - 1}")

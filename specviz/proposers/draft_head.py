@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..fast import onednn_allowed, onednn_linear, pack_matrix
+from ..runners.onednn import onednn_allowed, onednn_linear, pack_matrix
 
 
 class DefaultRotary:
@@ -89,7 +89,7 @@ class DraftHead:
             bias = bias[token_ids] if bias is not None else None
         self.weight = weight.detach()
         self.bias = bias.detach() if bias is not None else None
-        # on a CPU in float32, prepacked for oneDNN like the target's matrices (specviz.fast): a draft head
+        # on a CPU in float32, prepacked for oneDNN like the target's matrices (specviz.runners.onednn): a draft head
         # is most of a small drafter's cost there
         packable = onednn_allowed(self.weight.device, self.weight.dtype, self.weight.numel() * self.weight.element_size())
         self.packed = pack_matrix(self.weight) if packable else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..fast import make_runner
+from ..runners.static import make_runner
 from .base import Draft, Feedback, Proposer
 
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..fast import graphs_allowed, no_cudnn_attention
+from ..runners.graphs import graphs_allowed, no_cudnn_attention
 from ..tree import depths as tree_depths
 from .base import Draft, Feedback, Proposer
 from .draft_head import DraftHead, TargetParts

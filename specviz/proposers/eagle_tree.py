@@ -25,7 +25,7 @@ import warnings
 import torch
 
 from .. import gpu_attention
-from ..fast import capture_graph, compile_allowed, graphs_allowed, no_cudnn_attention
+from ..runners.graphs import capture_graph, compile_allowed, graphs_allowed, no_cudnn_attention
 from .eagle import attend
 
 MIN_CAPACITY = 512  # smallest drafter cache on a GPU (a power of two: few graphs serve every length)

@@ -1,0 +1,150 @@
+"""CUDA graphs and compile for the fast path: the switches that allow them, the workspaces (a static KV cache
+and the graphs captured over it) pooled per model, capturing a graph, the attention spans graphs are made
+for, and layer functions compiled once per process."""
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ..tree import WORD
+
+MIN_SPAN = 128  # smallest attention span captured in a graph (positions are padded up to a power of two)
+
+
+# Eager forwards (prefills, any length) avoid cuDNN's attention: it builds a plan for every new shape (tens of
+# milliseconds in bfloat16 on an H100 or H200), so each new prompt length paid for plans. Captured graphs keep
+# it: their shapes are fixed, and in decode it is the fastest (excluding it there made a bfloat16 step
+# 1.3 -> 1.65 ms at ~300 cached tokens and 1.7 -> 3.2 ms at ~2,000 on an H200).
+ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def no_cudnn_attention():
+    return sdpa_kernel(ATTENTION_BACKENDS)
+
+
+def next_power_of_two(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def compile_allowed() -> bool:
+    """torch.compile is used on CUDA unless SPECVIZ_COMPILE=0 or on ZeroGPU, which does not support it."""
+    if os.environ.get("SPECVIZ_COMPILE", "1") == "0" or os.environ.get("SPACES_ZERO_GPU"):
+        return False
+    return True
+
+
+def graphs_allowed() -> bool:
+    """CUDA graphs are used on CUDA unless SPECVIZ_GRAPHS=0 or on ZeroGPU, which lends the GPU per call: a
+    graph holds raw device addresses, which need not survive from one call to the next."""
+    return os.environ.get("SPECVIZ_GRAPHS", "1") != "0" and not os.environ.get("SPACES_ZERO_GPU")
+
+
+class CapturedGraph:
+    """One captured forward: static inputs (token ids, first position; a tree's depths and visibility),
+    static outputs. The inputs are views of one tensor, filled by one copy from the host."""
+
+    def __init__(self, count: int, device: torch.device, tree: bool = False):
+        words = count * -(-count // WORD)  # the visibility's rows packed in 64-bit words (tree.visibility_words)
+        size = count + 1 + (count + words if tree else 0)
+        self.inputs = torch.zeros(size, dtype=torch.long, device=device)
+        self.ids, self.start = self.inputs[:count], self.inputs[count:count + 1]
+        self.depths = self.inputs[count + 1:2 * count + 1] if tree else None
+        self.visible = self.inputs[2 * count + 1:] if tree else None
+        self.graph = torch.cuda.CUDAGraph()
+        self.logits: torch.Tensor | None = None
+        self.hidden: torch.Tensor | None = None
+
+
+class Workspace:
+    """What a runner needs beyond the weights and keeps between runs: the KV cache, the RoPE tables and the
+    captured graphs (which point at both). Runners borrow one from a pool per model (take_workspace), so
+    that graphs are captured once per model and shape, not once per run."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype):
+        self.device, self.dtype = device, dtype
+        self.capacity = 0
+        self.keys_values = self.keys = self.values = self.cos = self.sin = None  # keys, values: views of the first
+        self.graphs: dict[tuple, CapturedGraph] = {}  # (positions, span, tree) -> graph
+        self.users: dict[tuple, object] = {}  # what the runner's users capture over this cache (the device
+        # loop's state and graphs), under their own keys; dropped with the graphs when the cache is replaced
+        self.pool = None  # the CUDA graphs' shared memory pool
+
+
+_workspaces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # first decoder layer -> {key: [free]}
+
+
+_workspaces_lock = threading.Lock()
+
+
+def take_workspace(first_layer: torch.nn.Module, key: tuple, device, dtype) -> Workspace:
+    with _workspaces_lock:
+        free = _workspaces.setdefault(first_layer, {}).setdefault(key, [])
+        return free.pop() if free else Workspace(device, dtype)
+
+
+def return_workspace(first_layer_ref, key: tuple, workspace: Workspace) -> None:
+    first_layer = first_layer_ref()
+    if first_layer is None:
+        return
+    with _workspaces_lock:
+        _workspaces.setdefault(first_layer, {}).setdefault(key, []).append(workspace)
+
+
+def capture_graph(graph: torch.cuda.CUDAGraph, run, device: torch.device, owner):
+    """Run `run` twice on a side stream (lazy initialisation and allocations happen outside the capture; its
+    writes must be idempotent), then capture it into `graph`, in the memory pool that the graphs of `owner`
+    (a workspace: `.pool`, None until its first capture) share. Returns what the captured call returned: the
+    graph's static outputs."""
+    if owner.pool is None:
+        owner.pool = torch.cuda.graph_pool_handle()
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    with torch.cuda.graph(graph, pool=owner.pool):
+        outputs = run()
+    return outputs
+
+
+def graph_span(end: int, context_length: int) -> int:
+    """The attention span a graph covers for a sequence of `end` tokens: a power of two >= MIN_SPAN (or
+    the whole context), so that few graphs serve every length."""
+    return min(context_length, max(MIN_SPAN, next_power_of_two(end)))
+
+
+_compiled: dict = {}
+
+
+def compiled_fn(fn):
+    """`fn` (a layer function) through torch.compile, compiled once per process: every layer of every model
+    calls the same function with its own tensors, so it compiles twice per dtype: for K = 1 and for K > 1
+    (sizes dynamic). Duck sizing is off while it compiles: otherwise a K that happens to equal a head count
+    or the head size (3, 9, 64 for the default model) gets a specialised graph of its own, tens of seconds
+    each."""
+    if fn not in _compiled:
+        compiled = torch.compile(fn, dynamic=True, fullgraph=True)
+
+        def call(*args):
+            with _no_duck_shapes():
+                return compiled(*args)
+
+        _compiled[fn] = call
+    return _compiled[fn]
+
+
+def _no_duck_shapes():
+    import contextlib
+
+    try:
+        from torch.fx.experimental import _config
+    except ImportError:
+        return contextlib.nullcontext()
+    if not hasattr(_config, "use_duck_shape"):  # another torch release: correct, only more compiles
+        return contextlib.nullcontext()
+    return _config.patch(use_duck_shape=False)
