@@ -16,6 +16,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -165,6 +166,10 @@ def sample_outputs(target: LoadedModel, make_proposer: Callable[[], Proposer], p
     return samples
 
 
+def _stage(progress: Callable[[str, int], None] | None, stage: str) -> Callable[[int], None] | None:
+    return None if progress is None else partial(progress, stage)
+
+
 @dataclass
 class ExactnessReport:
     method: str
@@ -192,17 +197,16 @@ def check_exactness(target: LoadedModel, make_proposer: Callable[[], Proposer], 
         raise ValueError("exactness under sampling needs a temperature above 0")
     settings = dataclasses.replace(settings, max_new_tokens=depth + EXTRA_TOKENS, stop_at_eos=False).validate()
     exact = target_distribution(target, prompt_ids, settings, depth, samples)
-    report = lambda stage: None if progress is None else (lambda done: progress(stage, done))
     first_seed = settings.seed or 0  # run i uses seed first_seed + i; the control the next `samples` seeds
     drawn = sample_outputs(target, make_proposer, prompt_ids, settings, depth, samples, first_seed,
-                           progress=report("method"))
+                           progress=_stage(progress, "method"))
     fit = goodness_of_fit(drawn.counts, exact, samples)
     control, control_temperature = None, None
     if control_factor is not None:
         control_temperature = settings.temperature * control_factor
         cooler = dataclasses.replace(settings, temperature=control_temperature)
         cooled = sample_outputs(target, make_proposer, prompt_ids, cooler, depth, samples, first_seed + samples,
-                                progress=report("control"))
+                                progress=_stage(progress, "control"))
         control = goodness_of_fit(cooled.counts, exact, samples)
     return ExactnessReport(make_proposer().name, samples, depth, fit, control, control_temperature,
                            drawn.drafted, drawn.accepted)
