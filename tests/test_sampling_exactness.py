@@ -19,6 +19,7 @@ from specviz.proposers import (AdaptiveProposer, EagleProposer, EarlyExitDrafter
                                NgramProposer, RetrievalProposer)
 from specviz.testing import perturbed_copy, tiny_causal_lm
 
+from stats import ALPHA
 from test_drafters_tiny import random_eagle, random_medusa
 from test_verify import wrong_verify_sampled
 
@@ -26,7 +27,6 @@ VOCAB = 6
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]  # repeats, so that lookups find matches
 DEPTH = 2
 RUNS = 3000
-ALPHA = 1e-4  # scenarios are seeded, so a pass is reproducible; the level keeps false alarms rare
 TREE = 6
 
 WARPS = {
