@@ -105,7 +105,7 @@ def _top(probs: torch.Tensor, n: int = TOP_N) -> list[TopTokens]:
 def check_prompt(target: LoadedModel, prompt_ids: list[int], settings: DecodeSettings) -> None:
     context = target.context_length
     if not prompt_ids:
-        raise InvalidSettingError("the prompt has no tokens; type some text")
+        raise InvalidSettingError("the prompt is empty; type some text")
     if len(prompt_ids) >= context:
         raise InvalidSettingError(
             f"the prompt is {len(prompt_ids)} tokens, longer than the model's context of {context}; shorten it"
