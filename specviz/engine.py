@@ -55,6 +55,15 @@ def accepted_in_output(n_verified: int, kept: list[int]) -> tuple[int, bool]:
     return (len(kept) if cut else n_verified), cut
 
 
+def position_state(i: int, n: int, cut: bool, uniforms: list[float] | None) -> tuple[bool, bool, float | None, bool]:
+    """Draft position i of a step whose output kept n drafts -> (accepted, reached by the verifier as the output
+    sees it, the draw u compared there or None, shown in the token view: a cut step shows nothing past its cut)."""
+    accepted = i < n
+    reached = accepted or (i == n and not cut)
+    u = uniforms[i] if uniforms is not None and reached else None
+    return accepted, reached, u, accepted or not cut
+
+
 def lean_record(index, draft: Draft, draft_ids: list[int], logits, verdict, kept: list[int], detokenizer,
                 draft_ms, verify_ms, elapsed_s, total_emitted) -> StepRecord:
     """Ids, kinds, decisions and timings; no probabilities, texts or top lists (detail=False)."""
@@ -63,13 +72,11 @@ def lean_record(index, draft: Draft, draft_ids: list[int], logits, verdict, kept
     nan, no_top = float("nan"), TopTokens(ids=[], probs=[])
     positions, tokens = [], []
     for i, token_id in enumerate(draft_ids):
-        accepted = i < n
-        reached = accepted or (i == n and not cut)
-        u = verdict.uniforms[i] if verdict.uniforms is not None and reached else None
+        accepted, reached, u, shown = position_state(i, n, cut, verdict.uniforms)
         positions.append(DraftPosition(token_id=token_id, text="", q=None, p=nan,
                                        accept_prob=verdict.accept_probs[i], u=u, accepted=accepted,
                                        reached=reached, p_top=no_top, q_top=None))
-        if accepted or not cut:  # a cut step shows nothing past its last kept token
+        if shown:
             tokens.append(TokenRecord(id=token_id, text="", step=index,
                                       kind=TokenKind.ACCEPTED if accepted else TokenKind.REJECTED))
     kind = TokenKind.TARGET if gamma == 0 else TokenKind.BONUS if verdict.n_accepted == gamma else TokenKind.RESAMPLED
@@ -395,15 +402,13 @@ class SpeculativeRun:
 
         positions, tokens = [], []
         for i, token_id in enumerate(draft_ids):
-            accepted = i < n
-            reached = accepted or (i == n and not cut)
-            u = verdict.uniforms[i] if verdict.uniforms is not None and reached else None
+            accepted, reached, u, shown = position_state(i, n, cut, verdict.uniforms)
             text = detokenizer.push(token_id) if accepted else detokenizer.peek(token_id)
             positions.append(DraftPosition(
                 token_id=token_id, text=text, q=q_of[i], p=p_of[i], accept_prob=verdict.accept_probs[i],
                 u=u, accepted=accepted, reached=reached, p_top=p_tops[i], q_top=q_tops[i],
             ))
-            if accepted or not cut:  # a cut step shows nothing past its last kept token
+            if shown:
                 tokens.append(TokenRecord(
                     id=token_id, text=text, kind=TokenKind.ACCEPTED if accepted else TokenKind.REJECTED,
                     step=index, p=p_of[i], q=q_of[i], accept_prob=verdict.accept_probs[i], u=u,
