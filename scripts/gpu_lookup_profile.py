@@ -1,4 +1,4 @@
-"""GPU time of the device loop's lookups (device_loop.py), each part alone, captured in a CUDA graph as the loop
+"""GPU time of the device loop's lookups (proposers/*_device.py, tree_device.py), each part alone, captured in a CUDA graph as the loop
 captures them: microseconds a replay (mean of 500, replayed back to back) and kernels a replay. No model
 needed: the shipped datastore and a stretch of its own text as the sequence.
 
@@ -13,6 +13,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specviz import device_loop as dl  # noqa: E402
+from specviz import tree_device  # noqa: E402
+from specviz.proposers import ngram_device, retrieval_device  # noqa: E402
 from specviz.datastore import Datastore  # noqa: E402
 
 STORE = Path(__file__).resolve().parents[1] / "assets" / "drafters" / "smollm2-135m-instruct" / "retrieval"
@@ -48,14 +50,14 @@ def time_graph(fn, replays: int = 500) -> tuple[float, int]:
 def main() -> None:
     device = torch.device("cuda")
     store = Datastore.load(STORE, 49152)
-    on_device = dl.device_datastore(store, device)
+    on_device = retrieval_device.device_datastore(store, device)
     capacity, gamma = 4096, 16
     text = [t if t < 49152 else 2 for t in store.tokens[5000:6500].tolist()]
     sequence = torch.zeros(capacity + gamma + 2, dtype=torch.long, device=device)
     sequence[:len(text)] = torch.tensor(text, device=device)
     length = torch.tensor([len(text)], device=device)
-    starts = dl.latest_matches(sequence, length, (3, 2, 1), 8)
-    own, own_valid = dl.gather_runs(sequence, starts, gamma, length)
+    starts = ngram_device.latest_matches(sequence, length, (3, 2, 1), 8)
+    own, own_valid = ngram_device.gather_runs(sequence, starts, gamma, length)
     stored, stored_valid, n = on_device.continuations(sequence, length, gamma, 32)
     tokens = torch.cat([own.reshape(-1, gamma), stored])
     valid = torch.cat([own_valid.reshape(-1, gamma), stored_valid])
@@ -79,11 +81,11 @@ def main() -> None:
         "advance (accept, append)": lambda f: (f(logits, sequence, length, inputs, draft_length, log), restore()),
     }
     functions = {
-        "latest_matches (3 sizes x 8)": dl.latest_matches,
+        "latest_matches (3 sizes x 8)": ngram_device.latest_matches,
         "datastore continuations": on_device.continuations,
-        "heaviest_line (56 x 16)": dl.heaviest_line,
-        "ngram_draft": dl.ngram_draft,
-        "retrieval_draft": dl.retrieval_draft,
+        "heaviest_line (56 x 16)": tree_device.heaviest_line,
+        "ngram_draft": ngram_device.ngram_draft,
+        "retrieval_draft": retrieval_device.retrieval_draft,
         "advance (accept, append)": dl.advance,
     }
     print(torch.cuda.get_device_name(), torch.__version__)

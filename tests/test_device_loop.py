@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from specviz import device_loop
+from specviz import tree_device
+from specviz.proposers import ngram_device, retrieval_device
 from specviz.api import encode, make_proposer, run_once
 from specviz.datastore import Datastore
 from specviz.proposers import NgramProposer, RetrievalProposer
@@ -30,7 +32,7 @@ def test_heaviest_line_on_the_device_is_the_hosts_ties_included():
         width = rng.randrange(1, 7)
         candidates = [([rng.randrange(3) for _ in range(rng.randrange(0, width + 1))], float(rng.choice([1, 4, 16, 100])))
                       for _ in range(rng.randrange(1, 12))]
-        line, length = device_loop.heaviest_line(*_as_rows(candidates, width, rng))
+        line, length = tree_device.heaviest_line(*_as_rows(candidates, width, rng))
         assert line[:int(length)].tolist() == heaviest_line(candidates, width)
         assert not line[int(length):].any()
 
@@ -51,7 +53,7 @@ def test_draft_trees_on_the_device_are_the_hosts_ties_included():
         width, budget = rng.randrange(1, 7), rng.randrange(1, 20)
         candidates = [([rng.randrange(3) for _ in range(rng.randrange(0, width + 1))], float(rng.choice([1, 4, 16, 100])))
                       for _ in range(rng.randrange(1, 12))]
-        node_tokens, parents, node_depths, real, ancestors = device_loop.weighted_tree(
+        node_tokens, parents, node_depths, real, ancestors = tree_device.weighted_tree(
             *_as_rows(candidates, width, rng), budget)
         assert _laid_out_as_the_host(node_tokens, parents, real) == weighted_trie(candidates, budget)
         count = int(real.sum())
@@ -81,7 +83,7 @@ def _sequences(store, count=160):
 
 
 def test_lookups_on_the_device_are_the_host_proposers_drafts(store):
-    on_device, generator = device_loop.device_datastore(store, torch.device("cpu")), torch.Generator()
+    on_device, generator = retrieval_device.device_datastore(store, torch.device("cpu")), torch.Generator()
     checked = 0
     for number, sequence in enumerate(_sequences(store)):
         gamma = (1, 4, 16)[number % 3]
@@ -92,16 +94,16 @@ def test_lookups_on_the_device_are_the_host_proposers_drafts(store):
             proposer.reset(tokens, DecodeSettings(gamma=gamma), generator)
             expected = proposer.propose(tokens, gamma).token_ids.tolist()
             if isinstance(proposer, RetrievalProposer):
-                draft, size = device_loop.retrieval_draft(buffer, length, gamma, (3, 2, 1), on_device, 32, 1.0)
+                draft, size = retrieval_device.retrieval_draft(buffer, length, gamma, (3, 2, 1), on_device, 32, 1.0)
             else:
-                draft, size = device_loop.ngram_draft(buffer, length, gamma, (3, 2, 1))
+                draft, size = ngram_device.ngram_draft(buffer, length, gamma, (3, 2, 1))
             assert draft[:int(size)].tolist() == expected, (type(proposer).__name__, sequence, gamma)
             checked += bool(expected)
     assert checked > 200  # most lookups found something
 
 
 def test_tree_lookups_on_the_device_are_the_host_proposers_trees(store):
-    on_device, generator = device_loop.device_datastore(store, torch.device("cpu")), torch.Generator()
+    on_device, generator = retrieval_device.device_datastore(store, torch.device("cpu")), torch.Generator()
     checked = 0
     for number, sequence in enumerate(_sequences(store, 60)):
         gamma, budget = (4, 16)[number % 2], (15, 63)[number % 3 > 0]
@@ -112,10 +114,10 @@ def test_tree_lookups_on_the_device_are_the_host_proposers_trees(store):
         for proposer in (NgramProposer(), RetrievalProposer(store)):
             proposer.reset(tokens, settings, generator)
             draft = proposer.propose(tokens, gamma)
-            candidates = [device_loop.own_candidates(buffer, length, gamma, (3, 2, 1))]
+            candidates = [ngram_device.own_candidates(buffer, length, gamma, (3, 2, 1))]
             if isinstance(proposer, RetrievalProposer):
-                candidates.append(device_loop.stored_candidates(buffer, length, gamma, on_device, 32, 1.0))
-            tree = device_loop.weighted_tree(*(torch.cat(parts) for parts in zip(*candidates)), budget)
+                candidates.append(retrieval_device.stored_candidates(buffer, length, gamma, on_device, 32, 1.0))
+            tree = tree_device.weighted_tree(*(torch.cat(parts) for parts in zip(*candidates)), budget)
             expected = (draft.token_ids.tolist(), draft.parents or [])
             assert _laid_out_as_the_host(tree[0], tree[1], tree[3]) == expected, (type(proposer).__name__, sequence)
             checked += len(expected[0]) > 1
@@ -129,11 +131,11 @@ def test_walk_tree_matches_the_hosts_greedy_walk():
     for _ in range(300):
         budget, gamma = rng.randrange(1, 16), rng.randrange(1, 6)
         candidates = [([rng.randrange(3) for _ in range(rng.randrange(0, gamma + 1))], 1.0) for _ in range(rng.randrange(1, 10))]
-        node_tokens, parents, node_depths, real, ancestors = device_loop.weighted_tree(
+        node_tokens, parents, node_depths, real, ancestors = tree_device.weighted_tree(
             *_as_rows(candidates, gamma, rng), budget)
         choices = torch.tensor([rng.randrange(3) for _ in range(budget + 1)])
         logits = torch.nn.functional.one_hot(choices, 3).float()
-        _, accepted, path, next_token = device_loop.walk_tree(logits, node_tokens, parents, real, ancestors,
+        _, accepted, path, next_token = tree_device.walk_tree(logits, node_tokens, parents, real, ancestors,
                                                              node_depths, gamma)
         count = int(real.sum())
         walk = walk_greedy(node_tokens[:count].tolist(), parents[:count].tolist(), choices[:count + 1].tolist())

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .adaptive import AdaptiveProposer
-from .base import Draft, Feedback, Proposer
+from .base import DeviceLookup, Draft, Feedback, Proposer
 from .draft_model import ModelDrafter
 from .eagle import EagleProposer
 from .early_exit import EarlyExitDrafter
@@ -23,6 +23,9 @@ class PlainProposer(Proposer):
 
     def propose(self, tokens, gamma):
         return self.empty_draft("cpu")  # on the host: nothing to allocate or copy on a GPU
+
+    def device_lookup(self, settings, runner):
+        return DeviceLookup()  # nothing to draft: the loop verifies one position a step
 
 
 __all__ = ["METHODS", "TREE_METHODS", "AdaptiveProposer", "Draft", "EagleProposer", "EarlyExitDrafter", "Feedback",

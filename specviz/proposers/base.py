@@ -37,6 +37,28 @@ class Feedback:
     # resampled or bonus token), on the host: proposers that mirror the sequence need no device transfer
 
 
+class DeviceLookup:
+    """A proposer's drafting as tensor functions that a CUDA graph can hold, for the device loop
+    (device_loop.py): they read the sequence on the device (its first `length` [1] entries) and never read a
+    value back to the host. This base drafts nothing: plain decoding."""
+
+    gamma = 0  # draft tokens a step (a chain's length, a tree's depth)
+    tree = 0  # a draft tree's nodes; 0: chains
+
+    def key(self) -> tuple:
+        """What the loop's captured graphs depend on besides the runner."""
+        return ("plain",)
+
+    def draft(self, sequence: torch.Tensor, length: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A chain: (its tokens [gamma], zeros past its end; its length [])."""
+        raise NotImplementedError
+
+    def candidates(self, sequence: torch.Tensor, length: torch.Tensor) -> tuple:
+        """A tree's candidates: sets of (tokens [M, gamma], valid [M, gamma], weights [M]), merged into a
+        weighted trie by the loop."""
+        raise NotImplementedError
+
+
 class Proposer:
     """Base class. Subclasses set `name` and implement propose(); they keep their own state (caches)
     in step with the accepted sequence, which reset() and observe() give them."""
@@ -67,6 +89,12 @@ class Proposer:
     def warm_up(self, max_length: int, gamma: int, tree: int) -> None:
         """Untimed preparation for runs of up to max_length tokens with these settings (api.warm_up calls it):
         graphs to capture, code to compile. Most proposers have none."""
+
+    def device_lookup(self, settings: DecodeSettings, runner) -> DeviceLookup | None:
+        """This proposer's drafting on the device, for the device loop, or None where it has none (then the
+        host loop runs). runner: the fast path's runner the loop verifies on (its device, use_graphs,
+        use_compile)."""
+        return None
 
     def release(self) -> None:
         """Called when a run ends: give back what the run held (a tree drafter's static cache); the next

@@ -105,6 +105,15 @@ class NgramProposer(Proposer):
         continuation, self.draft_key = index.continuation(gamma)  # draft_key: what adaptive judges apart
         return Draft(torch.tensor(continuation, dtype=torch.long), probs=None)
 
+    def device_lookup(self, settings, runner):
+        from .ngram_device import NgramLookup
+
+        return NgramLookup(settings.gamma, settings.tree, self.sizes(), runner.use_graphs and runner.use_compile)
+
+    def sizes(self) -> tuple[int, ...]:
+        """The n-gram sizes looked up, longest first."""
+        return tuple(range(self.max_ngram, self.min_ngram - 1, -1))
+
     def observe(self, feedback: Feedback) -> None:
         index = getattr(self, "index", None)
         if index is None:

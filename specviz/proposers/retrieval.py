@@ -49,3 +49,10 @@ class RetrievalProposer(NgramProposer):
             node_ids, parents = weighted_trie(candidates, budget)
             return Draft(torch.tensor(node_ids, dtype=torch.long), probs=None, parents=parents)
         return Draft(torch.tensor(heaviest_line(candidates, gamma), dtype=torch.long), probs=None)
+
+    def device_lookup(self, settings, runner):
+        from .retrieval_device import RetrievalLookup, device_datastore
+
+        return RetrievalLookup(settings.gamma, settings.tree, self.sizes(), device_datastore(self.datastore, runner.device),
+                               self.store_limit, self.store_weight * SEQUENCE_WEIGHT,
+                               compiled=runner.use_graphs and runner.use_compile, streams=runner.use_graphs)

@@ -138,6 +138,17 @@ def compiled_fn(fn):
     return _compiled[fn]
 
 
+_compiled_static: dict = {}
+
+
+def compiled_static(fn):
+    """`fn` (a device-loop step function) through torch.compile with static shapes, once per process: each
+    run's shapes are fixed by its settings, and the kernels fused are what a captured graph replays."""
+    if fn not in _compiled_static:
+        _compiled_static[fn] = torch.compile(fn, dynamic=False)
+    return _compiled_static[fn]
+
+
 def _no_duck_shapes():
     import contextlib
 

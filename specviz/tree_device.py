@@ -1,0 +1,91 @@
+"""Draft trees on the device: tree.py's weighted trie, heaviest line and greedy walk as tensor functions without
+loops over depths or nodes, which a CUDA graph can hold (the device loop, device_loop.py, replays them). They
+give exactly what tree.py gives (tests/test_device_loop.py compares them on random candidates)."""
+from __future__ import annotations
+
+import torch
+
+
+def trie_groups(tokens: torch.Tensor, valid: torch.Tensor, weights: torch.Tensor):
+    """tokens, valid [M, G] (candidate m's run: the valid prefix of its row), weights [M] -> (group [M, M, G]:
+    candidate j agrees with candidate i up to depth d; the weight of i's group at d [M, G]; its first member
+    [M, G]). A group at depth d is a node of the candidates' trie."""
+    same = (tokens[:, None, :] == tokens[None, :, :]) & valid[:, None, :] & valid[None, :, :]  # [i, j, d]
+    group = same.int().cumprod(-1).bool()
+    weight = (group * weights[None, :, None]).sum(1)
+    first = group.int().argmax(1)  # argmax returns the first of equals
+    return group, weight, first
+
+
+def heaviest_line(tokens: torch.Tensor, valid: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """tree.heaviest_line without a loop over depths. tokens, valid [M, G] (candidate m's run: the valid prefix
+    of its row), weights [M] -> (the line [G], zeros past its end; its length [], a tensor).
+
+    At each depth the host version keeps the group (same token there) of the candidates still on the line
+    with the most weight, ties to the group seen first. Here, for every candidate i and depth d at once: its
+    group (the candidates that agree with it up to d), the group's weight and first member, and whether its
+    group wins among the groups of its parent (the candidates that agree with it up to d - 1); the line
+    follows the candidates that win at every depth so far. Weights must add exactly (whole numbers)."""
+    count = tokens.shape[0]
+    group, weight, first = trie_groups(tokens, valid, weights)
+    score = torch.where(valid, weight * count + (count - 1 - first), -1.0)  # heavier first, then earlier
+    parent = torch.cat([valid[None, :, :1].expand(count, count, 1), group[:, :, :-1]], dim=-1)
+    best_in_parent = torch.where(parent, score[None, :, :], -1.0).amax(1)
+    on_line = (valid & (score == best_in_parent)).int().cumprod(-1).bool()  # [M, G]
+    reached = on_line.any(0)
+    line = tokens.gather(0, on_line.int().argmax(0)[None])[0]
+    return torch.where(reached, line, 0), reached.sum()
+
+
+def weighted_tree(tokens: torch.Tensor, valid: torch.Tensor, weights: torch.Tensor, budget: int):
+    """tree.weighted_trie without a loop: tokens, valid [M, G] (candidate m's run: the valid prefix of its
+    row), weights [M] (whole numbers) -> the `budget` heaviest nodes of the candidates' trie, best first (a
+    parent before its children, siblings best first; past the real nodes, padding):
+    (tokens [B], parents [B] (-1: the root), depths [B] (1: the root's children), real [B] (the first nodes),
+    ancestors [B, B] (node b sees node a: a is b or above it; a padding node sees itself only)).
+
+    A node is a candidate's prefix up to depth d, named by the first candidate that has it (as the host's trie
+    makes it first). weighted_trie pops nodes best first by (weight, first candidate, depth): a child never
+    comes before its parent in that order (no heavier; if as heavy, a later or the same first candidate, and
+    deeper), so the `budget` first nodes in it form a tree, and its order is the host's order of siblings."""
+    count, width = tokens.shape
+    group, weight, first = trie_groups(tokens, valid, weights)
+    members = torch.arange(count, device=tokens.device)
+    named = valid & (first == members[:, None])  # node (i, d) is named by i
+    flat = count * width
+    place = torch.arange(flat, device=tokens.device).view(count, width)  # i * G + d: first candidate, then depth
+    # one key that orders nodes as the host's heap pops them (exact in float64: the weights are whole numbers)
+    key = torch.where(named, weight * flat + (flat - 1 - place), -1.0).reshape(-1)
+    rank = (key[None, :] > key[:, None]).sum(1)  # nodes ahead of each
+    chosen = named.reshape(-1) & (rank < budget)
+    slots = torch.arange(budget, device=tokens.device)
+    sink = torch.where(chosen, rank, budget)  # the nodes not chosen go to a slot past the end
+    node = torch.zeros(budget + 1, dtype=torch.long, device=tokens.device).index_copy_(
+        0, sink, torch.arange(flat, device=tokens.device))[:budget]
+    real = slots < chosen.sum()
+    row, depth = node // width, node % width
+    above = (depth - 1).clamp(min=0)  # the parent of node (i, d): node (first[i, d - 1], d - 1)
+    parent_node = first.reshape(-1).gather(0, row * width + above) * width + above
+    parents = torch.where(real & (depth > 0), rank.gather(0, parent_node), -1)
+    sees = (depth[None, :] <= depth[:, None]) & group.reshape(-1).gather(
+        0, ((row[:, None] * count + row[None, :]) * width + depth[None, :]).reshape(-1)).view(budget, budget)
+    both = real[:, None] & real[None, :]
+    ancestors = torch.where(both, sees, slots[:, None] == slots[None, :])
+    node_tokens = torch.where(real, tokens.reshape(-1).gather(0, node), 0)
+    return node_tokens, parents, torch.where(real, depth + 1, 1), real, ancestors
+
+
+def walk_tree(logits, tokens, parents, real, ancestors, depths, gamma: int):
+    """tree.walk_greedy on the device: logits [B + 1, V] (row 0 the root's, row b + 1 node b's), the tree's
+    tokens, parents, real [B], ancestors [B, B], depths [B] -> (the target's choices [B + 1], accepted n [], the
+    accepted path: its node at each depth [gamma] (the first n real), the next token []). A node is on the
+    path when it and every node above it are the target's choice after their parent (at most one child of a
+    node can be: siblings differ)."""
+    choices = logits.argmax(-1)
+    agrees = real & (tokens == choices.gather(0, parents + 1))
+    on_path = real & ~(ancestors & ~agrees[None, :]).any(-1)
+    accepted = torch.where(on_path, depths, 0).amax()
+    levels = torch.arange(1, gamma + 1, device=tokens.device)
+    path = (on_path[None, :] & (depths[None, :] == levels[:, None])).int().argmax(-1)
+    last_row = torch.where(accepted > 0, path.gather(0, (accepted - 1).clamp(min=0)[None])[0] + 1, 0)
+    return choices, accepted, path, choices.gather(0, last_row[None])[0]
