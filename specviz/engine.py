@@ -125,6 +125,44 @@ def check_prompt(target: LoadedModel, prompt_ids: list[int], settings: DecodeSet
         )
 
 
+class RunProgress:
+    """What a run holds while it runs: the accepted sequence twice, on the host (what the loop decides with) and
+    on the device (what proposers read: a view of one buffer that grows by writing, never by concatenating),
+    the output, the tokens shown, and the run's clock."""
+
+    def __init__(self, prompt_ids: list[int], max_new_tokens: int, device: torch.device, start: float, eos_ids,
+                 detokenizer: IncrementalDetokenizer, generator: torch.Generator):
+        self.sequence = list(prompt_ids)
+        size = len(self.sequence) + max_new_tokens + 1
+        # the host side of every copy into the buffer: on a GPU pinned memory, so that a step's copy runs
+        # asynchronously (a plain copy from the host waited ~40 us a step); each slot is written once
+        self.staging = torch.empty(size, dtype=torch.long, pin_memory=device.type == "cuda")
+        self.staged = self.staging.numpy()
+        self.staged[: len(self.sequence)] = self.sequence
+        self.buffer = self.staging if device.type == "cpu" else torch.empty(size, dtype=torch.long, device=device)
+        if self.buffer is not self.staging:
+            self.buffer[: len(self.sequence)].copy_(self.staging[: len(self.sequence)])
+        self.output: list[int] = []
+        self.shown: list[TokenRecord] = []
+        self.start, self.eos_ids, self.detokenizer, self.generator = start, eos_ids, detokenizer, generator
+        self.prefill_seconds = 0.0
+        self.prefill_events = None  # (start, end) CUDA events where the prefill is timed on the device
+        self.stop_reason = "max_new_tokens"
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        """The accepted sequence on the device."""
+        return self.buffer[: len(self.sequence)]
+
+    def append(self, kept: list[int]) -> None:
+        """Accepted tokens onto both copies of the sequence (the device's asynchronously)."""
+        begin, end = len(self.sequence), len(self.sequence) + len(kept)
+        self.staged[begin:end] = kept
+        if self.buffer is not self.staging:
+            self.buffer[begin:end].copy_(self.staging[begin:end], non_blocking=True)
+        self.sequence.extend(kept)
+
+
 class SpeculativeRun:
     """Iterate to run it step by step (a StepRecord per step); `result` is set once the run has ended.
 
@@ -159,6 +197,7 @@ class SpeculativeRun:
         if self.settings.tree and not getattr(self.runner, "supports_tree", False):
             warnings.warn(f"specviz: {type(self.runner).__name__} cannot verify draft trees; drafting chains")
             self.settings = dataclasses.replace(self.settings, tree=0)
+        self.context = target.context_length  # read once: a property that walks the config
         self.verify_sampled = verifier or verification.verify_sampled
         self.detail = detail
         self.result: RunResult | None = None
@@ -175,136 +214,134 @@ class SpeculativeRun:
             self.proposer.release()  # and the proposer's (a tree drafter's cache and graphs), for the next run
 
     def _run(self) -> Iterator[StepRecord]:
-        settings, target, runner, proposer = self.settings, self.target, self.runner, self.proposer
-        device = runner.device
-        eos_ids = target.eos_token_ids if settings.stop_at_eos else set()
-        context = target.context_length  # read once: a property that walks the config
-        detokenizer = IncrementalDetokenizer(target.tokenizer)
-        generator = make_generator(settings.seed, device)
-        output: list[int] = []
-        tokens_shown: list[TokenRecord] = []
-        stop_reason = "max_new_tokens"
-
-        # the device is waited for only where a step's timing needs it: drafting that runs on the host (lookups)
-        # is timed by the host clock alone, and a verify pass has ended once its result has been read
-        host_drafts = proposer.drafts_on_host
+        """Prefill, then steps (on the device where the device loop applies, else on the host), then the result."""
         loop = self._device_loop()
+        run = self._prefill(timed_by_events=loop is not None and loop.graphs)
+        if loop is not None:
+            run.stop_reason = yield from self._run_on_device(loop, run)
+        while loop is None and len(run.output) < self.settings.max_new_tokens:
+            yield self._host_step(run)
+            if run.stop_reason == "eos":
+                break
+        self.result = self._finish(run, "host" if loop is None else "device")
+
+    def _prefill(self, timed_by_events: bool) -> "RunProgress":
+        """The prompt into the target's cache (all of it but its last token: each step feeds the last one) and
+        the proposer reset. timed_by_events: the device loop's steps queue behind the prefill, so it is timed by
+        CUDA events rather than waited for."""
+        settings, runner, device = self.settings, self.runner, self.runner.device
         start = device_clock(device)
-        if loop is not None and loop.graphs:
-            prefill_start = torch.cuda.Event(enable_timing=True)
-            prefill_start.record()
-        # The accepted sequence, twice: on the host (what the loop decides with) and on the device (what
-        # proposers read), the latter a view of one buffer that grows by writing, never by concatenating.
-        sequence = list(self.prompt_ids)
-        size = len(sequence) + settings.max_new_tokens + 1
-        # the host side of every copy into the buffer: on a GPU pinned memory, so that a step's copy runs
-        # asynchronously (a plain copy from the host waited ~40 us a step); each slot is written once
-        staging = torch.empty(size, dtype=torch.long, pin_memory=device.type == "cuda")
-        staged = staging.numpy()
-        staged[: len(sequence)] = sequence
-        buffer = staging if device.type == "cpu" else torch.empty(size, dtype=torch.long, device=device)
-        if buffer is not staging:
-            buffer[: len(sequence)].copy_(staging[: len(sequence)])
-        tokens = buffer[: len(sequence)]
+        events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if timed_by_events else None
+        if events:
+            events[0].record()
+        run = RunProgress(self.prompt_ids, settings.max_new_tokens, device, start,
+                          eos_ids=self.target.eos_token_ids if settings.stop_at_eos else set(),
+                          detokenizer=IncrementalDetokenizer(self.target.tokenizer),
+                          generator=make_generator(settings.seed, device))
         runner.reset()
         prompt_hidden = None
-        if len(sequence) > 1:  # the cache holds every token but the last; each step feeds the last one
-            _, prompt_hidden = runner.forward(tokens[:-1], logits_for="none")  # the logits are not read
-        proposer.reset(tokens, settings, generator, prompt_hidden if proposer.needs_target_hidden else None)
-        self.tokens = tokens
-        prefill_events = None
-        if loop is not None and loop.graphs:  # no wait here: the loop's first steps queue up behind the prefill
-            prefill_events = (prefill_start, torch.cuda.Event(enable_timing=True))
-            prefill_events[1].record()
+        if len(run.sequence) > 1:
+            _, prompt_hidden = runner.forward(run.tokens[:-1], logits_for="none")  # the logits are not read
+        self.proposer.reset(run.tokens, settings, run.generator,
+                            prompt_hidden if self.proposer.needs_target_hidden else None)
+        self.tokens = run.tokens
+        if events:
+            events[1].record()
+            run.prefill_events = events
         else:
-            prefill_seconds = device_clock(device) - start
+            run.prefill_seconds = device_clock(device) - start
+        return run
 
-        if loop is not None:  # every step on the device: the host loop below is skipped
-            stop_reason = yield from self._run_on_device(loop, sequence, tokens, output, tokens_shown, start, eos_ids)
-        while loop is None and len(output) < settings.max_new_tokens:
-            step_start = time.perf_counter()
-            room = min(settings.max_new_tokens - len(output) - 1, context - len(sequence) - 1)
-            gamma = min(settings.gamma, room)
-            draft = proposer.propose(tokens, gamma) if gamma > 0 else proposer.empty_draft(device)
-            draft_ids = draft.token_ids.tolist()
-            if draft.parents is None:
-                assert draft.size <= gamma, f"{proposer.name} proposed {draft.size} tokens, more than gamma={gamma}"
+    def _host_step(self, run: "RunProgress") -> StepRecord:
+        """One step on the host: draft, verify, keep what was accepted, tell the proposer, record."""
+        settings, runner, proposer, device = self.settings, self.runner, self.proposer, self.runner.device
+        step_start = time.perf_counter()
+        draft, draft_ids = self._draft(run)
+        # the device is waited for only where a step's timing needs it: drafting that runs on the host (lookups)
+        # is timed by the host clock alone, and a verify pass has ended once its result has been read
+        draft_end = time.perf_counter() if proposer.drafts_on_host else device_clock(device)
+
+        cached = runner.length
+        tree_size = 0
+        if draft.parents is not None and not trees.is_chain(draft.parents):
+            tree_size = len(draft_ids)
+            draft, draft_ids, logits, hidden, verdict = self._verify_tree(draft, draft_ids, run.sequence[-1],
+                                                                          run.generator)
+        else:
+            # the last accepted token and the drafts, built on the host: one copy to the device
+            logits, hidden = runner.forward(torch.tensor([run.sequence[-1], *draft_ids], dtype=torch.long))  # [g + 1, V]
+            if settings.greedy:
+                verdict = verification.verify_greedy(torch.tensor(draft_ids, dtype=torch.long), logits)
             else:
-                assert max(trees.depths(draft.parents), default=0) <= gamma and draft.size <= max(settings.tree, gamma), \
-                    f"{proposer.name} proposed a tree deeper than gamma={gamma} or larger than tree={settings.tree}"
-                fits = context - len(sequence)  # the verify pass writes the root and every node into the cache
-                if draft.size > fits:  # near the end of the context: the first nodes are a tree too
-                    draft = Draft(draft.token_ids[:fits], None, None, draft.parents[:fits])
-                    draft_ids = draft_ids[:fits]
-            draft_end = time.perf_counter() if host_drafts else device_clock(device)
+                verdict = self.verify_sampled(draft.token_ids.to(device), draft.probs,
+                                              warp_probs(logits, settings), run.generator)
+            runner.rollback(cached + 1 + verdict.n_accepted)  # keep the fed token and the accepted drafts
+        verify_end = time.perf_counter()
+        n = verdict.n_accepted
 
-            cached = runner.length
-            tree_size = 0
-            if draft.parents is not None and not trees.is_chain(draft.parents):
-                tree_size = len(draft_ids)
-                draft, draft_ids, logits, hidden, verdict = self._verify_tree(draft, draft_ids, sequence[-1], generator)
-                n = verdict.n_accepted
-            else:
-                # the last accepted token and the drafts, built on the host: one copy to the device
-                logits, hidden = runner.forward(torch.tensor([sequence[-1], *draft_ids], dtype=torch.long))  # [g + 1, V]
-                if settings.greedy:
-                    verdict = verification.verify_greedy(torch.tensor(draft_ids, dtype=torch.long), logits)
-                else:
-                    verdict = self.verify_sampled(draft.token_ids.to(device), draft.probs,
-                                                  warp_probs(logits, settings), generator)
-                n = verdict.n_accepted
-                runner.rollback(cached + 1 + n)  # keep the fed token and the accepted drafts
-            verify_end = time.perf_counter()
+        kept = keep_tokens(draft_ids[:n] + [verdict.next_token], run.output, settings.max_new_tokens, run.eos_ids)
+        if kept and kept[-1] in run.eos_ids:
+            run.stop_reason = "eos"
+        run.append(kept)
+        self.tokens = run.tokens
+        proposer.observe(Feedback(
+            tokens=run.tokens, drafted=draft.size, n_accepted=n,
+            draft_seconds=draft_end - step_start, verify_seconds=verify_end - draft_end,
+            target_hidden=(hidden if tree_size else hidden[: n + 1]) if proposer.needs_target_hidden else None,
+            new_ids=kept,
+        ))
 
-            kept = keep_tokens(draft_ids[:n] + [verdict.next_token], output, settings.max_new_tokens, eos_ids)
-            if kept and kept[-1] in eos_ids:
-                stop_reason = "eos"
-            staged[len(sequence): len(sequence) + len(kept)] = kept
-            if buffer is not staging:
-                buffer[len(sequence): len(sequence) + len(kept)].copy_(
-                    staging[len(sequence): len(sequence) + len(kept)], non_blocking=True)
-            sequence.extend(kept)
-            tokens = buffer[: len(sequence)]
-            self.tokens = tokens
-            proposer.observe(Feedback(
-                tokens=tokens, drafted=draft.size, n_accepted=n,
-                draft_seconds=draft_end - step_start, verify_seconds=verify_end - draft_end,
-                target_hidden=(hidden if tree_size else hidden[: n + 1]) if proposer.needs_target_hidden else None,
-                new_ids=kept,
-            ))
+        make_record = self._record if self.detail else lean_record
+        record = make_record(len(self.steps), draft, draft_ids, logits, verdict, kept, run.detokenizer,
+                             (draft_end - step_start) * 1e3, (verify_end - draft_end) * 1e3,
+                             time.perf_counter() - run.start, len(run.output))  # no sync: the next step's has it
+        record.tree_size = tree_size
+        self.steps.append(record)
+        run.shown.extend(record.tokens)
+        return record
 
-            make_record = self._record if self.detail else lean_record
-            record = make_record(len(self.steps), draft, draft_ids, logits, verdict, kept, detokenizer,
-                                 (draft_end - step_start) * 1e3, (verify_end - draft_end) * 1e3,
-                                 time.perf_counter() - start, len(output))  # no sync: the next step's has it
-            record.tree_size = tree_size
-            self.steps.append(record)
-            tokens_shown.extend(record.tokens)
-            yield record
-            if stop_reason == "eos":
-                break
+    def _draft(self, run: "RunProgress") -> tuple[Draft, list[int]]:
+        """The proposer's draft for this step: up to gamma tokens, fewer near the token limit or the context's
+        end; a tree cut to what the cache can still hold."""
+        settings, proposer, context = self.settings, self.proposer, self.context
+        room = min(settings.max_new_tokens - len(run.output) - 1, context - len(run.sequence) - 1)
+        gamma = min(settings.gamma, room)
+        draft = proposer.propose(run.tokens, gamma) if gamma > 0 else proposer.empty_draft(self.runner.device)
+        draft_ids = draft.token_ids.tolist()
+        if draft.parents is None:
+            assert draft.size <= gamma, f"{proposer.name} proposed {draft.size} tokens, more than gamma={gamma}"
+            return draft, draft_ids
+        assert max(trees.depths(draft.parents), default=0) <= gamma and draft.size <= max(settings.tree, gamma), \
+            f"{proposer.name} proposed a tree deeper than gamma={gamma} or larger than tree={settings.tree}"
+        fits = context - len(run.sequence)  # the verify pass writes the root and every node into the cache
+        if draft.size > fits:  # near the end of the context: the first nodes are a tree too
+            draft = Draft(draft.token_ids[:fits], None, None, draft.parents[:fits])
+            draft_ids = draft_ids[:fits]
+        return draft, draft_ids
 
+    def _finish(self, run: "RunProgress", loop: str) -> RunResult:
+        settings, target, runner = self.settings, self.target, self.runner
         if self.detail:
-            held_back = detokenizer.flush()  # the run ended inside a multi-byte character
-            emitted_tokens = [t for t in tokens_shown if t.kind != TokenKind.REJECTED]
+            held_back = run.detokenizer.flush()  # the run ended inside a multi-byte character
+            emitted_tokens = [t for t in run.shown if t.kind != TokenKind.REJECTED]
             if held_back and emitted_tokens:
                 emitted_tokens[-1].text += held_back
-        wall = device_clock(device) - start
-        if prefill_events is not None:
-            prefill_seconds = prefill_events[0].elapsed_time(prefill_events[1]) / 1e3
-        self.result = RunResult(
-            method=proposer.name,
+        wall = device_clock(runner.device) - run.start
+        if run.prefill_events is not None:
+            run.prefill_seconds = run.prefill_events[0].elapsed_time(run.prefill_events[1]) / 1e3
+        return RunResult(
+            method=self.proposer.name,
             prompt=self.prompt_text,
             prompt_tokens=len(self.prompt_ids),
-            text=detokenizer.decode(output),
-            token_ids=output,
-            tokens=tokens_shown,
+            text=run.detokenizer.decode(run.output),
+            token_ids=run.output,
+            tokens=run.shown,
             steps=self.steps,
-            metrics=summarize(self.steps, len(output), wall, prefill_seconds),
-            settings={**settings.__dict__, "target": target.name, "device": str(device),
+            metrics=summarize(self.steps, len(run.output), wall, run.prefill_seconds),
+            settings={**settings.__dict__, "target": target.name, "device": str(runner.device),
                       "dtype": str(target.dtype).replace("torch.", ""), "runner": type(runner).__name__,
-                      "loop": "host" if loop is None else "device"},
-            stop_reason=stop_reason,
+                      "loop": loop},
+            stop_reason=run.stop_reason,
         )
 
     def _device_loop(self):
@@ -320,26 +357,25 @@ class SpeculativeRun:
                 return None
         return loop
 
-    def _run_on_device(self, loop, sequence: list[int], tokens: torch.Tensor, output: list[int], tokens_shown: list,
-                       start: float, eos_ids):
-        """The host loop's records and output from a DeviceLoop's steps (tokens: the prompt on the device).
-        Returns the stop reason."""
+    def _run_on_device(self, loop, run: "RunProgress"):
+        """The host loop's records and output from a DeviceLoop's steps. Returns the stop reason."""
         settings = self.settings
-        for outcome in loop.steps(tokens, settings.max_new_tokens):
+        for outcome in loop.steps(run.tokens, settings.max_new_tokens):
             n, choices = outcome.n_accepted, outcome.choices
             verdict = verification.Verdict(n_accepted=n, next_token=choices[n], uniforms=None, next_distribution=None,
                                            accept_probs=[float(d == c) for d, c in zip(outcome.draft_ids, choices)])
-            kept = keep_tokens(outcome.draft_ids[:n] + [verdict.next_token], output, settings.max_new_tokens, eos_ids)
-            sequence.extend(kept)
+            kept = keep_tokens(outcome.draft_ids[:n] + [verdict.next_token], run.output, settings.max_new_tokens,
+                               run.eos_ids)
+            run.sequence.extend(kept)  # the device holds its own copy: no staging
             record = lean_record(len(self.steps), None, outcome.draft_ids, None, verdict, kept, None,
-                                 outcome.draft_ms, outcome.verify_ms, time.perf_counter() - start, len(output))
+                                 outcome.draft_ms, outcome.verify_ms, time.perf_counter() - run.start, len(run.output))
             record.tree_size = outcome.tree_size
             self.steps.append(record)
-            tokens_shown.extend(record.tokens)
+            run.shown.extend(record.tokens)
             yield record
-            if kept and kept[-1] in eos_ids:
+            if kept and kept[-1] in run.eos_ids:
                 return "eos"
-            if len(output) >= settings.max_new_tokens:
+            if len(run.output) >= settings.max_new_tokens:
                 break
         return "max_new_tokens"
 
