@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine, the default model staged (docs/gpu.md), Spec-Bench's prompts at runs/question.jsonl:
+# On the GPU machine, the default model staged (docs/gpu.md), Spec-Bench's prompts from data/spec_bench/:
 # the device loop (specviz/device_loop.py) measured.
 #   STAGE=check: its CUDA tests, then 2 prompts a category, host loop (SPECVIZ_DEVICE_LOOP=0) and device loop
 #                alternating, twice;
@@ -12,7 +12,7 @@
 source "$(dirname "$0")/gpu_common.sh"
 STAGE=${STAGE:-check}
 METHODS=${METHODS:-ngram:16,retrieval:16}
-PROMPTS_FILE=${PROMPTS_FILE:-runs/question.jsonl}
+PROMPTS_FILE=${PROMPTS_FILE:-data/spec_bench/question.jsonl}
 bench() { python3 -m specviz bench --prompts "$PROMPTS_FILE" --max-new-tokens 256 --methods "$METHODS" "$@" 2>&1 | quiet; }
 if [ "$STAGE" = check ]; then
   python3 -m pytest -q -x tests/test_device_loop.py -k "graphs or waits" 2>&1 | grep -v "^DEBUG\|^\s*$" | tail -40 | tee "$OUT/pytest.log"; grep -q " passed" "$OUT/pytest.log" && ! grep -q "failed" "$OUT/pytest.log" || exit 1
