@@ -8,7 +8,7 @@ each stage writes its JSON as soon as it ends, so a run stopped at its time limi
   D  forward time against positions (the cost curve), the copy bandwidth and the bandwidth floor
   E  bfloat16, one prompt per category: early-exit (gamma 4) beside plain
 
-Run from the folder that holds specviz/ and question.jsonl:  python3 scripts/gpu_bench.py --out DIR
+Run from the repository's root:  python3 scripts/gpu_bench.py --out DIR
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def weight_bytes(model) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
-    parser.add_argument("--prompts", default="question.jsonl")
+    parser.add_argument("--prompts", default="data/spec_bench/question.jsonl")
     parser.add_argument("--gamma", type=int, default=16)
     parser.add_argument("--budget", type=float, default=560, help="seconds; a stage that would end past it is skipped")
     parser.add_argument("--hf-limit", type=int, default=4)

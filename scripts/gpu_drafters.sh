@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The trained drafters on the GPU machine , one stage per call; run from the carried copy of the repo
-# with Spec-Bench's question.jsonl beside it (evaluation only) and the default model staged (docs/gpu.md):
+# with Spec-Bench's prompts in data/spec_bench/ (evaluation only) and the default model staged (docs/gpu.md):
 #   STAGE=bench  bash scripts/gpu_drafters.sh   shipped eagle and medusa on Spec-Bench, bf16 and float32
 #   STAGE=train  bash scripts/gpu_drafters.sh   new data (more kinds of prompt), then EAGLE training; the
 #                                               call's time limit may stop it: STAGE=resume goes on
@@ -9,7 +9,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 WORK=/root/sv2
 mkdir -p "$WORK"
 bench() {  # $1 name, $2 dtype, $3 methods, $4 heads (optional)
-  python3 -m specviz bench --prompts question.jsonl --per-category ${PER_CATEGORY:-1} --methods "$3" --gamma ${GAMMA:-4} \
+  python3 -m specviz bench --prompts data/spec_bench/question.jsonl --per-category ${PER_CATEGORY:-1} --methods "$3" --gamma ${GAMMA:-4} \
       --max-new-tokens 256 --dtype "$2" ${4:+--heads "$4"} --out "$OUT/$1.json" 2>&1 | quiet | tee "$OUT/$1.log"
 }
 case ${STAGE:-bench} in

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Retraining the Medusa heads on the GPU machine , one stage per call, all calls on one warm machine
 # (/root/sv3 must survive between them); run from the carried copy of the repo with the default model staged
-# (docs/gpu.md) and Spec-Bench's question.jsonl beside it (evaluation only):
+# (docs/gpu.md) and Spec-Bench's prompts in data/spec_bench/ (evaluation only):
 #   STAGE=data   bash scripts/gpu_medusa.sh   the target writes a new data set (~6 min); GERMAN=0.15: a share of
 #                                             answers translated into German and back (train/data.py)
 #   STAGE=train VARIANT=l3 LAYERS=3 bash scripts/gpu_medusa.sh   one variant (5 heads of LAYERS blocks) for
@@ -27,7 +27,7 @@ train() {  # $1 variant name, $2 residual blocks per head
       > "$WORK/$1.train.log" 2>&1
 }
 bench() {  # $1 name, $2 dtype, $3 methods, $4 heads folder (empty: shipped), $5 prompt selection
-  python3 -m specviz bench --prompts ${PROMPTS_FILE:-question.jsonl} $5 --methods "$3" --max-new-tokens 256 --dtype "$2" \
+  python3 -m specviz bench --prompts ${PROMPTS_FILE:-data/spec_bench/question.jsonl} $5 --methods "$3" --max-new-tokens 256 --dtype "$2" \
       ${4:+--heads "$4"} --out "$OUT/$1.json" 2>&1 | quiet | tail -30 | tee "$OUT/$1.log"
 }
 case ${STAGE:-data} in
@@ -47,11 +47,11 @@ case ${STAGE:-data} in
     bench "${VARIANT:-l3}-26" bfloat16 ${METHODS:-medusa:4,medusa:4:32,medusa:5:64,medusa:5:127} "$WORK/${VARIANT:-l3}" "--per-category 2" ;;
   sim)
     heads=$([ "$VARIANT" = shipped ] || echo "$WORK/$VARIANT")
-    python3 scripts/medusa_sim.py --prompts question.jsonl --cache "$WORK/greedy-480.json" --batch 480 --dtype float32 \
+    python3 scripts/medusa_sim.py --prompts data/spec_bench/question.jsonl --cache "$WORK/greedy-480.json" --batch 480 --dtype float32 \
         --trees ${TREES:-127,511} ${heads:+--heads "$heads"} 2>&1 | quiet | tee "$OUT/sim-$VARIANT.log" | tail -8 ;;
   all)  # VARIANT=shipped: the heads in assets/; PROMPTS_FILE=runs/partN.jsonl: a third of the 480; FP32=1: also 13 in float32
     heads=$([ "$VARIANT" = shipped ] || echo "$WORK/$VARIANT")
-    part=$(basename "${PROMPTS_FILE:-question.jsonl}" .jsonl)
+    part=$(basename "${PROMPTS_FILE:-data/spec_bench/question.jsonl}" .jsonl)
     bench "$VARIANT-$part-bf16" bfloat16 ${METHODS:-medusa:5:64} "$heads" ""
     if [ -n "${FP32:-}" ]; then bench "$VARIANT-13-fp32" float32 ${METHODS:-medusa:5:64} "$heads" "--per-category 1"; fi ;;
 esac

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: compatibility tests, checks and forward timings, then Spec-Bench.
-# Run from a folder holding specviz/, tests/, scripts/, pytest.ini and question.jsonl (the carried copy):
+# Run from the repository's root (a carried copy of it):
 #   MODE=dev  bash scripts/gpu_run.sh   (checks, cost curves, a small bench: 2 prompts per category)
 #   MODE=full bash scripts/gpu_run.sh   (all 480 prompts; transformers on a subset; float32 identity)
 set -uo pipefail
@@ -20,14 +20,14 @@ if [ "$MODE" = dev ]; then
   step check
   python3 scripts/gpu_check.py --out "$OUT/check.json" 2>&1 | grep -v "Converting\|Loading weights" | tee "$OUT/check.log"
   step bench-bf16
-  python3 -m specviz bench --prompts question.jsonl --per-category 2 --methods ngram,adaptive,early-exit \
+  python3 -m specviz bench --prompts data/spec_bench/question.jsonl --per-category 2 --methods ngram,adaptive,early-exit \
       --gamma ${GAMMA:-8} --max-new-tokens 256 --dtype bfloat16 --transformers hf-generate,hf-prompt-lookup \
       --transformers-per-category 0 --limit 2 --out "$OUT/smoke.json" 2>&1 | grep -v "Converting\|Loading weights\|bench:" | tail -20
-  python3 -m specviz bench --prompts question.jsonl --per-category 2 --methods ngram,adaptive,early-exit \
+  python3 -m specviz bench --prompts data/spec_bench/question.jsonl --per-category 2 --methods ngram,adaptive,early-exit \
       --gamma ${GAMMA:-8} --max-new-tokens 256 --dtype bfloat16 --out "$OUT/dev_bf16.json" 2>&1 \
       | grep -v "Converting\|Loading weights\|bench:" | tee "$OUT/dev_bf16.log"
   step bench-fp32
-  python3 -m specviz bench --prompts question.jsonl --per-category 2 --methods ngram \
+  python3 -m specviz bench --prompts data/spec_bench/question.jsonl --per-category 2 --methods ngram \
       --gamma ${GAMMA:-8} --max-new-tokens 256 --dtype float32 --out "$OUT/dev_fp32.json" 2>&1 \
       | grep -v "Converting\|Loading weights\|bench:" | tee "$OUT/dev_fp32.log"
 fi

@@ -1,7 +1,7 @@
 """Where a GPU step's time goes: wall per step against GPU kernel time per step (torch.profiler), for each
 method of METHODS (METHOD:GAMMA:TREE, default plain:1:0,ngram:16:0,eagle:7:63), on 6 Spec-Bench prompts (one
 per category, 256 tokens, bf16); plus the kernels and host calls that cost most (torch.profiler tables,
-cProfile). On the GPU machine, from the repository's root with Spec-Bench's question.jsonl there:
+cProfile). On the GPU machine, from the repository's root with Spec-Bench's data/spec_bench/question.jsonl there:
 PYTHONPATH=. python3 scripts/gpu_step_profile.py > profile.txt"""
 import cProfile, io, os, pstats, time, torch
 from torch.profiler import profile, ProfilerActivity
@@ -12,7 +12,7 @@ from specviz import DecodeSettings
 
 out = os.environ.get("OUT", ".")
 target = load_model("default", device="cuda", dtype=torch.bfloat16)
-prompts = load_prompts("question.jsonl", per_category=1)[:6]
+prompts = load_prompts("data/spec_bench/question.jsonl", per_category=1)[:6]
 encoded = [encode(target, p["prompt"]) for p in prompts]
 length = max(map(len, encoded)) + 256 + 70
 methods = [(m, int(g), int(t)) for m, g, t in

@@ -65,7 +65,7 @@ if os.environ.get("COLLECTOR") == "on":
 device = sys.argv[1] if len(sys.argv) > 1 else ("cuda" if torch.cuda.is_available() else "cpu")
 dtype = torch.bfloat16 if device == "cuda" else torch.float32
 target = load_model("default", device=device, dtype=dtype)
-prompts = load_prompts(os.environ.get("PROMPTS", "question.jsonl"), per_category=1)[:int(os.environ.get("COUNT", 6))]
+prompts = load_prompts(os.environ.get("PROMPTS", "data/spec_bench/question.jsonl"), per_category=1)[:int(os.environ.get("COUNT", 6))]
 encoded = [encode(target, p["prompt"]) for p in prompts]
 new_tokens = int(os.environ.get("NEW_TOKENS", 256))
 methods = [(m, int(g), int(t)) for m, g, t in

@@ -8,7 +8,7 @@ diverges on some prompts, so measured tau differs a little).
         --methods ngram:16,retrieval:16,retrieval:16:63 [--heads FOLDER]
 
 The results file must come from `specviz bench` (its rows keep each output's token ids); the prompts are read
-from the file it names (`question.jsonl`) and encoded with the default target's chat template.
+from the file it names (`data/spec_bench/question.jsonl`) and encoded with the default target's chat template.
 """
 from __future__ import annotations
 
