@@ -27,7 +27,7 @@ if [ "$STAGE" = sweep ]; then  # the lookups' GPU time, then draft lengths side 
   bench --per-category 2 --dtype bfloat16 --out "$OUT/sweep.json" | grep "overall"
 fi
 if [ "$STAGE" = prefill ]; then  # CUDA tests (chunks with and without the output layer), then prefill timings
-  python3 -m pytest -q -x tests/test_device_loop.py tests/test_fast.py -k "graphs or waits or long_inputs or stand_in" 2>&1 \
+  python3 -m pytest -q -x tests/test_device_loop.py tests/test_runners.py -k "graphs or waits or long_inputs or stand_in" 2>&1 \
       | grep -v "^DEBUG\|^\s*$" | tail -3 | tee "$OUT/pytest.log"
   grep -q " passed" "$OUT/pytest.log" && ! grep -q "failed" "$OUT/pytest.log" || exit 1
   python3 scripts/gpu_prefill_timing.py 2>&1 | grep -v "Converting\|Loading weights\|Warning\|warn" | tee "$OUT/prefill-timing.txt"

@@ -8,7 +8,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 case ${STAGE:-check} in
   check)
-    python3 -m pytest -q -x -p no:cacheprovider tests/test_drafters_tiny.py tests/test_fast.py \
+    python3 -m pytest -q -x -p no:cacheprovider tests/test_eagle.py tests/test_medusa.py tests/test_head_drafters.py tests/test_runners.py \
         -k "eagle_tree or graph or compiled or cuda or triton or warm_up or adaptive" 2>&1 | tail -5 | tee "$OUT/pytest.log"
     python3 -m specviz bench --prompts data/spec_bench/question.jsonl --per-category 2 --max-new-tokens 256 --dtype bfloat16 \
         --methods ${METHODS:-ngram:8,ngram:16,eagle:6:31,eagle:7:63,adaptive:6:31,adaptive:7:63} --out "$OUT/check-26.json" 2>&1 | quiet \

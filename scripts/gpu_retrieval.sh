@@ -10,7 +10,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 case ${STAGE:-check} in
   check)
-    python3 -m pytest -q -x -p no:cacheprovider tests/test_fast.py tests/test_drafters_default.py \
+    python3 -m pytest -q -x -p no:cacheprovider tests/test_runners.py tests/test_drafters_default.py \
         -k "tree or graph or cuda or adaptive or retrieval" 2>&1 | tail -5 | tee "$OUT/pytest.log"
     for lookup in ngram retrieval; do
       python3 -m specviz bench --prompts data/spec_bench/question.jsonl --per-category 2 --max-new-tokens 256 --dtype bfloat16 \
@@ -22,7 +22,7 @@ case ${STAGE:-check} in
         --methods ${METHODS:-ngram:16,retrieval:16,retrieval:16:31} ${HF:+--transformers hf-generate,hf-prompt-lookup --transformers-limit 3} \
         --out "$OUT/retrieval-all.json" 2>&1 | quiet | tail -50 | tee "$OUT/retrieval-all.log" ;;
   fp32)
-    python3 -m pytest -q -x -p no:cacheprovider tests/test_fast.py tests/test_tree.py tests/test_drafters_default.py \
+    python3 -m pytest -q -x -p no:cacheprovider tests/test_runners.py tests/test_tree.py tests/test_drafters_default.py \
         -k "tree or graph or cuda or visib or retrieval" 2>&1 | tail -2 | tee "$OUT/pytest.log"
     python3 -m specviz bench --prompts data/spec_bench/question.jsonl --per-category 1 --max-new-tokens 256 --dtype float32 \
         --methods ${METHODS:-ngram:16,retrieval:16,retrieval:16:63} \

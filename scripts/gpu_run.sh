@@ -16,7 +16,7 @@ step() { echo "== $1 at $((SECONDS - start)) s"; }
 
 if [ "$MODE" = dev ]; then
   step pytest
-  python3 -m pytest tests/test_fast.py tests/test_engine_tiny.py -q -x -k "not default_model and not distribution" 2>&1 | tail -15 | tee "$OUT/pytest.log"
+  python3 -m pytest tests/test_runners.py tests/test_engine.py -q -x -k "not default_model and not distribution" 2>&1 | tail -15 | tee "$OUT/pytest.log"
   step check
   python3 scripts/gpu_check.py --out "$OUT/check.json" 2>&1 | grep -v "Converting\|Loading weights" | tee "$OUT/check.log"
   step bench-bf16

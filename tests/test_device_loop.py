@@ -1,6 +1,6 @@
 """The device loop (device_loop.py): its lookups give the host proposers' drafts, and its runs give the host
 loop's output and steps. Run here on the CPU, eagerly (SPECVIZ_DEVICE_LOOP=force); the CUDA tests in
-test_fast.py run it through graphs."""
+test_runners.py run it through graphs."""
 import random
 from pathlib import Path
 

@@ -20,7 +20,7 @@ from specviz.proposers import (AdaptiveProposer, EagleProposer, EarlyExitDrafter
 from specviz.testing import perturbed_copy, tiny_causal_lm
 
 from stats import ALPHA
-from test_drafters_tiny import random_eagle, random_medusa
+from random_drafters import random_eagle, random_medusa
 from test_verify import wrong_verify_sampled
 
 VOCAB = 6

@@ -13,7 +13,7 @@ from specviz.proposers import Draft, NgramProposer, PlainProposer
 from specviz.runner import CausalRunner, layer_keys_values
 
 from stats import assert_same_distribution
-from test_engine_tiny import OUTPUTS, PROMPT, RUNS, SAMPLE_PROMPT, exact_joint
+from test_engine import OUTPUTS, PROMPT, RUNS, SAMPLE_PROMPT, exact_joint
 
 # tree.py ----------------------------------------------------------------------------------------------
 

@@ -1,16 +1,17 @@
-"""The engine on tiny random transformers models: exact greedy equality, exact sampling distribution,
-caches that equal a fresh prefill after rejections, and consistent step records."""
+"""The engine on tiny random transformers models: exact greedy equality, caches that equal a fresh prefill
+after rejections, consistent step records, end-of-sequence accounting."""
 import pytest
 import torch
 
 from specviz import DecodeSettings, SpeculativeRun, TokenKind
 from specviz.api import make_proposer, run_once
-from specviz.proposers import AdaptiveProposer, Draft, Feedback, ModelDrafter, NgramProposer, PlainProposer
+from specviz.proposers import ModelDrafter, PlainProposer
 from specviz.runner import CausalRunner, layer_keys_values
 from specviz.testing import perturbed_copy, tiny_causal_lm
 
-
 PROMPT = [3, 7, 1, 3, 7, 2, 9, 3, 7]  # repeats, so that n-gram lookup finds matches
+
+
 METHODS = ["draft", "ngram", "early-exit", "adaptive"]
 
 
@@ -153,10 +154,12 @@ def test_drafts_accepted_after_an_eos_are_not_counted(tiny_target, detail):
     assert metrics.per_position_acceptance == pytest.approx([last_share(i) for i in range(4)])
 
 
-# What the sampling tests of tree.py share (the engine's own are in test_sampling_exactness.py) --------
-
 SAMPLE_PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]
+
+
 OUTPUTS = 2
+
+
 RUNS = 3000
 
 
@@ -172,88 +175,16 @@ def exact_joint(target, prompt, outputs):
     return probs
 
 
-class OracleProposer(NgramProposer):
-    """Knows the plain greedy output in advance: always right, costs nothing."""
-
-    def __init__(self, full_sequence):
-        self.full = torch.tensor(full_sequence)
-
-    def propose(self, tokens, gamma):
-        start = tokens.shape[0]
-        return Draft(self.full[start:start + gamma], None)
-
-
-def test_adaptive_drafts_long_when_it_pays(tiny_target):
-    settings = DecodeSettings(max_new_tokens=60, gamma=8)
-    plain = run_once(tiny_target, PlainProposer(), PROMPT, settings)
-    oracle = AdaptiveProposer(OracleProposer(PROMPT + plain.token_ids))
-    result = run_once(tiny_target, oracle, PROMPT, settings)
-    assert result.token_ids == plain.token_ids
-    assert result.metrics.mean_accepted_length > 3
-
-
-def test_adaptive_stops_drafting_when_it_does_not_pay(tiny_target):
-    """A drafter that is always wrong, fed step by step with fixed costs (a forward over K positions: 1 ms +
-    0.05 ms a position), so that the decisions depend on acceptance and cost alone: measured on a loaded
-    2-core machine, a forward of 2 positions sometimes cost less than one of 1, and drafting looked free."""
-    truth = run_once(tiny_target, PlainProposer(), PROMPT, DecodeSettings(max_new_tokens=100)).token_ids
-
-    class WrongDrafter(NgramProposer):
-        def propose(self, tokens, gamma):
-            draft = super().propose(tokens, gamma)
-            draft.token_ids = (draft.token_ids + 1) % tiny_target.vocab_size  # never what the target wants
-            return draft
-
-    adaptive = AdaptiveProposer(WrongDrafter(min_ngram=1))
-    tokens = torch.tensor(PROMPT)
-    adaptive.reset(tokens, DecodeSettings(max_new_tokens=100, gamma=8), None)
-    done = drafting_steps = 0
-    while done < 90:
-        draft = adaptive.propose(tokens, 8).token_ids.tolist()
-        accepted = 0
-        while accepted < len(draft) and draft[accepted] == truth[done + accepted]:
-            accepted += 1
-        new_ids = truth[done:done + accepted + 1]
-        done += len(new_ids)
-        tokens = torch.cat([tokens, torch.tensor(new_ids)])
-        adaptive.observe(Feedback(tokens=tokens, drafted=len(draft), n_accepted=accepted, draft_seconds=0.0,
-                                  verify_seconds=(1 + 0.05 * (len(draft) + 1)) * 1e-3, target_hidden=None,
-                                  new_ids=new_ids))
-        drafting_steps += len(draft) > 0
-    # 16 of 90 steps as the adaptive method is now: its warm-up, learning each n-gram size's alpha, then probes
-    assert drafting_steps < 0.25 * done, f"drafted in {drafting_steps} of {done} steps"
-
-
-class CountingNgram(NgramProposer):
-    """n-gram lookup that counts how often it is asked."""
-
-    asked = 0
-
-    def propose(self, tokens, gamma):
-        self.asked += 1
-        return super().propose(tokens, gamma)
-
-
-class NeverFinds(NgramProposer):
-    def propose(self, tokens, gamma):
-        self.draft_key = 0
-        return self.empty_draft(tokens.device)
-
-
-def test_adaptive_tries_its_lookup_first_and_drafts_with_its_base_where_the_lookup_has_nothing(tiny_target):
-    settings = DecodeSettings(max_new_tokens=60, gamma=8)
-    plain = run_once(tiny_target, PlainProposer(), PROMPT, settings)
-
-    base = CountingNgram(min_ngram=1)
-    knows_all = AdaptiveProposer(base, lookup=OracleProposer(PROMPT + plain.token_ids))
-    assert knows_all.name == "adaptive(ngram+ngram)"
-    result = run_once(tiny_target, knows_all, PROMPT, settings)
-    assert result.token_ids == plain.token_ids
-    assert result.metrics.mean_accepted_length > 3
-    assert base.asked == 0  # the lookup always had a draft worth verifying
-
-    base = CountingNgram(min_ngram=1)
-    finds_nothing = AdaptiveProposer(base, lookup=NeverFinds())
-    result = run_once(tiny_target, finds_nothing, PROMPT, settings)
-    assert result.token_ids == plain.token_ids
-    assert base.asked > 0
+def test_lean_records_give_the_same_run(tiny_target, tiny_drafter):
+    settings = DecodeSettings(max_new_tokens=30, gamma=3)
+    runs = {}
+    for detail in (True, False):
+        run = SpeculativeRun(tiny_target, make_proposer("draft", tiny_target, tiny_drafter), PROMPT, settings,
+                             detail=detail)
+        list(run)
+        runs[detail] = run.result
+    full, lean = runs[True], runs[False]
+    assert lean.token_ids == full.token_ids and lean.text == full.text
+    assert [(s.gamma, s.n_accepted, s.emitted) for s in lean.steps] == [(s.gamma, s.n_accepted, s.emitted) for s in full.steps]
+    assert [t.kind for t in lean.tokens] == [t.kind for t in full.tokens]
+    assert lean.metrics.mean_accepted_length == full.metrics.mean_accepted_length
