@@ -46,7 +46,9 @@ def make_proposer(
         return EarlyExitDrafter(target.model, vocab_size, exit_layer)
     if method == "draft":
         if draft is None:
-            raise InvalidSettingError("the draft method needs a draft model: pass --draft default|HUB_ID|FOLDER|FILE.gguf")
+            raise InvalidSettingError("the draft method needs a draft model: choose one ('default', a Hub id, a folder or a "
+                                      ".gguf file: --draft on the command line, draft= in the API, the drafter list "
+                                      "in the app)")
         check_same_vocabulary(target, draft)
         return ModelDrafter(draft.model, vocab_size)
     if method == "medusa":

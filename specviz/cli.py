@@ -17,8 +17,9 @@ EXACTNESS_PROMPT = "Name one animal, one colour and one city."
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's own errors: same contract as ours
-        raise SpecvizError(f"{self.prog}: {message}")
+    def error(self, message):  # argparse's own errors: same contract as ours ("specviz: error: ..." once)
+        command = self.prog.removeprefix("specviz").strip()
+        raise SpecvizError(f"{command}: {message}" if command else message)
 
 
 def _number(text: str) -> float:

@@ -3,11 +3,15 @@ GGUF file. Loaded models live in one process-wide registry, so that the app, the
 load the same model twice."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
+import re
 import socket
 import tempfile
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,6 +161,31 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _without_progress_bars():
+    """Loading from local files without progress bars: transformers' own are switched off, and the GGUF
+    reader's (plain tqdm, which has no switch) is written to a buffer that is dropped; any other output of
+    the load is passed on. Downloads from the Hub keep their bars."""
+    from transformers.utils import logging as transformers_logging
+
+    was_enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            yield
+    finally:
+        if was_enabled:
+            transformers_logging.enable_progress_bar()
+        kept = [line for line in captured.getvalue().replace("\r", "\n").splitlines()
+                if line.strip() and not _PROGRESS_BAR.search(line)]
+        if kept:
+            print("\n".join(kept), file=sys.stderr)
+
+
+_PROGRESS_BAR = re.compile(r"\d+/\d+ \[|it/s\]|s/it\]")  # tqdm's "n/total [" and rate
+
+
 def _from_pretrained(auto_class, source: str, **kwargs):
     """from_pretrained for a folder, a GGUF file or a Hub id; a Hub id is read from the local Hub cache first
     and downloaded only if the Hub can be reached (so that offline it fails at once, not after retries)."""
@@ -164,9 +193,11 @@ def _from_pretrained(auto_class, source: str, **kwargs):
     if path.is_file() and path.suffix == ".gguf":
         if importlib.util.find_spec("gguf") is None:
             raise ModelLoadError("reading a .gguf file needs the package gguf: pip install gguf")
-        return auto_class.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
+        with _without_progress_bars():  # dequantising takes a second or two: bars on every load are noise
+            return auto_class.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
     if path.is_dir():
-        return auto_class.from_pretrained(str(path), **kwargs)
+        with _without_progress_bars():
+            return auto_class.from_pretrained(str(path), **kwargs)
     if path.exists() or source.startswith((".", "/", "~")) or source.count("/") > 1:
         raise ModelLoadError(f"'{source}' is neither a model folder (save_pretrained layout) nor a .gguf file")
     try:

@@ -11,6 +11,7 @@ class IncrementalDetokenizer:
         self.tokenizer = tokenizer
         self.ids: list[int] = []
         self.read = 0  # ids[:read] are already turned into text
+        self.special_ids = set(getattr(tokenizer, "all_special_ids", None) or ())
 
     def decode(self, ids: list[int]) -> str:
         if self.tokenizer is None:  # tiny test models without a tokenizer
@@ -27,7 +28,10 @@ class IncrementalDetokenizer:
         return after[len(before):] if after.startswith(before) else after
 
     def peek(self, token_id: int) -> str:
-        """Text the token would add, without adding it (for rejected draft tokens)."""
+        """Text the token would add, without adding it (for rejected draft tokens). A special token, which adds
+        no text to the output, shows by its name ("<|im_end|>"): a rejected draft of it is still seen."""
+        if token_id in self.special_ids:
+            return self.tokenizer.convert_ids_to_tokens(token_id)
         text = self._new_text(self.ids + [token_id])
         return self.decode([token_id]) if text is None else text
 

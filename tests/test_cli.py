@@ -1,7 +1,7 @@
 """The command-line contract that scripts rely on (generate --json, --compare-plain, bench)."""
 import json
 
-from test_errors import run_cli
+from test_errors import assert_one_line_error, run_cli
 
 TOKEN_KINDS = {"accepted", "rejected", "resampled", "bonus", "target"}
 METRICS = {"drafted", "accepted", "acceptance_rate", "mean_accepted_length", "target_forwards",
@@ -42,6 +42,17 @@ def test_generate_human_readable():
     # the default target has a trained EAGLE drafter; on a CPU the datastore's lookup goes first beside it
     assert summary.startswith("adaptive(retrieval+eagle): ") and "tok/s" in summary and "speedup" in summary
     assert "identical to plain: True" in summary
+    # loading the offline model draws no progress bars (the GGUF reader's dequantising bar used to)
+    assert "de-quantizing" not in proc.stderr and "it/s]" not in proc.stderr, proc.stderr
+
+
+def test_argument_errors_name_the_command_once():
+    proc = run_cli("generate", "--prompt", "hi", "--gamma", "abc")
+    assert_one_line_error(proc, "specviz: error: generate: argument --gamma: invalid int value: 'abc'")
+    assert "specviz generate:" not in proc.stderr
+    proc = run_cli("--no-such-option")
+    assert_one_line_error(proc, "specviz: error: ")
+    assert "specviz: error: specviz" not in proc.stderr
 
 
 def test_bench_contract(tmp_path):
