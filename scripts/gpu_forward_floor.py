@@ -4,7 +4,11 @@ to back with no read-back in between, so the host runs ahead and the time a forw
 With a method's tau from a bench run, tau * t(1) / t(K) is the speedup that method would reach if drafting and
 every other host step cost nothing.
 
-    SPECVIZ_DEFAULT_GGUF=... python3 scripts/gpu_forward_floor.py [--context 300] [--taus chain17=2.87,tree16=3.08,tree64=3.59]"""
+With --target random:llama-8b (random weights of a stated shape, random_target.py) it measures a real size
+without downloading one; --positions times chains of K against one position, beside the weight-read floor.
+
+    SPECVIZ_DEFAULT_GGUF=... python3 scripts/gpu_forward_floor.py [--context 300] [--taus chain17=2.87,tree16=3.08,tree64=3.59]
+    python3 scripts/gpu_forward_floor.py --target random:llama-8b --positions 2,4,8,16 --taus ''"""
 from __future__ import annotations
 
 import argparse
@@ -17,6 +21,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from specviz.runners.static import StaticRunner  # noqa: E402
+from specviz.floor import spec_bandwidth, weight_bytes  # noqa: E402
 from specviz.models import load_model  # noqa: E402
 
 
@@ -37,16 +42,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--context", type=int, default=300)
     parser.add_argument("--taus", default="chain17=2.87,tree16=3.08,tree64=3.59")
+    parser.add_argument("--target", default="default")
+    parser.add_argument("--positions", default="", help="chains of K positions to time against one, e.g. 2,4,8,16")
     args = parser.parse_args()
-    target = load_model("default", device="cuda", dtype=torch.bfloat16)
+    target = load_model(args.target, device="cuda", dtype=torch.bfloat16)
     runner = StaticRunner(target.model)
     vocab = target.vocab_size
     runner.reset()
     runner.forward(torch.randint(0, vocab, (args.context,)))
     length = runner.length
-    print(torch.cuda.get_device_name(), "torch", torch.__version__, f"context {length}")
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, f"{args.target}, context {length}")
+    size, bandwidth = weight_bytes(target.model), spec_bandwidth(target.device)
+    floor_ms = size / bandwidth * 1e3 if bandwidth else None
+    if floor_ms:
+        print(f"weight-read floor: {size / 1e9:.2f} GB / {bandwidth / 1e12:.2f} TB/s = {floor_ms:.3f} ms a forward")
+    taus = [t for t in args.taus.split(",") if t]
+    chains = [f"chain{k}" for k in args.positions.split(",") if k]
     times = {}
-    for label in ["chain1", *[t.split("=")[0] for t in args.taus.split(",")]]:
+    for label in ["chain1", *chains, *[t.split("=")[0] for t in taus]]:
         size = int(label.removeprefix("chain").removeprefix("tree"))
         ids = torch.randint(0, vocab, (size,)).tolist()
         if label.startswith("tree"):  # a binary tree: node i's parent is (i - 1) // 2
@@ -55,9 +68,11 @@ def main() -> None:
         else:
             tensor = torch.tensor(ids)
             feed = lambda tensor=tensor: runner.forward(tensor)
-        times[label] = gpu_ms(runner, feed, length)
-        print(f"{label:8s} {times[label]:.3f} ms a forward, GPU-bound")
-    for item in args.taus.split(","):
+        times[label] = gpu_ms(runner, feed, length, repeats=300 if size < 1e9 else 50)
+        against = f"; {times[label] / times['chain1']:.3f}x one position" if label != "chain1" else ""
+        floor = f"; {times[label] / floor_ms:.2f}x the floor" if floor_ms else ""
+        print(f"{label:8s} {times[label]:.3f} ms a forward, GPU-bound{against}{floor}")
+    for item in taus:
         label, tau = item.split("=")
         bound = float(tau) * times["chain1"] / times[label]
         print(f"{label}: tau {tau} x t(1) / t = {bound:.2f}x plain with no host work at all")

@@ -16,6 +16,7 @@ import torch
 from .clock import device_clock
 from .api import encode, first_difference, make_proposer, run_once, warm_up
 from .errors import InvalidSettingError
+from .floor import describe_floor, weight_read_floor
 from .models import load_model
 from .proposers import METHODS, PlainProposer
 from .settings import DecodeSettings
@@ -325,6 +326,7 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     rows_file.close()
     summary = summarize_results(results)
     comparisons = compare_with_transformers(results)
+    floor = weight_read_floor(target_model.model, target_model.device, summary["plain"]["overall"])
     report = {
         "device": device_info(target_model.device),
         "config": {"target": target, "draft": draft, "device_map": device_map, "max_memory": max_memory,
@@ -335,9 +337,11 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
         "results": results,
         "summary": summary,
         "vs_transformers": comparisons,
+        "floor": floor,
     }
     Path(out).write_text(json.dumps(report, indent=1))
     Path(f"{out}.rows.jsonl").unlink()  # the report holds every row now
     print(format_table(summary, comparisons))
+    print(describe_floor(floor))
     print(f"written to {out}", file=sys.stderr)
     return report

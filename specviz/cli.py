@@ -34,7 +34,8 @@ def _number(text: str) -> float:
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("models and decoding")
-    group.add_argument("--target", default="default", help="'default' (offline SmolLM2-135M-Instruct), a Hub id, a folder or a .gguf file")
+    group.add_argument("--target", default="default", help="'default' (offline SmolLM2-135M-Instruct), a Hub id, a folder, a .gguf file, or "
+                       "random:SHAPE (random weights of a stated shape, for forward costs: random:llama-8b)")
     group.add_argument("--draft", default=None, help="draft model for the draft method (same forms as --target)")
     group.add_argument("--exit-layer", type=int, default=None, help="layers the early-exit drafter keeps (default: a quarter)")
     group.add_argument("--heads", default=None, help="trained drafter for medusa/eagle, datastore for retrieval: a "

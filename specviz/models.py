@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 import torch
 
 from .errors import ModelLoadError, NotCausalLMError, OfflineError, SpecvizError, VocabularyMismatchError
+from .random_target import build_random_target, is_random_target
 from .runner import input_device
 
 DEFAULT_MODEL = "default"
@@ -253,6 +254,11 @@ def parse_device_map(text: str | dict | None) -> str | dict | None:
 def _load_uncached(name: str, device: torch.device, dtype: torch.dtype, device_map=None, max_memory=None) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if is_random_target(name):
+        if device_map is not None:
+            raise ModelLoadError("a random target is built on one device; drop --device-map")
+        model, tokenizer = build_random_target(name, device, dtype)
+        return LoadedModel(name=name, model=model, tokenizer=tokenizer, device=input_device(model), dtype=dtype)
     source = default_source() if name == DEFAULT_MODEL else name
     placement = {}
     if device_map is not None:  # shard with accelerate (an existing, maintained mechanism), not by hand
