@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="transformers runs on the first N prompts of each category (0 = all); it is slow")
     bench.add_argument("--transformers-limit", type=int, default=None,
                        help="at most N prompts for transformers, spread over the categories")
+    bench.add_argument("--batch-sizes", default="", help="decode batches of these sizes, e.g. 1,2,4,8,16: per method "
+                       "and batch size, tokens/s, latency a token, tau and the speedup over plain decoding of the "
+                       "same batches (plain, ngram and retrieval batch)")
     bench.add_argument("--out", required=True, help="where to write the results JSON")
 
     check = commands.add_parser("check-exactness", help="test that a method's sampled output is the target's distribution")
@@ -167,6 +170,8 @@ def cmd_bench(args) -> int:
     from .bench import run_bench
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if args.batch_sizes:
+        return bench_batches(args, methods)
     run_bench(
         prompts_file=args.prompts, methods=methods, settings=settings_from(args), out=args.out,
         target=args.target, draft=args.draft, device=args.device, dtype=args.dtype, chat=not args.raw_prompt,
@@ -176,6 +181,27 @@ def cmd_bench(args) -> int:
         transformers_per_category=args.transformers_per_category or None,
         transformers_limit=args.transformers_limit, heads=args.heads, adaptive_lookup=args.adaptive_lookup,
     )
+    return 0
+
+
+def bench_batches(args, methods: list[str]) -> int:
+    from tqdm import tqdm
+
+    from .batch_bench import parse_batch_sizes, run_batch_bench
+
+    sizes = parse_batch_sizes(args.batch_sizes)
+    if args.transformers or args.draft or args.heads or args.device_map:
+        raise SpecvizError("--batch-sizes runs plain, ngram and retrieval on one device: drop --transformers, "
+                           "--draft, --heads and --device-map")
+    with tqdm(desc="batches", unit="run", file=sys.stderr) as bar:
+        def progress(done: int, total: int, what: str) -> None:
+            bar.total = total
+            bar.set_postfix_str(what)
+            bar.update(done - bar.n)
+
+        run_batch_bench(args.prompts, methods, sizes, settings_from(args), args.out, target=args.target,
+                        device=args.device, dtype=args.dtype, chat=not args.raw_prompt, limit=args.limit,
+                        per_category=args.per_category, progress=progress)
     return 0
 
 

@@ -1,0 +1,114 @@
+"""The bench at several batch sizes (`bench --batch-sizes 1,2,4,...`): each method and plain decoding on the
+same batches of prompts (batch.py), side by side in one process, and per method and batch size the whole
+batch's tokens/s, a sequence's latency a token, tau, and the speedup over plain decoding of the same batches."""
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from .api import encode, make_proposer
+from .batch import check_batchable, decode_batch
+from .bench import device_info, load_prompts, parse_method
+from .errors import InvalidSettingError
+from .models import load_model
+from .settings import DecodeSettings
+
+
+def parse_batch_sizes(text: str) -> list[int]:
+    sizes = [part.strip() for part in text.split(",") if part.strip()]
+    if not sizes or not all(size.isdigit() and int(size) >= 1 for size in sizes):
+        raise InvalidSettingError(f"--batch-sizes takes whole numbers >= 1, comma-separated (1,2,4,8), got {text!r}")
+    return sorted({int(size) for size in sizes})
+
+
+def batches_of(items: list, size: int) -> list[list]:
+    """Every item at least once, in batches of `size`; the last batch filled from the start again, so that
+    every batch has `size` rows (a batch of 64 from 26 prompts repeats some)."""
+    count = max(1, -(-len(items) // size))
+    return [[items[(b * size + i) % len(items)] for i in range(size)] for b in range(count)]
+
+
+def summarize_batches(rows: list[dict]) -> list[dict]:
+    """Per method and batch size: pooled tokens/s (all tokens over all seconds), the mean latency a token,
+    tau, alpha, and the speedup over plain decoding of the same batches."""
+    groups = defaultdict(list)
+    for row in rows:
+        groups[(row["method"], row["batch_size"])].append(row)
+    out = []
+    for (method, size), group in groups.items():
+        plain = groups[("plain", size)]
+        tokens, wall = sum(r["new_tokens"] for r in group), sum(r["wall_seconds"] for r in group)
+        plain_tps = sum(r["new_tokens"] for r in plain) / sum(r["wall_seconds"] for r in plain)
+        drafted = sum(r["drafted"] for r in group)
+        out.append({"method": method, "batch_size": size, "batches": len(group), "tokens_per_second": tokens / wall,
+                    "ms_per_token": sum(r["ms_per_token"] for r in group) / len(group),
+                    "mean_accepted_length": tokens / sum(r["row_forwards"] for r in group),
+                    "acceptance_rate": sum(r["accepted"] for r in group) / drafted if drafted else None,
+                    "speedup": (tokens / wall) / plain_tps,
+                    "identical_share": sum(r["identical_rows"] for r in group) / sum(r["rows"] for r in group)})
+    return sorted(out, key=lambda s: (s["method"] != "plain", s["method"], s["batch_size"]))
+
+
+def crossover(summary: list[dict], method: str) -> int | None:
+    """The smallest batch size at which `method` no longer beats plain decoding (None: it wins at every size)."""
+    losing = [s["batch_size"] for s in summary if s["method"] == method and s["speedup"] <= 1.0]
+    return min(losing) if losing else None
+
+
+def format_batches(summary: list[dict]) -> str:
+    lines = [f"{'method':<16}{'batch':>6}{'tok/s':>10}{'ms/token':>10}{'tau':>6}{'alpha':>7}{'speedup':>9}"]
+    for s in summary:
+        alpha = "-" if s["acceptance_rate"] is None else f"{s['acceptance_rate']:.2f}"
+        lines.append(f"{s['method']:<16}{s['batch_size']:>6}{s['tokens_per_second']:>10.1f}{s['ms_per_token']:>10.2f}"
+                     f"{s['mean_accepted_length']:>6.2f}{alpha:>7}{s['speedup']:>8.2f}x")
+    for method in sorted({s["method"] for s in summary} - {"plain"}):
+        turn = crossover(summary, method)
+        lines.append(f"{method}: " + ("beats plain at every batch size measured" if turn is None
+                                      else f"stops paying at batch {turn}"))
+    return "\n".join(lines)
+
+
+def run_batch_bench(prompts_file: str, methods: list[str], batch_sizes: list[int], settings: DecodeSettings,
+                    out: str, target: str = "default", device: str | None = None, dtype: str | None = None,
+                    chat: bool = True, limit: int | None = None, per_category: int | None = None,
+                    progress=None) -> dict:
+    """Greedy or sampled; each row's output is compared with the same row's in plain decoding of the batch."""
+    entries = {spec: parse_method(spec, settings) for spec in methods if spec != "plain"}
+    for method, method_settings in entries.values():
+        check_batchable(method)
+        if method_settings.tree:
+            raise InvalidSettingError("batched decoding drafts chains: write METHOD or METHOD:GAMMA")
+    prompts = load_prompts(prompts_file, limit, per_category)
+    target_model = load_model(target, device, dtype)
+    encoded = [encode(target_model, p["prompt"], chat) for p in prompts]
+    decode_batch(target_model, lambda: make_proposer("plain", target_model), encoded[:1],
+                 DecodeSettings(max_new_tokens=4))  # untimed: first calls
+    plan = [(size, batch) for size in batch_sizes for batch in batches_of(encoded, size)]
+    total, done, rows = len(plan) * (len(entries) + 1), 0, []
+    for size, batch in plan:
+        plain = decode_batch(target_model, lambda: make_proposer("plain", target_model), batch, settings)
+        for spec, (method, method_settings) in [("plain", ("plain", settings)), *entries.items()]:
+            run = plain if spec == "plain" else decode_batch(
+                target_model, lambda: make_proposer(method, target_model), batch, method_settings)
+            rows.append({"method": spec, "batch_size": size, "rows": len(batch), "new_tokens": run.new_tokens,
+                         "wall_seconds": run.wall_seconds, "prefill_seconds": run.prefill_seconds,
+                         "ms_per_token": run.ms_per_token, "row_forwards": sum(run.row_forwards),
+                         "forwards": run.forwards, "drafted": run.drafted, "accepted": run.accepted,
+                         "identical_rows": sum(a == b for a, b in zip(run.token_ids, plain.token_ids))})
+            done += 1
+            if progress:
+                progress(done, total, f"{spec} at batch {size}")
+    summary = summarize_batches(rows)
+    report = {"device": device_info(target_model.device),
+              "config": {"target": target, "methods": ["plain", *entries], "batch_sizes": batch_sizes,
+                         "prompts_file": prompts_file, "prompts": len(prompts), "chat": chat,
+                         "dtype": str(target_model.dtype).replace("torch.", ""), **settings.__dict__},
+              "results": rows, "summary": summary,
+              "crossover": {m: crossover(summary, m) for m in entries}}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(report, indent=1))
+    print(format_batches(summary))
+    print(f"written to {out}", file=sys.stderr)
+    return report

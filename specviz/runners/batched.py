@@ -1,0 +1,109 @@
+"""A batch of sequences of different lengths through a Llama-family model over one static KV cache: each row
+has its own length, writes its new tokens at its own slots and attends to its own tokens only (a ragged batch).
+Every row feeds the same number of new tokens a forward (a plain step: 1; a verify pass: gamma + 1, a short
+draft padded), and rolls back to its own length afterwards.
+
+The layer is the fast path's (llama.py): its projections and MLP take the batch's tokens as one [B * K, H]
+matrix, so a forward reads every weight once whatever the batch; attention runs per row over that row's cache.
+Eager, without CUDA graphs (the batch's shape changes as rows finish)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .llama import layer_input, layer_mlp, layer_weights, rms_norm, text_config, unsupported_reason
+
+
+def batched_attention(q, keys, values, mask, kv_heads: int):
+    """q [B, K, heads, D] over keys/values [B, kv_heads, span, D] with mask [B, K, span] (True = may attend)
+    -> [B, K, heads * D]; grouped-query heads as extra rows, as llama.sdpa_attention does for one row."""
+    batch, count, heads, head_dim = q.shape
+    group = heads // kv_heads
+    q = q.reshape(batch, count, kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)
+    q = q.reshape(batch, kv_heads, group * count, head_dim)
+    rows_mask = mask.repeat(1, group, 1)[:, None]  # [B, 1, group * K, span]
+    attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=rows_mask)
+    return attended.reshape(batch, kv_heads, group, count, head_dim).permute(0, 3, 1, 2, 4).reshape(
+        batch, count, heads * head_dim)
+
+
+class BatchedRunner:
+    """forward(ids [B, K]) appends K tokens to each row at its own length and returns logits [B, K, V];
+    rollback(lengths [B]) keeps each row's first lengths[b] tokens; keep(rows) drops the other rows."""
+
+    def __init__(self, model: torch.nn.Module, batch: int, capacity: int):
+        reason = unsupported_reason(model)
+        if reason:
+            raise ValueError(f"batched decoding needs the fast path's models: {reason}")
+        config = text_config(model)
+        decoder = model.get_decoder()
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.heads = config.num_attention_heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+            raise ValueError("batched decoding does not implement sliding-window attention")
+        self.layers = [layer_weights(layer) for layer in decoder.layers]
+        self.layer_tensors = [weights.tensors() for weights in self.layers]
+        self.embed = decoder.embed_tokens.weight.detach()
+        self.final_norm = decoder.norm.weight.detach()
+        self.final_eps = float(getattr(decoder.norm, "variance_epsilon", getattr(decoder.norm, "eps", 1e-6)))
+        head = model.get_output_embeddings()
+        self.head = head.weight.detach()
+        self.head_bias = None if getattr(head, "bias", None) is None else head.bias.detach()
+        self.capacity = capacity
+        shape = (len(self.layers), batch, self.kv_heads, capacity, self.head_dim)
+        self.keys = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.values = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        positions = torch.arange(capacity, device=self.device)[None]
+        with torch.no_grad():
+            cos, sin = decoder.rotary_emb(torch.zeros(1, dtype=self.dtype, device=self.device), positions)
+        self.cos, self.sin = cos[0].to(self.dtype), sin[0].to(self.dtype)
+        self.lengths = torch.zeros(batch, dtype=torch.long, device=self.device)
+
+    @property
+    def batch(self) -> int:
+        return self.lengths.shape[0]
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, logits_for: str = "all", rows: slice = slice(None)) -> torch.Tensor | None:
+        """ids [B, K] -> logits [B, K, V] in float32 (logits_for="none": no logits, a prefill's). rows: the rows
+        fed (a prefill feeds one row at a time: prompts differ in length)."""
+        batch, count = ids.shape
+        lengths = self.lengths[rows]
+        positions = lengths[:, None] + torch.arange(count, device=self.device)  # [B, K]: slots written
+        end = int(positions.max()) + 1
+        if end > self.capacity:
+            raise ValueError(f"{end} positions exceed the batch's cache of {self.capacity}")
+        row_index = torch.arange(batch, device=self.device)[:, None].expand(batch, count)
+        mask = torch.arange(end, device=self.device)[None, None, :] <= positions[:, :, None]  # [B, K, span]
+        cos, sin = self.cos[positions].reshape(batch * count, -1), self.sin[positions].reshape(batch * count, -1)
+        x = F.embedding(ids.reshape(-1).to(self.device), self.embed)  # [B * K, H]
+        pending = torch.zeros_like(x)
+        for i, layer in enumerate(self.layers):
+            weights = self.layer_tensors[i]
+            q, k, v, x = layer_input(x, pending, weights, layer.eps, cos, sin, self.heads, self.kv_heads,
+                                     self.head_dim)
+            keys, values = self.keys[i, rows], self.values[i, rows]
+            keys[row_index, :, positions] = k.view(batch, count, self.kv_heads, self.head_dim)
+            values[row_index, :, positions] = v.view(batch, count, self.kv_heads, self.head_dim)
+            attended = batched_attention(q.view(batch, count, self.heads, self.head_dim), keys[:, :, :end],
+                                         values[:, :, :end], mask, self.kv_heads)
+            _, _, o_w, o_b = weights[:4]
+            x, pending = layer_mlp(x, F.linear(attended.reshape(batch * count, -1), o_w, o_b), weights, layer.eps)
+        self.lengths[rows] += count
+        if logits_for == "none":
+            return None
+        hidden = rms_norm(x + pending, self.final_norm, self.final_eps).view(batch, count, -1)
+        return F.linear(hidden, self.head, self.head_bias).float()
+
+    def rollback(self, lengths: torch.Tensor) -> None:
+        """Keep each row's first lengths[b] tokens (the slots past them are written over by later forwards)."""
+        self.lengths = lengths.to(self.device, torch.long).clone()
+
+    def keep(self, rows: list[int]) -> None:
+        """Drop every row not in `rows` (finished sequences stop costing); the kept rows in that order."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        self.keys, self.values = self.keys.index_select(1, index), self.values.index_select(1, index)
+        self.lengths = self.lengths.index_select(0, index)
