@@ -218,9 +218,9 @@ def test_compare_methods(url):
 
 
 def test_cost_curve(url, monkeypatch):
-    import specviz.ui.app as app_module
+    import specviz.ui.tabs as tabs_module
 
-    monkeypatch.setattr(app_module, "measure_cost_curve",
+    monkeypatch.setattr(tabs_module, "measure_cost_curve",
                         functools.partial(measure_cost_curve, positions=(1, 4), batch_sizes=(1, 2), repeats=1))
     client = Client(url, verbose=False)
     status, chart = client.predict("default", api_name="/cost_curve")
