@@ -285,3 +285,27 @@ def test_compare_and_cost_figures():
     per_position = [t for t in cost["data"] if t["name"] == "ms per position (K)"][0]
     assert per_position["y"] == pytest.approx([11.0, 6.0, 3.5])
     assert cost["layout"]["xaxis2"]["type"] == "log"
+
+
+def legend_colours(fig):
+    """(name, colour) of every trace that shows in the legend."""
+    return {(t["name"], t["marker"]["color"] if "marker" in t else t["line"]["color"])
+            for t in fig["data"] if t.get("showlegend", True)}
+
+
+def test_legend_entries_never_share_a_colour(steps):
+    text = lambda i: f"#{i}"  # noqa: E731
+    for fig in (charts.step_figure(steps), charts.inspector_figure(steps[0], text, sampling=False),
+                charts.inspector_figure(steps[1], text, sampling=True)):
+        entries = legend_colours(fig)
+        colours = [colour for _, colour in entries]
+        assert len(set(colours)) == len(colours), entries
+
+
+def test_inspector_of_a_one_hot_drafter_does_not_promise_q(steps):
+    one_hot = steps[0].__class__(**{**steps[0].__dict__,
+                                    "positions": [p.__class__(**{**p.__dict__, "q_top": None, "q": None})
+                                                  for p in steps[0].positions]})
+    title = charts.inspector_figure(one_hot, lambda i: f"#{i}", sampling=False)["layout"]["title"]["text"]
+    assert "against q" not in title and "one-hot" in title
+    assert "p against q" in charts.inspector_figure(steps[0], lambda i: f"#{i}", sampling=True)["layout"]["title"]["text"]

@@ -15,8 +15,8 @@ from ..records import StepRecord, TopTokens
 from .view import Theory, accepted_length_counts, speedup_curve
 
 COLOURS = {"accepted": "#004488", "rejected": "#BB5566", "resampled": "#DDAA33", "bonus": "#228833",
-           "plain": "#555555", "draft": "#66CCEE", "verify": "#004488", "p": "#004488", "q": "#BBBBBB",
-           "residual": "#DDAA33", "current": "rgba(221, 170, 51, 0.25)"}
+           "plain": "#555555", "draft": "#66CCEE", "verify": "#AA3377", "p": "#004488", "q": "#BBBBBB",
+           "drawn": "#228833", "residual": "#DDAA33", "current": "rgba(221, 170, 51, 0.25)"}
 INSPECTOR_TOP = 8  # tokens per distribution shown in the inspector
 _AXIS = {"gridcolor": "#e8e8e8", "zerolinecolor": "#cccccc", "linecolor": "#999999", "automargin": True}
 
@@ -239,10 +239,12 @@ def inspector_figure(step: StepRecord | None, token_text: Callable[[int], str], 
     labels = _unique_labels(ids, token_text)
     data.append(_on(_bar(labels, [_prob_of(step.next_top, i) for i in ids],
                          "residual (drawn from)" if residual else "p (drawn from)",
-                         COLOURS["residual"] if residual else COLOURS["p"]), panels))
+                         COLOURS["residual"] if residual else COLOURS["drawn"]), panels))
     arrows.append((panels, labels[ids.index(step.next_token.id)], "drawn", COLOURS.get(kind, "#000")))
     height = 150 + 190 * panels
-    fig = _figure(data, f"Step {step.index}: p against q at each drafted position", height, panels, 1, titles,
+    has_q = any(pos.q_top is not None for pos in reached)
+    what = "p against q" if has_q else "p (the drafter gives no q: its guess is one-hot)"
+    fig = _figure(data, f"Step {step.index}: {what} at each drafted position", height, panels, 1, titles,
                   vgap=min(0.12, 0.5 / panels))
     fig["layout"]["barmode"] = "group"
     for k in range(1, panels + 1):
