@@ -309,3 +309,25 @@ def test_inspector_of_a_one_hot_drafter_does_not_promise_q(steps):
     title = charts.inspector_figure(one_hot, lambda i: f"#{i}", sampling=False)["layout"]["title"]["text"]
     assert "against q" not in title and "one-hot" in title
     assert "p against q" in charts.inspector_figure(steps[0], lambda i: f"#{i}", sampling=True)["layout"]["title"]["text"]
+
+
+def test_loading_message_speaks_of_the_hub_only_for_what_it_downloads(tmp_path):
+    from specviz.ui import readouts
+
+    assert "Hub" not in readouts.loading_message(["default", None], 1.0, False)
+    assert "Hub" not in readouts.loading_message([str(tmp_path)], 1.0, False)
+    hub = readouts.loading_message(["default", "Qwen/Qwen2.5-0.5B-Instruct"], 3.0, False)
+    assert "Qwen/Qwen2.5-0.5B-Instruct: a first load downloads it from the Hub" in hub and "default and Qwen" in hub
+
+
+def test_api_help_names_the_address_the_page_came_from():
+    from types import SimpleNamespace
+
+    from specviz.ui import endpoint
+
+    request = SimpleNamespace(headers={"host": "example.org:9000"})
+    text = endpoint.api_help(endpoint.page_url(request))
+    assert 'Client("http://example.org:9000/")' in text and "7860" not in text
+    proxied = SimpleNamespace(headers={"host": "10.0.0.1", "x-forwarded-host": "me-specviz.hf.space",
+                                       "x-forwarded-proto": "https"})
+    assert endpoint.page_url(proxied) == "https://me-specviz.hf.space/"

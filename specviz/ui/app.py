@@ -20,11 +20,11 @@ from ..models import DEFAULT_MODEL
 from ..proposers import METHODS
 from ..settings import check_prompt_text
 from . import charts, render, view
-from .endpoint import API_HELP, speculate
+from .endpoint import api_help, page_url, speculate
 from .gpu import gpu
 from .live import (MAX_NEW_TOKENS, USES_DRAFT_MODEL, LiveRun, RunRequest, end_session, load_models, model_name,
                    session_key, session_of, settings_from_form)
-from .readouts import (TRACE_MAX_AGE, engine_metrics, plot, run_header, status_of, summary_of, token_text, tokens_of,
+from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, run_header, status_of, summary_of, token_text, tokens_of,
                        trace_file)
 from .tabs import CompareTab, CostTab
 
@@ -60,17 +60,6 @@ def example_prompts() -> list[str]:
 
 # -- streaming -----------------------------------------------------------------------------------------------
 
-def _until_loaded(job: threading.Thread, what: str, started: float, loaded: dict):
-    while job.is_alive():
-        seconds = time.monotonic() - started
-        if "models" in loaded:
-            yield (f"Preparing the run… {seconds:.0f} s (on a GPU the first run of a method captures CUDA graphs and "
-                   "compiles: up to a minute)")
-        else:
-            yield f"Loading {what}… {seconds:.0f} s (a first load from the Hub downloads it)"
-        job.join(0.5)
-
-
 class SpecvizApp:
     """Builds the Blocks and holds its components, so that handlers can name their outputs."""
 
@@ -80,8 +69,8 @@ class SpecvizApp:
     # ---- frames: dicts {component: value}; components left out keep their value -------------------------
     def frame(self, run: LiveRun, cursor: int | None = None, upto: int | None = None,
               parts: frozenset = frozenset({"text", "charts", "race", "detail"})) -> dict:
-        """Widget values for the run; parts picks what to redraw: "text" (token view, summary), "charts" (step
-        charts, step slider), "race", "detail" (theory, inspector). The status always."""
+        """Widget values for the run; parts picks what to redraw: "text" (token view, summary, step
+        slider), "charts" (step charts), "race", "detail" (theory, inspector). The status always."""
         steps = run.speculative.steps
         sampling = not run.request.settings.greedy
         shown = cursor if cursor is not None else (len(steps) - 1 if steps else None)
@@ -91,10 +80,10 @@ class SpecvizApp:
                                                       run_header(run), current_step=cursor, upto_step=upto,
                                                       sampling=sampling)
             out[self.summary] = summary_of(run)
-        if "charts" in parts:
-            out[self.step_plot] = plot(charts.step_figure(steps[: upto + 1] if upto is not None else steps, cursor))
             out[self.step_slider] = gr.Slider(minimum=0, maximum=max(len(steps) - 1, 1), value=shown or 0,
                                               interactive=bool(steps))
+        if "charts" in parts:
+            out[self.step_plot] = plot(charts.step_figure(steps[: upto + 1] if upto is not None else steps, cursor))
         if "race" in parts:
             out[self.race_plot] = plot(self._race(run, cursor))
         if "detail" in parts:
@@ -106,6 +95,15 @@ class SpecvizApp:
         if run.finished:
             out[self.trace] = trace_file(run)
         return out
+
+    def blank(self, status: str) -> dict:
+        """The view with no run in it, under a status line: what a new run starts from, and what a run that
+        could not start leaves (never the previous run's tokens under its error)."""
+        return {self.status: status, self.tokens: render.token_view_html([]), self.summary: "",
+                self.step_plot: plot(charts.step_figure([])), self.race_plot: plot(charts.race_figure(([0.0], [0]), None, "")),
+                self.theory_plot: plot(charts.theory_figure(None)),
+                self.inspector: plot(charts.inspector_figure(None, str, False)),
+                self.step_slider: gr.Slider(minimum=0, maximum=1, value=0, interactive=False), self.trace: None}
 
     def _race(self, run: LiveRun, cursor: int | None):
         spec = run.speculative
@@ -171,9 +169,10 @@ class SpecvizApp:
             if method == "draft" and draft_name is None:
                 raise SpecvizError("the draft method needs a drafter: pick one (e.g. a pair preset) or type a Hub id, "
                                    "folder or .gguf file")
-            run_request = RunRequest(prompt, method, target_name, draft_name, settings, bool(compare_plain))
+            baseline = bool(compare_plain) and method != "plain"  # plain against itself would be no comparison
+            run_request = RunRequest(prompt, method, target_name, draft_name, settings, baseline)
         except SpecvizError as error:
-            yield {self.status: render.status_html(str(error), "error")}
+            yield self.blank(render.status_html(str(error), "error"))
             return
 
         loaded: dict = {}
@@ -185,22 +184,24 @@ class SpecvizApp:
             except Exception as error:  # shown to the user below; the app stays up
                 loaded["error"] = error
 
-        what = target_name + (f" and {draft_name}" if draft_name else "")
         job = threading.Thread(target=load, daemon=True)
         started = time.monotonic()
         job.start()
-        for message in _until_loaded(job, what, started, loaded):
+        yield self.blank(render.status_html(loading_message([target_name, draft_name], 0, False), "info"))
+        while job.is_alive():
+            job.join(0.5)
+            message = loading_message([target_name, draft_name], time.monotonic() - started, "models" in loaded)
             yield {self.status: render.status_html(message, "info")}
         try:
             if "error" in loaded:
                 raise loaded["error"]
             run = loaded["run"]
         except SpecvizError as error:
-            yield {self.status: render.status_html(str(error), "error")}
+            yield self.blank(render.status_html(str(error), "error"))
             return
         except Exception as error:
             log.exception("could not start a run")
-            yield {self.status: render.status_html(f"Could not start the run: {type(error).__name__}: {error}", "error")}
+            yield self.blank(render.status_html(f"Could not start the run: {type(error).__name__}: {error}", "error"))
             return
         state.run = run
         if state.cancel.is_set():  # Stop was pressed while the models loaded (set before on_stop reads state.run)
@@ -268,6 +269,9 @@ class SpecvizApp:
         yield self.frame(run, cursor=state.cursor, upto=state.cursor)
 
     def on_replay(self, seconds_per_step, request: gr.Request):
+        """The finished run again, one step a frame: the token view and the step number every frame, the charts
+        and the inspector at most every CHART_INTERVAL (a browser cannot redraw them every 0.1 s) and on the
+        last frame. No wait after the last frame, so that a Replay pressed as one ends starts a new one."""
         state = session_of(request)
         run = state.run
         if run is None or not run.speculative.steps:
@@ -278,12 +282,19 @@ class SpecvizApp:
             return
         state.replaying = True
         delay = min(max(float(seconds_per_step or 0.5), 0.05), 5.0)
-        for k in range(len(run.speculative.steps)):
+        last = len(run.speculative.steps) - 1
+        charted = 0.0
+        for k in range(last + 1):
             if not state.replaying:
                 break
             state.cursor = k
-            yield self.frame(run, cursor=k, upto=k)
-            time.sleep(delay)
+            parts = {"text"}
+            if k == last or time.monotonic() - charted >= CHART_INTERVAL:
+                parts |= {"charts", "race", "detail"}
+                charted = time.monotonic()
+            yield self.frame(run, cursor=k, upto=k, parts=frozenset(parts))
+            if k < last:
+                time.sleep(delay)
         state.replaying = False
 
     def on_inspect(self, index, request: gr.Request):
@@ -302,6 +313,13 @@ class SpecvizApp:
             self.step_plot: plot(charts.step_figure(steps, k)),
             self.race_plot: plot(self._race(run, k)),
         }
+
+    def on_method(self, method, target, draft):
+        """A drafter that is the target itself (the `draft` method's self-drafting demo) is dropped when the
+        method changes: adaptive would otherwise keep drafting with it, unseen."""
+        if method != "draft" and model_name(draft) is not None and model_name(draft) == model_name(target):
+            return {self.draft: "none"}
+        return {self.draft: gr.skip()}
 
     def on_pair(self, pair):
         if pair not in PAIRS:
@@ -383,7 +401,7 @@ class SpecvizApp:
             with gr.Tab("Cost curve"):
                 cost_event = CostTab().build(self.target, engine)
             with gr.Tab("API"):
-                gr.Markdown(API_HELP)
+                api_text = gr.Markdown(api_help("http://127.0.0.1:7860/"), elem_id="sv-api-help")
 
             run_inputs = [self.prompt, self.method, self.target, self.draft, self.gamma, self.temperature, self.top_p,
                           self.max_new, self.seed, self.compare_plain, self.step_mode, self.tree]
@@ -403,16 +421,23 @@ class SpecvizApp:
                                    cancels=[run_event, submit_event, resume_event, next_event, replay_event, compare_event, cost_event],
                                    **free)
             self.pause_button.click(self.on_pause, None, view_outputs, api_name="pause", show_progress="hidden", **free)
-            self.step_slider.input(self.on_inspect, [self.step_slider],
+            self.step_slider.input(self.on_inspect, [self.step_slider],  # always_last: in order while dragging
                                    [self.tokens, self.inspector, self.step_plot, self.race_plot],
-                                   api_name="inspect", show_progress="hidden", **free)
+                                   api_name="inspect", show_progress="hidden", trigger_mode="always_last", **free)
+            self.method.input(self.on_method, [self.method, self.target, self.draft], [self.draft],
+                              api_visibility="private", **free)
             self.pair.change(self.on_pair, [self.pair], [self.target, self.draft, self.method], api_visibility="private",
                              **free)
             gr.api(gpu(speculate), api_name="speculate", **engine)
+            demo.load(_api_text, None, [api_text], api_visibility="private", **free)
             demo.unload(_end_session)
         self.demo = demo
         return demo
 
+
+
+def _api_text(request: gr.Request) -> str:
+    return api_help(page_url(request))
 
 
 def _end_session(request: gr.Request):

@@ -11,19 +11,29 @@ from ..proposers import METHODS
 from ..settings import check_prompt_text
 from .live import ENGINE_LOCK, MAX_NEW_TOKENS, USES_DRAFT_MODEL, RunRequest, load_models, model_name, settings_from_form
 
-API_HELP = """### Use via API
+def api_help(url: str) -> str:
+    """The API tab's text, with the address the page was served from."""
+    return f"""### Use via API
 The endpoint `/speculate` runs one prompt with speculative decoding and plain decoding of the same prompt, and
 returns the same JSON object as `specviz generate --json --compare-plain`: `text`, `tokens`, `metrics`,
 `steps`, `plain`, `speedup`, `identical_to_plain`, `first_difference`.
 
 ```python
 from gradio_client import Client
-client = Client("http://127.0.0.1:7860/")
+client = Client("{url}")
 report = client.predict(prompt="Write a haiku about caches.", method="ngram", max_new_tokens=64, gamma=4,
                         temperature=0.0, seed=0, api_name="/speculate")
 print(report["metrics"]["mean_accepted_length"], report["speedup"])
 ```
 Optional: `target` (default `default`) and `draft` (a drafter for the `draft` method)."""
+
+
+def page_url(request) -> str:
+    """The address a browser reached the app at (behind a proxy, the forwarded one)."""
+    headers = getattr(request, "headers", None) or {}
+    host = headers.get("x-forwarded-host") or headers.get("host") or "127.0.0.1:7860"
+    scheme = headers.get("x-forwarded-proto") or "http"
+    return f"{scheme.split(',')[0].strip()}://{host.split(',')[0].strip()}/"
 
 
 def speculate(prompt: str, method: str = "ngram", max_new_tokens: int = 64, gamma: int = 4, temperature: float = 0.0,

@@ -11,6 +11,7 @@ from pathlib import Path
 from gradio.components.plot import PlotData
 
 from ..api import first_difference
+from ..models import DEFAULT_MODEL, default_source
 from ..records import StepRecord, TokenRecord
 from . import render, view
 from .live import BASELINE, FAILED, PAUSED, READY, RUNNING, STOPPED, LiveRun, SteppedRun
@@ -134,3 +135,25 @@ def trace_file(run: LiveRun) -> str | None:
     path.write_text(json.dumps(data, ensure_ascii=False))
     run.trace_path = str(path)
     return run.trace_path
+
+
+def may_download(name: str) -> bool:
+    """Whether loading the model can mean a download: not a file or folder here ("default" is one where the
+    offline package is installed; on a Hugging Face Space it is a Hub id)."""
+    try:
+        source = default_source() if name == DEFAULT_MODEL else name
+    except Exception:  # the load itself will say what is missing
+        return False
+    return not Path(source).exists()
+
+
+def loading_message(names: list[str | None], seconds: float, preparing: bool) -> str:
+    """The status line while a run's models load (names: the target and the drafter or None), then while the
+    run warms up."""
+    if preparing:
+        return (f"Preparing the run… {seconds:.0f} s (on a GPU the first run of a method captures CUDA graphs and "
+                "compiles: up to a minute)")
+    names = [n for n in names if n]
+    hub = [n for n in names if may_download(n)]
+    note = f" ({' and '.join(hub)}: a first load downloads it from the Hub)" if hub else ""
+    return f"Loading {' and '.join(names)}… {seconds:.0f} s{note}"

@@ -19,6 +19,11 @@ from .live import (ENGINE_LOCK, USES_DRAFT_MODEL, RunRequest, SteppedRun, load_m
 from .readouts import plot
 
 
+def stop_tab(request: gr.Request):
+    session_of(request).cancel.set()
+    return render.status_html("Stopped.", "warn")
+
+
 class CompareTab:
     """The Run tab's prompt, models and settings through plain decoding and each ticked method."""
 
@@ -28,20 +33,25 @@ class CompareTab:
                     "method, one after another in this process.")
         self.methods = gr.CheckboxGroup([m for m in METHODS if m != "plain"],
                                         value=[m for m in ("ngram", "early-exit") if m in METHODS], label="Methods")
-        self.button = gr.Button("Compare", variant="primary", elem_id="sv-compare")
+        with gr.Row():
+            self.button = gr.Button("Compare", variant="primary", elem_id="sv-compare")
+            self.stop = gr.Button("Stop", variant="stop", elem_id="sv-compare-stop")
         self.status = gr.HTML(label="compare status")
         self.table = gr.Dataframe(headers=["method", "new tokens", "steps", "τ", "α", "tok/s", "speedup",
                                            "same as plain"], interactive=False)
         self.plot = gr.Plot(label="compare chart")
         prompt, *rest = inputs
-        return self.button.click(gpu(self.on_compare), [prompt, self.methods, *rest],
-                                 [self.status, self.table, self.plot], api_name="compare", **engine)
+        event = self.button.click(gpu(self.on_compare), [prompt, self.methods, *rest],
+                                  [self.status, self.table, self.plot], api_name="compare", **engine)
+        self.stop.click(stop_tab, None, [self.status], cancels=[event], api_name="compare_stop", concurrency_limit=None)
+        return event
 
     def on_compare(self, prompt, methods, target, draft, gamma, temperature, top_p, max_new_tokens, seed, tree=0,
                    request: gr.Request = None):
         state = session_of(request)
         state.cancel.clear()
         rows: list[dict] = []
+        skipped: list[str] = []  # said in every later status, so that a skip is not overwritten at once
 
         def table():
             return [[r["method"], r["new_tokens"], r["steps"], round(r["tau"], 2),
@@ -49,6 +59,9 @@ class CompareTab:
                      "–" if r["speedup"] is None else f"{r['speedup']:.2f}×", r["same"]] for r in rows]
 
         def out(message, level="info"):
+            if skipped:
+                message = "\n".join(m for m in [message, *skipped] if m)
+                level = "warn" if level in ("info", "ok") else level
             return {self.status: render.status_html(message, level), self.table: table(),
                     self.plot: plot(charts.compare_figure(rows))}
 
@@ -71,13 +84,15 @@ class CompareTab:
         plain_result, plain_wall = None, None
         for method in ["plain"] + chosen:
             if method == "draft" and draft_model is None:
-                yield out("Skipped draft: it needs a drafter (choose one in the Run tab).", "warn")
+                skipped.append("Skipped draft: it needs a drafter (choose one in the Run tab's settings).")
+                yield out("")
                 continue
             try:
                 proposer = PlainProposer() if method == "plain" else make_proposer(method, target_model, draft_model)
                 stepped = SteppedRun(SpeculativeRun(target_model, proposer, prompt_ids, settings, prompt))
             except SpecvizError as error:
-                yield out(f"{method}: {error}", "error")
+                skipped.append(f"Skipped {method}: {error}")
+                yield out("")
                 continue
             last = 0.0
             while not stepped.done and not state.cancel.is_set():
@@ -113,11 +128,15 @@ class CostTab:
                     "costs), and over a batch of B sequences, timed on this machine. On a GPU at batch 1 "
                     "the time hardly grows with K: verification is nearly free. On a CPU it grows. And once "
                     "batching fills the device, extra positions are no longer free: speculation stops paying.")
-        self.button = gr.Button("Measure", variant="primary", elem_id="sv-cost")
+        with gr.Row():
+            self.button = gr.Button("Measure", variant="primary", elem_id="sv-cost")
+            self.stop = gr.Button("Stop", variant="stop", elem_id="sv-cost-stop")
         self.status = gr.HTML(label="cost status")
         self.plot = gr.Plot(label="cost curve")
-        return self.button.click(gpu(self.on_cost), [target], [self.status, self.plot], api_name="cost_curve",
-                                 **engine)
+        event = self.button.click(gpu(self.on_cost), [target], [self.status, self.plot], api_name="cost_curve",
+                                  **engine)
+        self.stop.click(stop_tab, None, [self.status], cancels=[event], api_name="cost_stop", concurrency_limit=None)
+        return event
 
     def on_cost(self, target, request: gr.Request):
         state = session_of(request)
