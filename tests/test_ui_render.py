@@ -331,3 +331,28 @@ def test_api_help_names_the_address_the_page_came_from():
     proxied = SimpleNamespace(headers={"host": "10.0.0.1", "x-forwarded-host": "me-specviz.hf.space",
                                        "x-forwarded-proto": "https"})
     assert endpoint.page_url(proxied) == "https://me-specviz.hf.space/"
+
+
+def test_the_story_of_a_step_in_plain_words(steps):
+    from specviz.ui.readouts import step_story
+
+    assert step_story(steps[0], sampling=True) == ("Step 0: the drafter proposed 4 tokens; the target agreed with the "
+                                                   "first 2; it rejected ‘sat’ and drew ‘is’ from the residual.")
+    assert "put its own choice ‘is’ in its place" in step_story(steps[0], sampling=False)
+    assert step_story(steps[1], sampling=False).endswith("agreed with all of them and added ‘.’ (the bonus token).")
+    assert "agreed with none" in step_story(steps[2], sampling=False)
+
+
+def test_whitespace_shows_as_marks():
+    def shown(text, kind=TokenKind.ACCEPTED):
+        return render.shown_text(TokenRecord(id=1, text=text, kind=kind, step=0))
+
+    assert shown("\n") == "⏎\n" and shown("    ") == "····" and shown(" cat") == " cat"
+    assert shown("\n", TokenKind.REJECTED) == "⏎"  # not in the output: no line break
+    spans = parse(render.token_view_html([TokenRecord(id=1, text="  ", kind=TokenKind.ACCEPTED, step=0)])).spans
+    assert "tok-ws" in spans[0][0] and spans[0][1]["tabindex"] == "0"
+
+
+def test_each_step_is_one_group(steps):
+    html_text = render.token_view_html(tokens_of(steps))
+    assert html_text.count('<span class="sv-step" data-step=') == len(steps)

@@ -24,8 +24,8 @@ from .endpoint import api_help, page_url, speculate
 from .gpu import gpu
 from .live import (MAX_NEW_TOKENS, USES_DRAFT_MODEL, LiveRun, RunRequest, end_session, load_models, model_name,
                    session_key, session_of, settings_from_form)
-from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, run_header, status_of, summary_of, token_text, tokens_of,
-                       trace_file)
+from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, run_header, status_of, step_story,
+                       summary_of, token_text, tokens_of, trace_file)
 from .tabs import CompareTab, CostTab
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,11 @@ def example_prompts() -> list[str]:
 
 # -- streaming -----------------------------------------------------------------------------------------------
 
+READING_MODES = [("answer", "answer"), ("drafts", "drafts"), ("steps", "steps")]
+# the token view's reading mode and presentation mode are classes on the page: switching needs no server
+PAGE_JS = "() => { document.body.dataset.svMode = 'answer'; }"
+
+
 class SpecvizApp:
     """Builds the Blocks and holds its components, so that handlers can name their outputs."""
 
@@ -76,9 +81,10 @@ class SpecvizApp:
         shown = cursor if cursor is not None else (len(steps) - 1 if steps else None)
         out = {self.status: status_of(run, cursor)}
         if "text" in parts:
+            story = step_story(steps[shown], sampling) if shown is not None and shown < len(steps) else ""
             out[self.tokens] = render.token_view_html(tokens_of(steps, run.tokenizer), run.request.prompt,
                                                       run_header(run), current_step=cursor, upto_step=upto,
-                                                      sampling=sampling)
+                                                      sampling=sampling, story=story)
             out[self.summary] = summary_of(run)
             out[self.step_slider] = gr.Slider(minimum=0, maximum=max(len(steps) - 1, 1), value=shown or 0,
                                               interactive=bool(steps))
@@ -305,9 +311,10 @@ class SpecvizApp:
         k = min(max(int(index or 0), 0), len(run.speculative.steps) - 1)
         state.cursor = k
         steps = run.speculative.steps
+        sampling = not run.request.settings.greedy
         return {
-            self.tokens: render.token_view_html(tokens_of(steps, run.tokenizer), run.request.prompt, run_header(run), current_step=k,
-                                                sampling=not run.request.settings.greedy),
+            self.tokens: render.token_view_html(tokens_of(steps, run.tokenizer), run.request.prompt, run_header(run),
+                                                current_step=k, sampling=sampling, story=step_story(steps[k], sampling)),
             self.inspector: plot(charts.inspector_figure(steps[k], token_text(run.tokenizer),
                                                          not run.request.settings.greedy)),
             self.step_plot: plot(charts.step_figure(steps, k)),
@@ -329,61 +336,67 @@ class SpecvizApp:
 
     # ---- layout -----------------------------------------------------------------------------------------
     def build(self) -> gr.Blocks:
-        with gr.Blocks(title="specviz: speculative decoding, step by step",
-                       delete_cache=(TRACE_MAX_AGE, TRACE_MAX_AGE)) as demo:
-            gr.Markdown("# specviz: speculative decoding, step by step\n"
-                        "A drafter proposes the next few tokens; the target model checks them all in one forward "
-                        "pass, keeps the ones it agrees with and draws the next one itself. Every number here is "
-                        "measured in this run, on this machine.")
+        with gr.Blocks(title="specviz: speculative decoding, step by step", delete_cache=(TRACE_MAX_AGE, TRACE_MAX_AGE)) as demo:
+            gr.HTML('<div class="sv-intro"><h1>specviz</h1><span>A drafter guesses the next few tokens; the target '
+                    'model checks them all in one pass, keeps what it agrees with and writes the next one itself. '
+                    'Measured live, on this machine.</span></div>')
             with gr.Tab("Run"):
-                with gr.Row():
-                    with gr.Column(scale=3):
-                        self.prompt = gr.Textbox(label="Prompt", lines=3, value=example_prompts()[0],
-                                                 elem_id="sv-prompt")
-                        gr.Examples([[p] for p in example_prompts()], inputs=[self.prompt], label="Example prompts")
-                    with gr.Column(scale=2):
-                        with gr.Row():
-                            self.method = gr.Dropdown(list(METHODS), value="ngram", label="Method", elem_id="sv-method")
-                            self.pair = gr.Dropdown(list(PAIRS), value=None, label="Preset pair (Hub)")
-                        with gr.Row():
-                            self.target = gr.Dropdown(TARGETS, value=DEFAULT_MODEL, allow_custom_value=True,
-                                                      label="Target (or any Hub id, folder, .gguf)", elem_id="sv-target")
-                            self.draft = gr.Dropdown(DRAFTS, value="none", allow_custom_value=True,
-                                                     label="Drafter (draft, adaptive)", elem_id="sv-draft")
-                        with gr.Row():
-                            self.gamma = gr.Slider(1, 16, value=4, step=1, label="γ (draft tokens per step)")
-                            self.tree = gr.Slider(0, 64, value=0, step=1, elem_id="sv-tree",
-                                                  label="draft tree: tokens verified at once (0 = a chain of γ)",
-                                                  info="ngram, retrieval, medusa, eagle, adaptive on eagle: several candidates, depth γ")
-                            self.max_new = gr.Slider(8, MAX_NEW_TOKENS, value=96, step=8, label="max new tokens",
-                                                     elem_id="sv-max-new")
-                        with gr.Row():
-                            self.temperature = gr.Slider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)")
-                            self.top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
-                            self.seed = gr.Number(value=0, precision=0, label="seed", minimum=0)
-                        with gr.Row():
-                            self.compare_plain = gr.Checkbox(value=True, label="also run plain decoding (race, speedup)")
-                            self.step_mode = gr.Checkbox(value=False, label="step mode (start paused)")
-                with gr.Row():
-                    self.run_button = gr.Button("Run", variant="primary", elem_id="sv-run")
-                    self.stop_button = gr.Button("Stop", variant="stop", elem_id="sv-stop")
-                    self.pause_button = gr.Button("Pause", elem_id="sv-pause")
-                    self.next_button = gr.Button("Next step", elem_id="sv-next")
-                    self.resume_button = gr.Button("Resume", elem_id="sv-resume")
-                    self.replay_button = gr.Button("Replay", elem_id="sv-replay")
-                    self.replay_speed = gr.Slider(0.1, 2, value=0.5, step=0.1, label="replay: seconds per step")
+                with gr.Row(elem_id="sv-top"):
+                    self.prompt = gr.Textbox(label="Prompt", lines=2, max_lines=6, value=example_prompts()[0],
+                                             elem_id="sv-prompt", scale=6, min_width=240)
+                    self.method = gr.Dropdown(list(METHODS), value="ngram", label="Method", elem_id="sv-method",
+                                              scale=1, min_width=120)
+                    self.run_button = gr.Button("Run", variant="primary", elem_id="sv-run", scale=1, min_width=90)
+                with gr.Accordion("Settings: models, γ, sampling, length, examples", open=False, elem_id="sv-settings"):
+                    gr.Examples([[p] for p in example_prompts()], inputs=[self.prompt], label="Example prompts")
+                    with gr.Row():
+                        self.pair = gr.Dropdown(list(PAIRS), value=None, label="Preset pair (Hub)", min_width=260)
+                        self.target = gr.Dropdown(TARGETS, value=DEFAULT_MODEL, allow_custom_value=True,
+                                                  label="Target (or any Hub id, folder, .gguf)", elem_id="sv-target",
+                                                  min_width=260)
+                        self.draft = gr.Dropdown(DRAFTS, value="none", allow_custom_value=True,
+                                                 label="Drafter (draft, adaptive)", elem_id="sv-draft", min_width=260)
+                    with gr.Row():
+                        self.gamma = gr.Slider(1, 16, value=4, step=1, label="γ (draft tokens per step)", min_width=200)
+                        self.tree = gr.Slider(0, 64, value=0, step=1, elem_id="sv-tree", min_width=200,
+                                              label="draft tree: tokens verified at once (0 = a chain of γ)",
+                                              info="ngram, retrieval, medusa, eagle, adaptive on eagle: several candidates, depth γ")
+                        self.max_new = gr.Slider(8, MAX_NEW_TOKENS, value=96, step=8, label="max new tokens",
+                                                 elem_id="sv-max-new", min_width=200)
+                    with gr.Row():
+                        self.temperature = gr.Slider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)",
+                                                     min_width=200)
+                        self.top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p", min_width=200)
+                        self.seed = gr.Number(value=0, precision=0, label="seed", minimum=0, min_width=120)
+                    with gr.Row():
+                        self.compare_plain = gr.Checkbox(value=True, label="also run plain decoding (race, speedup)")
+                        self.step_mode = gr.Checkbox(value=False, label="step mode (start paused)")
+                        self.replay_speed = gr.Slider(0.1, 2, value=0.5, step=0.1, label="replay: seconds per step",
+                                                      min_width=200)
+                with gr.Row(elem_id="sv-controls"):
+                    self.stop_button = gr.Button("Stop", variant="stop", elem_id="sv-stop", size="sm", min_width=70)
+                    self.pause_button = gr.Button("Pause", elem_id="sv-pause", size="sm", min_width=70)
+                    self.next_button = gr.Button("Next step", elem_id="sv-next", size="sm", min_width=90)
+                    self.resume_button = gr.Button("Resume", elem_id="sv-resume", size="sm", min_width=80)
+                    self.replay_button = gr.Button("Replay", elem_id="sv-replay", size="sm", min_width=80)
+                    self.mode = gr.Radio(READING_MODES, value="answer", show_label=False, elem_id="sv-mode",
+                                         container=False, min_width=290, scale=3)
+                    self.present = gr.Checkbox(value=False, label="presentation", elem_id="sv-present",
+                                               container=False, min_width=120)
                 self.status = gr.HTML(render.status_html("Type a prompt and press Run.", "info"), label="status",
                                       elem_id="sv-status")
+                self.tokens = gr.HTML(render.token_view_html([]), label="tokens", elem_id="sv-tokens")
                 gr.HTML(render.legend_html(), elem_id="sv-legend")
-                self.tokens = gr.HTML(render.token_view_html([]), label="tokens", elem_id="sv-tokens", min_height=120)
-                with gr.Row():
-                    with gr.Column(scale=2):
-                        self.step_plot = gr.Plot(label="Steps", elem_id="sv-step-plot")
-                    with gr.Column(scale=1):
+                with gr.Row(elem_id="sv-charts"):
+                    with gr.Column(min_width=320):
                         self.summary = gr.HTML(label="summary", elem_id="sv-summary")
+                    with gr.Column(min_width=320):
+                        self.race_plot = gr.Plot(label="Race", elem_id="sv-race-plot")
                 with gr.Row():
-                    self.race_plot = gr.Plot(label="Race", elem_id="sv-race-plot")
-                    self.theory_plot = gr.Plot(label="Theory", elem_id="sv-theory-plot")
+                    with gr.Column(scale=2, min_width=320):
+                        self.step_plot = gr.Plot(label="Steps", elem_id="sv-step-plot")
+                    with gr.Column(scale=1, min_width=320):
+                        self.theory_plot = gr.Plot(label="Theory", elem_id="sv-theory-plot")
                 gr.Markdown("### Step inspector\nFor each drafted position the verifier reached: the target's p "
                             "against the drafter's q over their most probable tokens, then the distribution the "
                             "step's last token was drawn from (the residual after a rejection).")
@@ -420,6 +433,9 @@ class SpecvizApp:
             self.stop_button.click(self.on_stop, None, view_outputs, api_name="stop", show_progress="hidden",
                                    cancels=[run_event, submit_event, resume_event, next_event, replay_event, compare_event, cost_event],
                                    **free)
+            self.mode.change(None, [self.mode], None, js="(mode) => { document.body.dataset.svMode = mode; }")
+            self.present.change(None, [self.present], None,
+                                js="(on) => { document.body.classList.toggle('sv-present', on); }")
             self.pause_button.click(self.on_pause, None, view_outputs, api_name="pause", show_progress="hidden", **free)
             self.step_slider.input(self.on_inspect, [self.step_slider],  # always_last: in order while dragging
                                    [self.tokens, self.inspector, self.step_plot, self.race_plot],
@@ -452,4 +468,4 @@ def launch(demo: gr.Blocks | None = None, **kwargs):
     """Queue with explicit concurrency and serve; kwargs go to Blocks.launch (server_port, prevent_thread_lock...)."""
     demo = demo or build_demo()
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
-    return demo.launch(css=css(), **kwargs)
+    return demo.launch(css=css(), js=PAGE_JS, **kwargs)

@@ -41,7 +41,7 @@ def _figure(data: list[dict], title: str, height: int, rows: int = 1, cols: int 
     layout = {
         "title": {"text": title, "x": 0.01, "font": {"size": 14}}, "height": height,
         "font": {"family": "system-ui, sans-serif", "size": 12}, "margin": {"l": 55, "r": 20, "t": 60, "b": 100},
-        "paper_bgcolor": "white", "plot_bgcolor": "white", "hovermode": "closest", "barmode": "stack",
+        "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "rgba(0,0,0,0)", "hovermode": "closest", "barmode": "stack",
         "legend": {"orientation": "h", "x": 0, "y": -70 / (height - 160), "yanchor": "top"},
         "annotations": [], "shapes": [],
     }

@@ -157,3 +157,29 @@ def loading_message(names: list[str | None], seconds: float, preparing: bool) ->
     hub = [n for n in names if may_download(n)]
     note = f" ({' and '.join(hub)}: a first load downloads it from the Hub)" if hub else ""
     return f"Loading {' and '.join(names)}… {seconds:.0f} s{note}"
+
+
+def quoted(text: str) -> str:
+    """A token inside a sentence: trimmed, whitespace made visible, in quotes."""
+    shown = text.strip() or text.replace(" ", "·").replace("\t", "⇥")
+    return f"‘{shown.replace(chr(10), '⏎')}’"
+
+
+def step_story(step: StepRecord | None, sampling: bool) -> str:
+    """One step in plain words: what was drafted, how much the target kept, what it wrote itself."""
+    if step is None:
+        return ""
+    drawn = quoted(step.next_token.text)
+    if step.gamma == 0:
+        return f"Step {step.index}: no draft; the target wrote {drawn} itself, as plain decoding does."
+    tree = f" (a tree of {step.tree_size} candidates)" if step.tree_size else ""
+    proposed = f"Step {step.index}: the drafter proposed {step.gamma} token{'s' if step.gamma > 1 else ''}{tree}; "
+    if step.n_accepted == step.gamma:
+        return proposed + f"the target agreed with all of them and added {drawn} (the bonus token)."
+    agreed = ("the target agreed with none" if step.n_accepted == 0 else
+              f"the target agreed with the first {step.n_accepted}")
+    rejected = next((t for t in step.tokens if t.kind.value == "rejected"), None)
+    instead = f"drew {drawn} from the residual" if sampling else f"put its own choice {drawn} in its place"
+    if rejected is None:
+        return proposed + f"{agreed}, then wrote {drawn}."
+    return proposed + f"{agreed}; it rejected {quoted(rejected.text)} and {instead}."
