@@ -264,6 +264,20 @@ def test_text_contrast_over_the_apps_own_text(screens, screen):
         assert result["checked"] > 50 and not result["bad"], result["bad"][:10]
 
 
+def test_presentation_mode_enlarges_the_tokens_and_their_marks(screens):
+    tab = screens["projector"]
+    style = ("() => { const s = getComputedStyle(document.querySelector('#sv-tokens .tok-accepted'));"
+             " return [parseFloat(s.fontSize), parseFloat(s.textDecorationThickness)]; }")
+    size, mark = tab.evaluate(style)
+    tab.get_by_text("Settings: models").click()
+    tab.locator("#sv-present input").check()
+    tab.wait_for_function("document.body.classList.contains('sv-present')")
+    bigger, thicker = tab.evaluate(style)
+    assert bigger >= 1.4 * size and thicker >= 2 * mark
+    tab.locator("#sv-present input").uncheck()
+    tab.get_by_text("Settings: models").click()
+
+
 def test_no_script_errors_on_any_screen(screens):
     for name, tab in screens.items():
         assert not [e for e in tab.errors if "i18n" not in e], (name, tab.errors)

@@ -371,6 +371,8 @@ class SpecvizApp:
                     with gr.Row():
                         self.compare_plain = gr.Checkbox(value=True, label="also run plain decoding (race, speedup)")
                         self.step_mode = gr.Checkbox(value=False, label="step mode (start paused)")
+                        self.present = gr.Checkbox(value=False, label="presentation: large type, thick marks",
+                                                   elem_id="sv-present")
                         self.replay_speed = gr.Slider(0.1, 2, value=0.5, step=0.1, label="replay: seconds per step",
                                                       min_width=200)
                 with gr.Row(elem_id="sv-controls"):
@@ -381,8 +383,6 @@ class SpecvizApp:
                     self.replay_button = gr.Button("Replay", elem_id="sv-replay", size="sm", min_width=80)
                     self.mode = gr.Radio(READING_MODES, value="answer", show_label=False, elem_id="sv-mode",
                                          container=False, min_width=290, scale=3)
-                    self.present = gr.Checkbox(value=False, label="presentation", elem_id="sv-present",
-                                               container=False, min_width=120)
                 self.status = gr.HTML(render.status_html("Type a prompt and press Run.", "info"), label="status",
                                       elem_id="sv-status")
                 self.tokens = gr.HTML(render.token_view_html([]), label="tokens", elem_id="sv-tokens")
