@@ -54,8 +54,13 @@ def css() -> str:
     return (ASSETS / "specviz.css").read_text()
 
 
-def example_prompts() -> list[str]:
+def examples() -> list[dict]:
+    """The example prompts, each with its method and a label that says what to expect of it."""
     return json.loads((ASSETS / "example_prompts.json").read_text())
+
+
+def example_prompts() -> list[str]:
+    return [example["prompt"] for example in examples()]
 
 
 # -- streaming -----------------------------------------------------------------------------------------------
@@ -348,7 +353,8 @@ class SpecvizApp:
                                               scale=1, min_width=120)
                     self.run_button = gr.Button("Run", variant="primary", elem_id="sv-run", scale=1, min_width=90)
                 with gr.Accordion("Settings: models, γ, sampling, length, examples", open=False, elem_id="sv-settings"):
-                    gr.Examples([[p] for p in example_prompts()], inputs=[self.prompt], label="Example prompts")
+                    gr.Examples([[e["prompt"], e["method"]] for e in examples()], inputs=[self.prompt, self.method],
+                                example_labels=[e["label"] for e in examples()], label="Example prompts")
                     with gr.Row():
                         self.pair = gr.Dropdown(list(PAIRS), value=None, label="Preset pair (Hub)", min_width=260)
                         self.target = gr.Dropdown(TARGETS, value=DEFAULT_MODEL, allow_custom_value=True,
@@ -357,7 +363,8 @@ class SpecvizApp:
                         self.draft = gr.Dropdown(DRAFTS, value="none", allow_custom_value=True,
                                                  label="Drafter (draft, adaptive)", elem_id="sv-draft", min_width=260)
                     with gr.Row():
-                        self.gamma = gr.Slider(1, 16, value=4, step=1, label="γ (draft tokens per step)", min_width=200)
+                        self.gamma = gr.Slider(1, 16, value=4, step=1, label="γ (draft tokens per step)", elem_id="sv-gamma",
+                                               min_width=200)
                         self.tree = gr.Slider(0, 64, value=0, step=1, elem_id="sv-tree", min_width=200,
                                               label="draft tree: tokens verified at once (0 = a chain of γ)",
                                               info="ngram, retrieval, medusa, eagle, adaptive on eagle: several candidates, depth γ")
