@@ -58,8 +58,10 @@ def page(browser, url):
 
 def set_field(page, elem_id, value, commit="Tab"):
     field = page.locator(f"#{elem_id} textarea, #{elem_id} input").first
-    if not field.is_visible():  # a setting in the closed Settings panel
+    if not field.is_visible():  # a setting in the closed Settings panel, whose widgets mount on its opening
         page.get_by_text("Settings: models").click()
+        field.wait_for(state="visible")
+        page.wait_for_timeout(300)
     field.fill(value)
     field.press(commit)
 

@@ -31,7 +31,7 @@ from .tabs import CompareTab, CostTab
 log = logging.getLogger(__name__)
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
-TOKEN_INTERVAL = 0.1  # seconds between token-view updates while streaming
+TOKEN_INTERVAL = 0.2  # seconds between token-view updates while streaming
 CHART_INTERVAL = 1.5  # seconds between chart updates while streaming
 CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "4"))  # runs at once; their engine steps interleave
 
@@ -111,9 +111,7 @@ class SpecvizApp:
         """The view with no run in it, under a status line: what a new run starts from, and what a run that
         could not start leaves (never the previous run's tokens under its error)."""
         return {self.status: status, self.tokens: render.token_view_html([]), self.summary: "",
-                self.step_plot: plot(charts.step_figure([])), self.race_plot: plot(charts.race_figure(([0.0], [0]), None, "")),
-                self.theory_plot: plot(charts.theory_figure(None)),
-                self.inspector: plot(charts.inspector_figure(None, str, False)),
+                self.step_plot: None, self.race_plot: None, self.theory_plot: None, self.inspector: None,
                 self.step_slider: gr.Slider(minimum=0, maximum=1, value=0, interactive=False), self.trace: None}
 
     def _race(self, run: LiveRun, cursor: int | None):
@@ -133,7 +131,7 @@ class SpecvizApp:
         only when the speculative run moved on, the step charts and the race at most every CHART_INTERVAL (the
         theory and the inspector wait for the end); then one complete frame. follow_cursor highlights the
         newest step (step mode)."""
-        last_text = last_charts = 0.0
+        last_text, last_charts = 0.0, time.monotonic()  # the first charts after CHART_INTERVAL: short runs draw them once
         seen_version, text_steps, chart_steps = -1, -1, -1
         while run.active:
             now = time.monotonic()
