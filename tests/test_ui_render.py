@@ -341,6 +341,8 @@ def test_the_story_of_a_step_in_plain_words(steps):
     assert "put its own choice ‘is’ in its place" in step_story(steps[0], sampling=False)
     assert step_story(steps[1], sampling=False).endswith("agreed with all of them and added ‘.’ (the bonus token).")
     assert "agreed with none" in step_story(steps[2], sampling=False)
+    ended = steps[0].__class__(**{**steps[0].__dict__, "emitted": 2})  # cut at the end of text after 2 drafts
+    assert step_story(ended, sampling=False).endswith("agreed with the first 2, and the output ends there.")
 
 
 def test_whitespace_shows_as_marks():

@@ -174,10 +174,14 @@ def step_story(step: StepRecord | None, sampling: bool) -> str:
         return f"Step {step.index}: no draft; the target wrote {drawn} itself, as plain decoding does."
     tree = f" (a tree of {step.tree_size} candidates)" if step.tree_size else ""
     proposed = f"Step {step.index}: the drafter proposed {step.gamma} token{'s' if step.gamma > 1 else ''}{tree}; "
-    if step.n_accepted == step.gamma:
-        return proposed + f"the target agreed with all of them and added {drawn} (the bonus token)."
     agreed = ("the target agreed with none" if step.n_accepted == 0 else
+              "the target agreed with the first one" if step.n_accepted == 1 else
+              "the target agreed with all of them" if step.n_accepted == step.gamma else
               f"the target agreed with the first {step.n_accepted}")
+    if step.emitted <= step.n_accepted:  # the run ended inside the step: end of text or the token limit
+        return proposed + f"{agreed}, and the output ends there."
+    if step.n_accepted == step.gamma:
+        return proposed + f"{agreed} and added {drawn} (the bonus token)."
     rejected = next((t for t in step.tokens if t.kind.value == "rejected"), None)
     instead = f"drew {drawn} from the residual" if sampling else f"put its own choice {drawn} in its place"
     if rejected is None:
