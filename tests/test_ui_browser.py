@@ -253,6 +253,9 @@ def test_a_phone_has_no_horizontal_scroll(screens):
     assert width()[0] <= width()[1], width()
     race, theory = (tab.locator(f"#{name}").bounding_box() for name in ("sv-race-plot", "sv-theory-plot"))
     assert race["width"] > 300 and theory["width"] > 300  # the charts stack, full width
+    for box in ("sv-target", "sv-draft"):  # a model's name is not cut under the dropdown's arrow
+        field = tab.locator(f"#{box} input").first
+        assert field.evaluate("el => el.scrollWidth <= el.clientWidth"), (box, field.input_value())
 
 
 @pytest.mark.parametrize("screen", ["projector", "dark"])

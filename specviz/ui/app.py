@@ -63,8 +63,6 @@ def example_prompts() -> list[str]:
     return [example["prompt"] for example in examples()]
 
 
-# -- streaming -----------------------------------------------------------------------------------------------
-
 READING_MODES = [("answer", "answer"), ("drafts", "drafts"), ("steps", "steps")]
 # the token view's reading mode and presentation mode are classes on the page: switching needs no server
 PAGE_JS = "() => { document.body.dataset.svMode = 'answer'; }"
