@@ -286,3 +286,16 @@ def test_presentation_mode_enlarges_the_tokens_and_their_marks(screens):
 def test_no_script_errors_on_any_screen(screens):
     for name, tab in screens.items():
         assert not [e for e in tab.errors if "i18n" not in e], (name, tab.errors)
+
+
+def test_a_fast_replay_shows_every_step(screens):
+    tab = screens["projector"]
+    steps = tab.locator("#sv-tokens .sv-step").count()
+    set_field(tab, "sv-replay-speed", "0.1")
+    tab.get_by_text("Settings: models").click()
+    tab.evaluate("""() => { window.svSeen = new Set(); new MutationObserver(() => window.svSeen.add(
+        document.querySelectorAll('#sv-tokens .sv-step').length)).observe(document.querySelector('#sv-tokens'),
+        {childList: true, subtree: true}); }""")
+    tab.click("#sv-replay")
+    tab.wait_for_function(f"window.svSeen.has({steps}) && window.svSeen.size >= {steps}", timeout=60_000)
+    assert tab.evaluate("[...window.svSeen].sort((a, b) => a - b)") == list(range(1, steps + 1))

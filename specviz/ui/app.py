@@ -377,7 +377,7 @@ class SpecvizApp:
                         self.present = gr.Checkbox(value=False, label="presentation: large type, thick marks",
                                                    elem_id="sv-present")
                         self.replay_speed = gr.Slider(0.1, 2, value=0.5, step=0.1, label="replay: seconds per step",
-                                                      min_width=200)
+                                                      elem_id="sv-replay-speed", min_width=200)
                 with gr.Row(elem_id="sv-controls"):
                     self.stop_button = gr.Button("Stop", variant="stop", elem_id="sv-stop", size="sm", min_width=70)
                     self.pause_button = gr.Button("Pause", elem_id="sv-pause", size="sm", min_width=70)
