@@ -129,7 +129,7 @@ class SpecvizApp:
         only when the speculative run moved on, the step charts and the race at most every CHART_INTERVAL (the
         theory and the inspector wait for the end); then one complete frame. follow_cursor highlights the
         newest step (step mode)."""
-        last_text, last_charts = 0.0, time.monotonic()  # the first charts after CHART_INTERVAL: short runs draw them once
+        last_text, last_charts = 0.0, time.monotonic()  # first charts after CHART_INTERVAL: a short run draws them once
         seen_version, text_steps, chart_steps = -1, -1, -1
         while run.active:
             now = time.monotonic()
@@ -315,7 +315,8 @@ class SpecvizApp:
         sampling = not run.request.settings.greedy
         return {
             self.tokens: render.token_view_html(tokens_of(steps, run.tokenizer), run.request.prompt, run_header(run),
-                                                current_step=k, sampling=sampling, story=step_story(steps[k], sampling)),
+                                                current_step=k, sampling=sampling,
+                                                story=step_story(steps[k], sampling)),
             self.inspector: plot(charts.inspector_figure(steps[k], token_text(run.tokenizer),
                                                          not run.request.settings.greedy)),
             self.step_plot: plot(charts.step_figure(steps, k)),
@@ -337,7 +338,8 @@ class SpecvizApp:
 
     # ---- layout -----------------------------------------------------------------------------------------
     def build(self) -> gr.Blocks:
-        with gr.Blocks(title="specviz: speculative decoding, step by step", delete_cache=(TRACE_MAX_AGE, TRACE_MAX_AGE)) as demo:
+        with gr.Blocks(title="specviz: speculative decoding, step by step",
+                       delete_cache=(TRACE_MAX_AGE, TRACE_MAX_AGE)) as demo:
             gr.HTML('<div class="sv-intro"><h1>specviz</h1><span>A drafter guesses the next few tokens; the target '
                     'model checks them all in one pass, keeps what it agrees with and writes the next one itself. '
                     'Measured live, on this machine.</span></div>')
@@ -359,8 +361,8 @@ class SpecvizApp:
                         self.draft = gr.Dropdown(DRAFTS, value="none", allow_custom_value=True,
                                                  label="Drafter (draft, adaptive)", elem_id="sv-draft", min_width=260)
                     with gr.Row():
-                        self.gamma = gr.Slider(1, 16, value=4, step=1, label="γ (draft tokens per step)", elem_id="sv-gamma",
-                                               min_width=200)
+                        self.gamma = gr.Slider(1, 16, value=4, step=1, label="γ (draft tokens per step)",
+                                               elem_id="sv-gamma", min_width=200)
                         self.tree = gr.Slider(0, 64, value=0, step=1, elem_id="sv-tree", min_width=200,
                                               label="draft tree: tokens verified at once (0 = a chain of γ)",
                                               info="ngram, retrieval, medusa, eagle, adaptive on eagle: several candidates, depth γ")
