@@ -267,6 +267,11 @@ def test_text_contrast_over_the_apps_own_text(screens, screen):
         tab.wait_for_function(f"document.body.dataset.svMode === '{mode}'")
         result = tab.evaluate(CONTRAST_JS, OWN_TEXT)
         assert result["checked"] > 50 and not result["bad"], result["bad"][:10]
+    chart = tab.evaluate("""() => { const svg = document.querySelector('#sv-race-plot .main-svg');
+        return [getComputedStyle(svg).backgroundColor, getComputedStyle(svg.querySelector('.xtick text')).fill]; }""")
+    assert chart[0] == "rgba(0, 0, 0, 0)"  # the chart shows the page's background, light or dark
+    channels = [int(c) for c in chart[1][chart[1].index("(") + 1:-1].split(",")[:3]]
+    assert (min(channels) > 200) if screen == "dark" else (max(channels) < 120), chart  # its text follows the theme
 
 
 def test_presentation_mode_enlarges_the_tokens_and_their_marks(screens):
