@@ -76,9 +76,9 @@ class SpecvizApp:
 
     # ---- frames: dicts {component: value}; components left out keep their value -------------------------
     def frame(self, run: LiveRun, cursor: int | None = None, upto: int | None = None,
-              parts: frozenset = frozenset({"text", "charts", "race", "detail"})) -> dict:
-        """Widget values for the run; parts picks what to redraw: "text" (token view, summary, step
-        slider), "charts" (step charts), "race", "detail" (theory, inspector). The status always."""
+              parts: frozenset = frozenset({"text", "slider", "charts", "race", "detail"})) -> dict:
+        """Widget values for the run; parts picks what to redraw: "text" (token view, summary), "slider" (the
+        step slider), "charts" (step charts), "race", "detail" (theory, inspector). The status always."""
         steps = run.speculative.steps
         sampling = not run.request.settings.greedy
         shown = cursor if cursor is not None else (len(steps) - 1 if steps else None)
@@ -89,6 +89,7 @@ class SpecvizApp:
                                                       run_header(run), current_step=cursor, upto_step=upto,
                                                       sampling=sampling, story=story)
             out[self.summary] = summary_of(run)
+        if "slider" in parts:
             out[self.step_slider] = gr.Slider(minimum=0, maximum=max(len(steps) - 1, 1), value=shown or 0,
                                               interactive=bool(steps))
         if "charts" in parts:
@@ -143,11 +144,11 @@ class SpecvizApp:
                 if now - last_charts >= CHART_INTERVAL:
                     parts.add("race")  # the baseline moves it too
                     if n != chart_steps:
-                        parts.add("charts")
+                        parts |= {"charts", "slider"}
                         chart_steps = n
                     last_charts = now
                 if follow_cursor and "text" in parts:
-                    parts.add("detail")  # step mode: the inspector follows the step just taken
+                    parts |= {"detail", "slider"}  # step mode: the inspector follows the step just taken
                 cursor = n - 1 if follow_cursor and n else None
                 yield self.frame(run, cursor=cursor, parts=frozenset(parts))
             time.sleep(0.03)
@@ -295,7 +296,7 @@ class SpecvizApp:
             if not state.replaying:
                 break
             state.cursor = k
-            parts = {"text"}
+            parts = {"text", "slider"}
             if k == last or time.monotonic() - charted >= CHART_INTERVAL:
                 parts |= {"charts", "race", "detail"}
                 charted = time.monotonic()
