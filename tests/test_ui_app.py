@@ -48,11 +48,12 @@ def steps_in(html_text):
 def url(default_target):  # the model loaded once for the whole session, shared through the registry
     import specviz.ui.app as app_module
 
-    old = app_module.CHART_INTERVAL
-    app_module.CHART_INTERVAL = 0.3  # so that charts arrive mid-run even when the machine is fast
+    old = app_module.TOKEN_INTERVAL, app_module.CHART_INTERVAL
+    # so that tokens arrive in several updates and charts mid-run even when the machine is fast
+    app_module.TOKEN_INTERVAL, app_module.CHART_INTERVAL = 0.05, 0.3
     with serve_app() as address:
         yield address
-    app_module.CHART_INTERVAL = old
+    app_module.TOKEN_INTERVAL, app_module.CHART_INTERVAL = old
 
 
 @pytest.fixture(scope="module")
@@ -218,12 +219,78 @@ def test_compare_methods(url):
 
 
 def test_cost_curve(url, monkeypatch):
-    import specviz.ui.app as app_module
+    import specviz.ui.tabs as tabs_module
 
-    monkeypatch.setattr(app_module, "measure_cost_curve",
+    monkeypatch.setattr(tabs_module, "measure_cost_curve",
                         functools.partial(measure_cost_curve, positions=(1, 4), batch_sizes=(1, 2), repeats=1))
     client = Client(url, verbose=False)
     status, chart = client.predict("default", api_name="/cost_curve")
     assert "Done" in status
     per_forward = [t for t in plot(chart)["data"] if t["name"].startswith("ms per forward")]
     assert [t["x"] for t in per_forward] == [[1, 4], [1, 2]] and all(y > 0 for t in per_forward for y in t["y"])
+
+
+def test_the_step_slider_handles_its_events_in_order():
+    from specviz.ui.app import build_demo
+
+    config = build_demo().get_config_file()
+    inspect = next(d for d in config["dependencies"] if d.get("api_name") == "inspect")
+    assert inspect["trigger_mode"] == "always_last"  # one at a time, the newest last: never an older step on top
+
+
+def test_switching_from_a_self_drafter_to_adaptive_drops_it():
+    from specviz.ui.app import SpecvizApp
+
+    app = SpecvizApp()
+    app.build()
+    assert app.on_method("adaptive", "default", "default") == {app.draft: "none"}
+    kept = app.on_method("adaptive", "HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct")
+    assert not isinstance(kept[app.draft], str)  # a real drafter stays (gr.skip)
+    assert not isinstance(app.on_method("draft", "default", "default")[app.draft], str)
+
+
+def test_compare_and_cost_curve_have_a_stop():
+    from specviz.ui.app import build_demo
+
+    config = build_demo().get_config_file()
+    by_name = {d.get("api_name"): d for d in config["dependencies"]}
+    for run, stop in (("compare", "compare_stop"), ("cost_curve", "cost_stop")):
+        button = by_name[stop]["targets"]
+        cancelled = {i for d in config["dependencies"] if d["targets"] == button for i in d.get("cancels") or ()}
+        assert by_name[run]["id"] in cancelled
+
+
+def test_a_failed_run_clears_the_previous_run(url):
+    client = Client(url, verbose=False)
+    assert kinds_in(wait_done(client.submit(**run_args(max_new_tokens=8), api_name="/run"))[-1][TOKENS])
+    failed = wait_done(client.submit(**run_args(prompt="   "), api_name="/run"))[-1]
+    assert 'role="alert"' in failed[STATUS]
+    assert isinstance(failed[TOKENS], str) and not kinds_in(failed[TOKENS]) and failed[SUMMARY] == ""
+    assert failed[TRACE] is None and failed[STEP_PLOT] is None and failed[RACE_PLOT] is None
+
+
+def test_plain_is_not_compared_with_itself(url):
+    client = Client(url, verbose=False)
+    final = wait_done(client.submit(**run_args(method="plain", max_new_tokens=8), api_name="/run"))[-1]
+    assert "Done" in final[STATUS] and "speedup" not in final[SUMMARY] and final[SUMMARY].count("plain tokens/s") == 1
+    assert [trace["name"] for trace in plot(final[RACE_PLOT])["data"]] == ["plain"]
+
+
+def test_compare_keeps_a_skipped_method_in_sight(url):
+    client = Client(url, verbose=False)
+    status, table, _ = client.predict(PROMPT, ["draft", "ngram"], "default", "none", 4, 0, 1, 8, 0, api_name="/compare")
+    assert "Done" in status and "Skipped draft" in status
+    assert {row[0] for row in table["data"]} == {"plain", "ngram"}
+
+
+def test_replay_ends_with_its_last_frame(url):
+    """No wait after the last step: a Replay pressed as soon as the last frame shows is not ignored."""
+    client = Client(url, verbose=False)
+    steps = len(steps_in(wait_done(client.submit(**run_args(max_new_tokens=8), api_name="/run"))[-1][TOKENS]))
+    job = client.submit(1.5, api_name="/replay")
+    last_seen, frames = None, 0
+    while not job.done():
+        if len(job.outputs()) != frames:
+            frames, last_seen = len(job.outputs()), time.monotonic()
+        time.sleep(0.02)
+    assert steps and time.monotonic() - last_seen < 1.0

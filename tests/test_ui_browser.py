@@ -1,7 +1,9 @@
 """A real browser on the app: Debian's chromium driven by Playwright for Python (never `playwright install`:
 setup.sh --dev installs the chromium package). Types a prompt, presses Run, sees every token kind and a
 chart, hovers a token, takes a screenshot; injection strings in the prompt and a model name show as text and
-run nothing."""
+run nothing. Then what a class sees: the run in the first screen of a 1280x720 projector, the reading modes,
+a 400 px phone without horizontal scroll, and text contrast in the light and the dark theme. One server and
+one browser for the module; each screen size runs the prompt once."""
 import os
 from pathlib import Path
 
@@ -56,6 +58,10 @@ def page(browser, url):
 
 def set_field(page, elem_id, value, commit="Tab"):
     field = page.locator(f"#{elem_id} textarea, #{elem_id} input").first
+    if not field.is_visible():  # a setting in the closed Settings panel, whose widgets mount on its opening
+        page.get_by_text("Settings: models").click()
+        field.wait_for(state="visible")
+        page.wait_for_timeout(300)
     field.fill(value)
     field.press(commit)
 
@@ -140,3 +146,161 @@ def test_injection_strings_render_as_text_and_run_nothing(page):
     assert page.locator("#sv-status img").count() == 0
     page.wait_for_timeout(500)  # give an onerror handler the time it would need
     assert page.evaluate("window.__pwned") is None
+
+
+# -- what a person sees --------------------------------------------------------------------------------------
+
+CONTRAST_JS = """(selectors) => {
+  const rgba = (text) => { const p = (text.match(/rgba?\\(([^)]+)\\)/) || [0, '0 0 0 0'])[1].split(/[ ,\\/]+/)
+      .filter(Boolean).map(Number); return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1]; };
+  const over = (top, under, a) => [0, 1, 2].map(i => top[i] * a + under[i] * (1 - a));
+  const light = (c) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+      return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
+  const backdrop = (el) => { const layers = []; let opacity = 1;
+      for (let e = el; e; e = e.parentElement) { const style = getComputedStyle(e); opacity *= Number(style.opacity);
+        const c = rgba(style.backgroundColor); if (c[3] > 0) { layers.push(c); if (c[3] >= 1) break; } }
+      let bg = [255, 255, 255]; if (document.body.matches('.dark, .dark *') && !layers.some(l => l[3] >= 1)) bg = [0, 0, 0];
+      for (const l of layers.reverse()) bg = over(l, bg, l[3]); return [bg, opacity]; };
+  const bad = [], seen = [];
+  for (const el of document.querySelectorAll(selectors)) {
+    const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
+    if (!own || !el.getClientRects().length || getComputedStyle(el).visibility === 'hidden') continue;
+    const c = rgba(getComputedStyle(el).color); const [bg, opacity] = backdrop(el);
+    const ink = over(c, bg, c[3] * opacity);
+    const [a, b] = [light(ink), light(bg)]; const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    seen.push(ratio);
+    if (ratio < 4.5) bad.push([el.className, el.textContent.slice(0, 30), ratio.toFixed(2)]);
+  }
+  return {bad, checked: seen.length};
+}"""
+OWN_TEXT = ("#sv-status *, #sv-tokens *, #sv-summary *, #sv-legend *, .sv-intro *")
+
+
+def lanes(page):
+    """The top of each step's lane in the token view, in order."""
+    return page.evaluate("() => [...document.querySelectorAll('#sv-tokens .sv-step')]"
+                         ".map(e => e.getBoundingClientRect().top)")
+
+
+@pytest.fixture(scope="module")
+def screens(browser, url):
+    """A tab per screen, each after one run of PROMPT: the 1280x720 projector (light), the same in the dark
+    theme, a 400 px phone. Console errors are collected."""
+    contexts, tabs = [], {}
+    for name, size, query in (("projector", (1280, 720), ""), ("dark", (1280, 720), "?__theme=dark"),
+                              ("phone", (400, 800), "")):
+        context = browser.new_context(viewport={"width": size[0], "height": size[1]})
+        tab = context.new_page()
+        tab.errors = []
+        tab.on("console", lambda message, tab=tab: tab.errors.append(message.text) if message.type == "error" else None)
+        tab.on("pageerror", lambda error, tab=tab: tab.errors.append(str(error)))
+        tab.goto(url + query)
+        tab.wait_for_selector("#sv-run", timeout=60_000)
+        set_field(tab, "sv-prompt", PROMPT)
+        set_field(tab, "sv-max-new", str(MAX_NEW))
+        tab.get_by_text("Settings: models").click()  # closed again, as a visitor finds it
+        run_and_wait(tab)
+        tab.wait_for_selector("#sv-race-plot .js-plotly-plot .main-svg", timeout=30_000)
+        tab.evaluate("window.scrollTo(0, 0)")
+        contexts.append(context)
+        tabs[name] = tab
+    yield tabs
+    for context in contexts:
+        context.close()
+
+
+def test_the_run_is_in_the_first_screen_of_a_projector(screens):
+    tab = screens["projector"]
+    output = tab.locator("#sv-tokens .sv-output").bounding_box()
+    assert output["y"] + 150 < 720, output  # at least 150 px of tokens visible without scrolling
+    for selector in ("#sv-run", "#sv-next", "#sv-mode", "#sv-status", "#sv-tokens .sv-story"):
+        box = tab.locator(selector).bounding_box()
+        assert box["y"] >= 0 and box["y"] + box["height"] <= 720, (selector, box)
+    assert tab.locator("#sv-tokens .sv-story").text_content().startswith("Step ")
+
+
+def test_answer_mode_hides_rejected_drafts_and_drafts_mode_shows_them(screens):
+    tab = screens["projector"]
+    rejected = tab.locator("#sv-tokens .sv-output .tok-rejected")
+    assert rejected.count() > 0 and not any(rejected.nth(i).is_visible() for i in range(rejected.count()))
+    tab.locator("#sv-mode").get_by_text("drafts").click()
+    tab.wait_for_function("document.body.dataset.svMode === 'drafts'")
+    assert all(rejected.nth(i).is_visible() for i in range(rejected.count()))
+    tab.locator("#sv-mode").get_by_text("answer").click()
+    tab.wait_for_function("document.body.dataset.svMode === 'answer'")
+
+
+def test_steps_mode_gives_each_step_its_own_lane(screens):
+    tab = screens["projector"]
+    steps = tab.locator("#sv-tokens .sv-step")
+    tab.locator("#sv-mode").get_by_text("steps").click()
+    tab.wait_for_function("document.body.dataset.svMode === 'steps'")
+    tops = lanes(tab)
+    assert len(tops) == steps.count() > 3
+    assert all(later > earlier for earlier, later in zip(tops, tops[1:]))  # one lane a step, one under the other
+    assert steps.nth(1).evaluate("el => getComputedStyle(el, '::before').content") == '"step 1"'
+    lane = tab.locator("#sv-tokens .sv-step:has(.tok-rejected)").first  # drafts in a row, then the target's token
+    assert lane.locator(".tok-resampled").count() == 1 and lane.locator(".tok-rejected").first.is_visible()
+    tab.locator("#sv-mode").get_by_text("answer").click()
+
+
+def test_a_phone_has_no_horizontal_scroll(screens):
+    tab = screens["phone"]
+    width = lambda: tab.evaluate("[document.scrollingElement.scrollWidth, window.innerWidth]")  # noqa: E731
+    assert width()[0] <= width()[1], width()
+    tab.get_by_text("Settings: models").click()
+    tab.wait_for_timeout(300)
+    assert width()[0] <= width()[1], width()
+    race, theory = (tab.locator(f"#{name}").bounding_box() for name in ("sv-race-plot", "sv-theory-plot"))
+    assert race["width"] > 300 and theory["width"] > 300  # the charts stack, full width
+    for box in ("sv-target", "sv-draft"):  # a model's name is not cut under the dropdown's arrow
+        field = tab.locator(f"#{box} input").first
+        assert field.evaluate("el => el.scrollWidth <= el.clientWidth"), (box, field.input_value())
+
+
+@pytest.mark.parametrize("screen", ["projector", "dark"])
+def test_text_contrast_over_the_apps_own_text(screens, screen):
+    tab = screens[screen]
+    assert tab.evaluate("document.body.matches('.dark, .dark *')") == (screen == "dark")
+    for mode in ("answer", "drafts"):
+        tab.locator("#sv-mode").get_by_text(mode).click()
+        tab.wait_for_function(f"document.body.dataset.svMode === '{mode}'")
+        result = tab.evaluate(CONTRAST_JS, OWN_TEXT)
+        assert result["checked"] > 50 and not result["bad"], result["bad"][:10]
+    chart = tab.evaluate("""() => { const svg = document.querySelector('#sv-race-plot .main-svg');
+        return [getComputedStyle(svg).backgroundColor, getComputedStyle(svg.querySelector('.xtick text')).fill]; }""")
+    assert chart[0] == "rgba(0, 0, 0, 0)"  # the chart shows the page's background, light or dark
+    channels = [int(c) for c in chart[1][chart[1].index("(") + 1:-1].split(",")[:3]]
+    assert (min(channels) > 200) if screen == "dark" else (max(channels) < 120), chart  # its text follows the theme
+
+
+def test_presentation_mode_enlarges_the_tokens_and_their_marks(screens):
+    tab = screens["projector"]
+    style = ("() => { const s = getComputedStyle(document.querySelector('#sv-tokens .tok-accepted'));"
+             " return [parseFloat(s.fontSize), parseFloat(s.textDecorationThickness)]; }")
+    size, mark = tab.evaluate(style)
+    tab.get_by_text("Settings: models").click()
+    tab.locator("#sv-present input").check()
+    tab.wait_for_function("document.body.classList.contains('sv-present')")
+    bigger, thicker = tab.evaluate(style)
+    assert bigger >= 1.4 * size and thicker >= 2 * mark
+    tab.locator("#sv-present input").uncheck()
+    tab.get_by_text("Settings: models").click()
+
+
+def test_no_script_errors_on_any_screen(screens):
+    for name, tab in screens.items():
+        assert not [e for e in tab.errors if "i18n" not in e], (name, tab.errors)
+
+
+def test_a_fast_replay_shows_every_step(screens):
+    tab = screens["projector"]
+    steps = tab.locator("#sv-tokens .sv-step").count()
+    set_field(tab, "sv-replay-speed", "0.1")
+    tab.get_by_text("Settings: models").click()
+    tab.evaluate("""() => { window.svSeen = new Set(); new MutationObserver(() => window.svSeen.add(
+        document.querySelectorAll('#sv-tokens .sv-step').length)).observe(document.querySelector('#sv-tokens'),
+        {childList: true, subtree: true}); }""")
+    tab.click("#sv-replay")
+    tab.wait_for_function(f"window.svSeen.has({steps}) && window.svSeen.size >= {steps}", timeout=60_000)
+    assert tab.evaluate("[...window.svSeen].sort((a, b) => a - b)") == list(range(1, steps + 1))

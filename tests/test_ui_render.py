@@ -285,3 +285,76 @@ def test_compare_and_cost_figures():
     per_position = [t for t in cost["data"] if t["name"] == "ms per position (K)"][0]
     assert per_position["y"] == pytest.approx([11.0, 6.0, 3.5])
     assert cost["layout"]["xaxis2"]["type"] == "log"
+
+
+def legend_colours(fig):
+    """(name, colour) of every trace that shows in the legend."""
+    return {(t["name"], t["marker"]["color"] if "marker" in t else t["line"]["color"])
+            for t in fig["data"] if t.get("showlegend", True)}
+
+
+def test_legend_entries_never_share_a_colour(steps):
+    text = lambda i: f"#{i}"  # noqa: E731
+    for fig in (charts.step_figure(steps), charts.inspector_figure(steps[0], text, sampling=False),
+                charts.inspector_figure(steps[1], text, sampling=True)):
+        entries = legend_colours(fig)
+        colours = [colour for _, colour in entries]
+        assert len(set(colours)) == len(colours), entries
+
+
+def test_inspector_of_a_one_hot_drafter_does_not_promise_q(steps):
+    one_hot = steps[0].__class__(**{**steps[0].__dict__,
+                                    "positions": [p.__class__(**{**p.__dict__, "q_top": None, "q": None})
+                                                  for p in steps[0].positions]})
+    title = charts.inspector_figure(one_hot, lambda i: f"#{i}", sampling=False)["layout"]["title"]["text"]
+    assert "against q" not in title and "one-hot" in title
+    assert "p against q" in charts.inspector_figure(steps[0], lambda i: f"#{i}", sampling=True)["layout"]["title"]["text"]
+
+
+def test_loading_message_speaks_of_the_hub_only_for_what_it_downloads(tmp_path):
+    from specviz.ui import readouts
+
+    assert "Hub" not in readouts.loading_message(["default", None], 1.0, False)
+    assert "Hub" not in readouts.loading_message([str(tmp_path)], 1.0, False)
+    hub = readouts.loading_message(["default", "Qwen/Qwen2.5-0.5B-Instruct"], 3.0, False)
+    assert "Qwen/Qwen2.5-0.5B-Instruct: a first load downloads it from the Hub" in hub and "default and Qwen" in hub
+
+
+def test_api_help_names_the_address_the_page_came_from():
+    from types import SimpleNamespace
+
+    from specviz.ui import endpoint
+
+    request = SimpleNamespace(headers={"host": "example.org:9000"})
+    text = endpoint.api_help(endpoint.page_url(request))
+    assert 'Client("http://example.org:9000/")' in text and "7860" not in text
+    proxied = SimpleNamespace(headers={"host": "10.0.0.1", "x-forwarded-host": "me-specviz.hf.space",
+                                       "x-forwarded-proto": "https"})
+    assert endpoint.page_url(proxied) == "https://me-specviz.hf.space/"
+
+
+def test_the_story_of_a_step_in_plain_words(steps):
+    from specviz.ui.readouts import step_story
+
+    assert step_story(steps[0], sampling=True) == ("Step 0: the drafter proposed 4 tokens; the target agreed with the "
+                                                   "first 2; it rejected ‘sat’ and drew ‘is’ from the residual.")
+    assert "put its own choice ‘is’ in its place" in step_story(steps[0], sampling=False)
+    assert step_story(steps[1], sampling=False).endswith("agreed with all of them and added ‘.’ (the bonus token).")
+    assert "agreed with none" in step_story(steps[2], sampling=False)
+    ended = steps[0].__class__(**{**steps[0].__dict__, "emitted": 2})  # cut at the end of text after 2 drafts
+    assert step_story(ended, sampling=False).endswith("agreed with the first 2, and the output ends there.")
+
+
+def test_whitespace_shows_as_marks():
+    def shown(text, kind=TokenKind.ACCEPTED):
+        return render.shown_text(TokenRecord(id=1, text=text, kind=kind, step=0))
+
+    assert shown("\n") == "⏎\n" and shown("    ") == "····" and shown(" cat") == " cat"
+    assert shown("\n", TokenKind.REJECTED) == "⏎"  # not in the output: no line break
+    spans = parse(render.token_view_html([TokenRecord(id=1, text="  ", kind=TokenKind.ACCEPTED, step=0)])).spans
+    assert "tok-ws" in spans[0][0] and spans[0][1]["tabindex"] == "0"
+
+
+def test_each_step_is_one_group(steps):
+    html_text = render.token_view_html(tokens_of(steps))
+    assert html_text.count('<span class="sv-step" data-step=') == len(steps)

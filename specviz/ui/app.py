@@ -1,4 +1,4 @@
-"""The Gradio app: widgets, events, and the conversion of a LiveRun into widget values.
+"""The Gradio app: the Run tab's widgets and events, and the frames that show a LiveRun in them.
 
 Handlers never hold models (they live in specviz.models' process-wide registry) or engine state in gr.State
 (it is deep-copied per session): a session's run lives in live.py's session table, keyed by gradio's
@@ -9,34 +9,30 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import gradio as gr
-from gradio.components.plot import PlotData
 
-from ..api import Report, encode, first_difference, make_proposer
-from ..cost_curve import measure_cost_curve
-from ..engine import SpeculativeRun
 from ..errors import SpecvizError
-from ..models import DEFAULT_MODEL, load_model
-from ..proposers import METHODS, PlainProposer
-from ..records import StepRecord, TokenRecord
+from ..models import DEFAULT_MODEL
+from ..proposers import METHODS
 from ..settings import check_prompt_text
 from . import charts, render, view
+from .endpoint import api_help, page_url, speculate
 from .gpu import gpu
-from .live import (BASELINE, ENGINE_LOCK, FAILED, PAUSED, READY, RUNNING, STOPPED, USES_DRAFT_MODEL, LiveRun,
-                   RunRequest, SteppedRun, end_session, load_models, model_name, session, settings_from_form)
+from .live import (MAX_NEW_TOKENS, USES_DRAFT_MODEL, LiveRun, RunRequest, end_session, load_models, model_name,
+                   session_key, session_of, settings_from_form)
+from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, run_header, status_of, step_story,
+                       summary_of, token_text, tokens_of, trace_file)
+from .tabs import CompareTab, CostTab
 
 log = logging.getLogger(__name__)
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
-TOKEN_INTERVAL = 0.1  # seconds between token-view updates while streaming
+TOKEN_INTERVAL = 0.2  # seconds between token-view updates while streaming
 CHART_INTERVAL = 1.5  # seconds between chart updates while streaming
-MAX_NEW_TOKENS = 512
 CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "4"))  # runs at once; their engine steps interleave
 
 TARGETS = [("default: SmolLM2-135M-Instruct (offline)", DEFAULT_MODEL),
@@ -58,147 +54,18 @@ def css() -> str:
     return (ASSETS / "specviz.css").read_text()
 
 
-def example_prompts() -> list[str]:
+def examples() -> list[dict]:
+    """The example prompts, each with its method and a label that says what to expect of it."""
     return json.loads((ASSETS / "example_prompts.json").read_text())
 
 
-def plot(figure: dict) -> PlotData:
-    """A plotly figure dict (charts.py) as gr.Plot's value, without building plotly objects."""
-    return PlotData(type="plotly", plot=json.dumps(figure))
+def example_prompts() -> list[str]:
+    return [example["prompt"] for example in examples()]
 
 
-def _key(request: gr.Request | None) -> str:
-    return getattr(request, "session_hash", None) or "anonymous"
-
-
-def _tokens_of(steps: list[StepRecord], tokenizer=None) -> list[TokenRecord]:
-    """The shown tokens in order. A special token (end of turn, chat markup) decodes to nothing in the output
-    text; the view shows its name instead, so that a drafted or emitted one can be seen and hovered."""
-    special = set(getattr(tokenizer, "all_special_ids", None) or ())
-    tokens = []
-    for step in steps:
-        for token in step.tokens:
-            if not token.text and token.id in special:
-                token = replace(token, text=tokenizer.convert_ids_to_tokens(token.id))
-            tokens.append(token)
-    return tokens
-
-
-def _token_text(tokenizer):
-    def text(token_id: int) -> str:
-        if tokenizer is None:
-            return f"<{token_id}>"
-        return tokenizer.decode([token_id])
-    return text
-
-
-# -- a LiveRun as widget values ---------------------------------------------------------------------------
-
-def run_header(run: LiveRun) -> str:
-    request, s = run.request, run.request.settings
-    sampling = "greedy" if s.greedy else f"sampling T={s.temperature:g}, top-p={s.top_p:g}, seed={s.seed}"
-    drafter = f", drafter {request.draft}" if request.draft else ""
-    drafting_trees = run.speculative.settings.tree  # the engine's: 0 where the method or runner drafts chains
-    tree = f" · draft tree of up to {s.tree} tokens" if drafting_trees else ""
-    return (f"target {run.target_label}{drafter} · method {request.method} · γ = {s.gamma}{tree} · {sampling} · "
-            f"{run.device_label}")
-
-
-def _engine_metrics(stepped: SteppedRun):
-    if stepped.done:
-        m = stepped.result.metrics
-        return view.running_metrics(stepped.result.steps, stepped.engine_wall, m.prefill_seconds)
-    if not stepped.steps:
-        return None
-    return view.running_metrics(stepped.steps, stepped.engine_elapsed(len(stepped.steps) - 1))
-
-
-def summary_of(run: LiveRun) -> str:
-    spec, plain = run.speculative, run.plain
-    metrics = _engine_metrics(spec)
-    if metrics is None:
-        return ""
-    plain_metrics = _engine_metrics(plain) if plain is not None and plain.done else None
-    speedup = run.speedup
-    identical, difference = None, None
-    sampling = not run.request.settings.greedy
-    if spec.done and plain is not None and plain.done:
-        index = first_difference(spec.result.token_ids, plain.result.token_ids)
-        identical = index is None
-        emitted = lambda result: [t.text for t in result.tokens if t.kind.value != "rejected"]  # noqa: E731
-        difference = view.first_difference_texts(index, emitted(spec.result), emitted(plain.result))
-    theory = view.theory(metrics, spec.steps, run.request.settings.gamma, speedup)
-    idle = spec.idle_seconds + (plain.idle_seconds if plain is not None else 0.0)
-    return render.summary_html(metrics, run.request.method, plain_metrics, speedup, identical, difference,
-                               sampling, idle, spec.done, theory)
-
-
-def status_of(run: LiveRun, session_cursor: int | None = None) -> str:
-    n = len(run.speculative.steps)
-    if run.phase == FAILED:
-        return render.status_html(f"The run failed: {run.error}", "error")
-    if run.phase == STOPPED:
-        return render.status_html(f"Stopped after {n} steps. Press Run to start again.", "warn")
-    if run.phase == READY:
-        return render.status_html("Step mode: paused before the first step. Press Next step to run one "
-                                  "draft-verify-accept step, Resume to run the rest.", "info")
-    if run.phase == PAUSED:
-        return render.status_html(f"Paused after step {n - 1}. Next step runs one more; Resume runs the rest; "
-                                  "Stop ends the run.", "info")
-    if run.phase == BASELINE:
-        done = len(run.plain.steps) if run.plain is not None else 0
-        return render.status_html(f"Speculative run done; now plain decoding of the same prompt for the baseline "
-                                  f"({done} tokens so far).", "info")
-    if run.phase == RUNNING:
-        return render.status_html(f"Running: step {n}…", "info")
-    if session_cursor is not None:
-        return render.status_html(f"Showing step {session_cursor} of {n - 1}.", "ok")
-    return render.status_html(f"Done: {n} steps.", "ok")
-
-
-TRACE_FOLDER = Path(tempfile.gettempdir()) / "specviz-traces"
-TRACE_MAX_AGE = 3600  # seconds a trace file is kept on the server
-
-
-def trace_file(run: LiveRun) -> str | None:
-    """The run's full trace as JSON (Report.to_dict(), as `specviz generate --json --compare-plain` writes
-    it, plus the engine-time figures the app shows); a stopped run's steps so far. Written once per run;
-    files older than TRACE_MAX_AGE are removed."""
-    if run.trace_path is not None and Path(run.trace_path).is_file():
-        return run.trace_path
-    report = run.report()
-    if report is not None:
-        data = report.to_dict()
-        data["engine_time"] = {"idle_seconds": run.speculative.idle_seconds,
-                               "tokens_per_second": run.speculative.engine_tokens_per_second,
-                               "plain_tokens_per_second": run.plain.engine_tokens_per_second if run.plain else None,
-                               "speedup": run.speedup}
-    elif run.speculative.steps:
-        data = {"method": run.request.method, "prompt": run.request.prompt, "stopped": True,
-                "steps": [s.to_dict() for s in run.speculative.steps]}
-    else:
-        return None
-    TRACE_FOLDER.mkdir(exist_ok=True)
-    for stale in TRACE_FOLDER.glob("specviz-trace-*.json"):
-        if time.time() - stale.stat().st_mtime > TRACE_MAX_AGE:
-            stale.unlink(missing_ok=True)
-    path = TRACE_FOLDER / f"specviz-trace-{run.id}.json"
-    path.write_text(json.dumps(data, ensure_ascii=False))
-    run.trace_path = str(path)
-    return run.trace_path
-
-
-# -- streaming -----------------------------------------------------------------------------------------------
-
-def _until_loaded(job: threading.Thread, what: str, started: float, loaded: dict):
-    while job.is_alive():
-        seconds = time.monotonic() - started
-        if "models" in loaded:
-            yield (f"Preparing the run… {seconds:.0f} s (on a GPU the first run of a method captures CUDA graphs and "
-                   "compiles: up to a minute)")
-        else:
-            yield f"Loading {what}… {seconds:.0f} s (a first load from the Hub downloads it)"
-        job.join(0.5)
+READING_MODES = [("answer", "answer"), ("drafts", "drafts"), ("steps", "steps")]
+# the token view's reading mode and presentation mode are classes on the page: switching needs no server
+PAGE_JS = "() => { document.body.dataset.svMode = 'answer'; }"
 
 
 class SpecvizApp:
@@ -209,33 +76,42 @@ class SpecvizApp:
 
     # ---- frames: dicts {component: value}; components left out keep their value -------------------------
     def frame(self, run: LiveRun, cursor: int | None = None, upto: int | None = None,
-              parts: frozenset = frozenset({"text", "charts", "race", "detail"})) -> dict:
-        """Widget values for the run; parts picks what to redraw: "text" (token view, summary), "charts" (step
-        charts, step slider), "race", "detail" (theory, inspector). The status always."""
+              parts: frozenset = frozenset({"text", "slider", "charts", "race", "detail"})) -> dict:
+        """Widget values for the run; parts picks what to redraw: "text" (token view, summary), "slider" (the
+        step slider), "charts" (step charts), "race", "detail" (theory, inspector). The status always."""
         steps = run.speculative.steps
         sampling = not run.request.settings.greedy
         shown = cursor if cursor is not None else (len(steps) - 1 if steps else None)
         out = {self.status: status_of(run, cursor)}
         if "text" in parts:
-            out[self.tokens] = render.token_view_html(_tokens_of(steps, run.tokenizer), run.request.prompt,
+            story = step_story(steps[shown], sampling) if shown is not None and shown < len(steps) else ""
+            out[self.tokens] = render.token_view_html(tokens_of(steps, run.tokenizer), run.request.prompt,
                                                       run_header(run), current_step=cursor, upto_step=upto,
-                                                      sampling=sampling)
+                                                      sampling=sampling, story=story)
             out[self.summary] = summary_of(run)
-        if "charts" in parts:
-            out[self.step_plot] = plot(charts.step_figure(steps[: upto + 1] if upto is not None else steps, cursor))
+        if "slider" in parts:
             out[self.step_slider] = gr.Slider(minimum=0, maximum=max(len(steps) - 1, 1), value=shown or 0,
                                               interactive=bool(steps))
+        if "charts" in parts:
+            out[self.step_plot] = plot(charts.step_figure(steps[: upto + 1] if upto is not None else steps, cursor))
         if "race" in parts:
             out[self.race_plot] = plot(self._race(run, cursor))
         if "detail" in parts:
-            metrics = _engine_metrics(run.speculative)
+            metrics = engine_metrics(run.speculative)
             theory = view.theory(metrics, steps, run.request.settings.gamma, run.speedup) if metrics else None
             out[self.theory_plot] = plot(charts.theory_figure(theory))
             step = steps[shown] if shown is not None and shown < len(steps) else None
-            out[self.inspector] = plot(charts.inspector_figure(step, _token_text(run.tokenizer), sampling))
+            out[self.inspector] = plot(charts.inspector_figure(step, token_text(run.tokenizer), sampling))
         if run.finished:
             out[self.trace] = trace_file(run)
         return out
+
+    def blank(self, status: str) -> dict:
+        """The view with no run in it, under a status line: what a new run starts from, and what a run that
+        could not start leaves (never the previous run's tokens under its error)."""
+        return {self.status: status, self.tokens: render.token_view_html([]), self.summary: "",
+                self.step_plot: None, self.race_plot: None, self.theory_plot: None, self.inspector: None,
+                self.step_slider: gr.Slider(minimum=0, maximum=1, value=0, interactive=False), self.trace: None}
 
     def _race(self, run: LiveRun, cursor: int | None):
         spec = run.speculative
@@ -254,7 +130,7 @@ class SpecvizApp:
         only when the speculative run moved on, the step charts and the race at most every CHART_INTERVAL (the
         theory and the inspector wait for the end); then one complete frame. follow_cursor highlights the
         newest step (step mode)."""
-        last_text = last_charts = 0.0
+        last_text, last_charts = 0.0, time.monotonic()  # first charts after CHART_INTERVAL: a short run draws them once
         seen_version, text_steps, chart_steps = -1, -1, -1
         while run.active:
             now = time.monotonic()
@@ -268,11 +144,11 @@ class SpecvizApp:
                 if now - last_charts >= CHART_INTERVAL:
                     parts.add("race")  # the baseline moves it too
                     if n != chart_steps:
-                        parts.add("charts")
+                        parts |= {"charts", "slider"}
                         chart_steps = n
                     last_charts = now
                 if follow_cursor and "text" in parts:
-                    parts.add("detail")  # step mode: the inspector follows the step just taken
+                    parts |= {"detail", "slider"}  # step mode: the inspector follows the step just taken
                 cursor = n - 1 if follow_cursor and n else None
                 yield self.frame(run, cursor=cursor, parts=frozenset(parts))
             time.sleep(0.03)
@@ -282,7 +158,7 @@ class SpecvizApp:
     # ---- handlers ---------------------------------------------------------------------------------------
     def on_run(self, prompt, method, target, draft, gamma, temperature, top_p, max_new_tokens, seed, compare_plain,
                step_mode, tree=0, request: gr.Request = None):
-        state = session(_key(request))
+        state = session_of(request)
         if state.run is not None:
             state.run.stop()
         state.run, state.cursor, state.replaying = None, None, False
@@ -301,9 +177,10 @@ class SpecvizApp:
             if method == "draft" and draft_name is None:
                 raise SpecvizError("the draft method needs a drafter: pick one (e.g. a pair preset) or type a Hub id, "
                                    "folder or .gguf file")
-            run_request = RunRequest(prompt, method, target_name, draft_name, settings, bool(compare_plain))
+            baseline = bool(compare_plain) and method != "plain"  # plain against itself would be no comparison
+            run_request = RunRequest(prompt, method, target_name, draft_name, settings, baseline)
         except SpecvizError as error:
-            yield {self.status: render.status_html(str(error), "error")}
+            yield self.blank(render.status_html(str(error), "error"))
             return
 
         loaded: dict = {}
@@ -315,22 +192,24 @@ class SpecvizApp:
             except Exception as error:  # shown to the user below; the app stays up
                 loaded["error"] = error
 
-        what = target_name + (f" and {draft_name}" if draft_name else "")
         job = threading.Thread(target=load, daemon=True)
         started = time.monotonic()
         job.start()
-        for message in _until_loaded(job, what, started, loaded):
+        yield self.blank(render.status_html(loading_message([target_name, draft_name], 0, False), "info"))
+        while job.is_alive():
+            job.join(0.5)
+            message = loading_message([target_name, draft_name], time.monotonic() - started, "models" in loaded)
             yield {self.status: render.status_html(message, "info")}
         try:
             if "error" in loaded:
                 raise loaded["error"]
             run = loaded["run"]
         except SpecvizError as error:
-            yield {self.status: render.status_html(str(error), "error")}
+            yield self.blank(render.status_html(str(error), "error"))
             return
         except Exception as error:
             log.exception("could not start a run")
-            yield {self.status: render.status_html(f"Could not start the run: {type(error).__name__}: {error}", "error")}
+            yield self.blank(render.status_html(f"Could not start the run: {type(error).__name__}: {error}", "error"))
             return
         state.run = run
         if state.cancel.is_set():  # Stop was pressed while the models loaded (set before on_stop reads state.run)
@@ -348,7 +227,7 @@ class SpecvizApp:
                 run.stop()
 
     def on_stop(self, request: gr.Request):
-        state = session(_key(request))
+        state = session_of(request)
         state.replaying = False
         state.cancel.set()
         run = state.run
@@ -359,7 +238,7 @@ class SpecvizApp:
         return self.frame(run)
 
     def on_pause(self, request: gr.Request):
-        state = session(_key(request))
+        state = session_of(request)
         state.replaying = False
         if state.run is not None and state.run.active:
             state.run.pause()
@@ -367,7 +246,7 @@ class SpecvizApp:
         return {self.status: render.status_html("Nothing to pause: press Run (or Replay).", "info")}
 
     def on_resume(self, request: gr.Request):
-        state = session(_key(request))
+        state = session_of(request)
         run = state.run
         if run is None or run.finished:
             yield {self.status: render.status_html("Nothing to resume: press Run.", "info")}
@@ -377,7 +256,7 @@ class SpecvizApp:
             yield from self.stream(run)
 
     def on_next(self, request: gr.Request):
-        state = session(_key(request))
+        state = session_of(request)
         run = state.run
         if run is None:
             yield {self.status: render.status_html("Press Run first (tick step mode to start paused).", "info")}
@@ -398,7 +277,10 @@ class SpecvizApp:
         yield self.frame(run, cursor=state.cursor, upto=state.cursor)
 
     def on_replay(self, seconds_per_step, request: gr.Request):
-        state = session(_key(request))
+        """The finished run again, one step a frame: the token view and the step number every frame, the charts
+        and the inspector at most every CHART_INTERVAL (a browser cannot redraw them every 0.1 s) and on the
+        last frame. No wait after the last frame, so that a Replay pressed as one ends starts a new one."""
+        state = session_of(request)
         run = state.run
         if run is None or not run.speculative.steps:
             yield {self.status: render.status_html("Nothing to replay: press Run first.", "info")}
@@ -408,30 +290,46 @@ class SpecvizApp:
             return
         state.replaying = True
         delay = min(max(float(seconds_per_step or 0.5), 0.05), 5.0)
-        for k in range(len(run.speculative.steps)):
+        last = len(run.speculative.steps) - 1
+        charted = 0.0
+        for k in range(last + 1):
             if not state.replaying:
                 break
             state.cursor = k
-            yield self.frame(run, cursor=k, upto=k)
-            time.sleep(delay)
+            parts = {"text", "slider"}
+            if k == last or time.monotonic() - charted >= CHART_INTERVAL:
+                parts |= {"charts", "race", "detail"}
+                charted = time.monotonic()
+            yield self.frame(run, cursor=k, upto=k, parts=frozenset(parts))
+            if k < last:
+                time.sleep(delay)
         state.replaying = False
 
     def on_inspect(self, index, request: gr.Request):
-        state = session(_key(request))
+        state = session_of(request)
         run = state.run
         if run is None or not run.speculative.steps:
             return {self.tokens: gr.skip()}  # (an empty dict would read as one value)
         k = min(max(int(index or 0), 0), len(run.speculative.steps) - 1)
         state.cursor = k
         steps = run.speculative.steps
+        sampling = not run.request.settings.greedy
         return {
-            self.tokens: render.token_view_html(_tokens_of(steps, run.tokenizer), run.request.prompt, run_header(run), current_step=k,
-                                                sampling=not run.request.settings.greedy),
-            self.inspector: plot(charts.inspector_figure(steps[k], _token_text(run.tokenizer),
+            self.tokens: render.token_view_html(tokens_of(steps, run.tokenizer), run.request.prompt, run_header(run),
+                                                current_step=k, sampling=sampling,
+                                                story=step_story(steps[k], sampling)),
+            self.inspector: plot(charts.inspector_figure(steps[k], token_text(run.tokenizer),
                                                          not run.request.settings.greedy)),
             self.step_plot: plot(charts.step_figure(steps, k)),
             self.race_plot: plot(self._race(run, k)),
         }
+
+    def on_method(self, method, target, draft):
+        """A drafter that is the target itself (the `draft` method's self-drafting demo) is dropped when the
+        method changes: adaptive would otherwise keep drafting with it, unseen."""
+        if method != "draft" and model_name(draft) is not None and model_name(draft) == model_name(target):
+            return {self.draft: "none"}
+        return {self.draft: gr.skip()}
 
     def on_pair(self, pair):
         if pair not in PAIRS:
@@ -439,157 +337,72 @@ class SpecvizApp:
         target, draft = PAIRS[pair]
         return {self.target: target, self.draft: draft, self.method: "draft"}
 
-    def on_compare(self, prompt, methods, target, draft, gamma, temperature, top_p, max_new_tokens, seed, tree=0,
-                   request: gr.Request = None):
-        state = session(_key(request))
-        state.cancel.clear()
-        rows: list[dict] = []
-
-        def table():
-            return [[r["method"], r["new_tokens"], r["steps"], round(r["tau"], 2),
-                     "–" if r["alpha"] is None else round(r["alpha"], 3), round(r["tokens_per_second"], 1),
-                     "–" if r["speedup"] is None else f"{r['speedup']:.2f}×", r["same"]] for r in rows]
-
-        def out(message, level="info"):
-            return {self.compare_status: render.status_html(message, level), self.compare_table: table(),
-                    self.compare_plot: plot(charts.compare_figure(rows))}
-
-        try:
-            settings = settings_from_form(max_new_tokens, gamma, temperature, top_p, seed, tree)
-            check_prompt_text(prompt)
-            chosen = [m for m in (methods or []) if m in METHODS and m != "plain"]
-            if not chosen:
-                raise SpecvizError("tick at least one method to compare with plain decoding")
-            target_name = model_name(target)
-            if target_name is None:
-                raise SpecvizError("choose a target model ('default' runs offline)")
-            draft_name = model_name(draft) if any(m in USES_DRAFT_MODEL for m in chosen) else None
-            yield out(f"Loading {target_name}…")
-            target_model, draft_model = load_models(RunRequest(prompt, chosen[0], target_name, draft_name, settings))
-            prompt_ids = encode(target_model, prompt)
-        except SpecvizError as error:
-            yield out(str(error), "error")
-            return
-        plain_result, plain_wall = None, None
-        for method in ["plain"] + chosen:
-            if method == "draft" and draft_model is None:
-                yield out("Skipped draft: it needs a drafter (choose one in the Run tab).", "warn")
-                continue
-            try:
-                proposer = PlainProposer() if method == "plain" else make_proposer(method, target_model, draft_model)
-                stepped = SteppedRun(SpeculativeRun(target_model, proposer, prompt_ids, settings, prompt))
-            except SpecvizError as error:
-                yield out(f"{method}: {error}", "error")
-                continue
-            last = 0.0
-            while not stepped.done and not state.cancel.is_set():
-                stepped.advance()
-                if time.monotonic() - last > 0.5:
-                    last = time.monotonic()
-                    yield {self.compare_status: render.status_html(
-                        f"Running {method}: {stepped.steps[-1].total_emitted if stepped.steps else 0} tokens…", "info")}
-            if state.cancel.is_set():
-                stepped.close()
-                yield out("Stopped.", "warn")
-                return
-            metrics = view.running_metrics(stepped.result.steps, stepped.engine_wall, stepped.result.metrics.prefill_seconds)
-            if method == "plain":
-                plain_result, plain_wall = stepped.result, stepped.engine_wall
-            same = "–"
-            if settings.greedy and plain_result is not None:
-                same = "yes" if first_difference(stepped.result.token_ids, plain_result.token_ids) is None else "no"
-            rows.append({"method": method, "new_tokens": metrics.new_tokens, "steps": metrics.steps,
-                         "tau": metrics.mean_accepted_length, "alpha": metrics.acceptance_rate,
-                         "tokens_per_second": metrics.tokens_per_second,
-                         "speedup": plain_wall / stepped.engine_wall if plain_result is not None else None,
-                         "same": same})
-            yield out(f"{method} done.")
-        yield out(f"Done: {len(rows)} runs of the same prompt, same settings, same process.", "ok")
-
-    def on_cost(self, target, request: gr.Request):
-        state = session(_key(request))
-        state.cancel.clear()
-        points = []
-        try:
-            name = model_name(target) or DEFAULT_MODEL
-            yield {self.cost_status: render.status_html(f"Loading {name}…", "info")}
-            model = load_model(name)
-        except SpecvizError as error:
-            yield {self.cost_status: render.status_html(str(error), "error")}
-            return
-        device = f"{model.device.type} ({model.describe()}, {str(model.dtype).replace('torch.', '')})"
-        measurements = measure_cost_curve(model)
-        while not state.cancel.is_set():
-            with ENGINE_LOCK:  # one point at a time, so that runs of other users interleave
-                point = next(measurements, None)
-            if point is None:
-                break
-            points.append(point)
-            label = "new positions" if point.axis == "positions" else "batch size"
-            yield {self.cost_status: render.status_html(f"Measured {label} {point.x}: {point.ms:.1f} ms", "info"),
-                   self.cost_plot: plot(charts.cost_figure(points, device))}
-        measurements.close()
-        done = "Stopped." if state.cancel.is_set() else "Done: median of 3 forwards per point."
-        yield {self.cost_status: render.status_html(done, "warn" if state.cancel.is_set() else "ok"),
-               self.cost_plot: plot(charts.cost_figure(points, device))}
-
     # ---- layout -----------------------------------------------------------------------------------------
     def build(self) -> gr.Blocks:
         with gr.Blocks(title="specviz: speculative decoding, step by step",
                        delete_cache=(TRACE_MAX_AGE, TRACE_MAX_AGE)) as demo:
-            gr.Markdown("# specviz: speculative decoding, step by step\n"
-                        "A drafter proposes the next few tokens; the target model checks them all in one forward "
-                        "pass, keeps the ones it agrees with and draws the next one itself. Every number here is "
-                        "measured in this run, on this machine.")
+            gr.HTML('<div class="sv-intro"><h1>specviz</h1><span>A drafter guesses the next few tokens; the target '
+                    'model checks them all in one pass, keeps what it agrees with and writes the next one itself. '
+                    'Measured live, on this machine.</span></div>')
             with gr.Tab("Run"):
-                with gr.Row():
-                    with gr.Column(scale=3):
-                        self.prompt = gr.Textbox(label="Prompt", lines=3, value=example_prompts()[0],
-                                                 elem_id="sv-prompt")
-                        gr.Examples([[p] for p in example_prompts()], inputs=[self.prompt], label="Example prompts")
-                    with gr.Column(scale=2):
-                        with gr.Row():
-                            self.method = gr.Dropdown(list(METHODS), value="ngram", label="Method", elem_id="sv-method")
-                            self.pair = gr.Dropdown(list(PAIRS), value=None, label="Preset pair (Hub)")
-                        with gr.Row():
-                            self.target = gr.Dropdown(TARGETS, value=DEFAULT_MODEL, allow_custom_value=True,
-                                                      label="Target (or any Hub id, folder, .gguf)", elem_id="sv-target")
-                            self.draft = gr.Dropdown(DRAFTS, value="none", allow_custom_value=True,
-                                                     label="Drafter (draft, adaptive)", elem_id="sv-draft")
-                        with gr.Row():
-                            self.gamma = gr.Slider(1, 16, value=4, step=1, label="γ (draft tokens per step)")
-                            self.tree = gr.Slider(0, 64, value=0, step=1, elem_id="sv-tree",
-                                                  label="draft tree: tokens verified at once (0 = a chain of γ)",
-                                                  info="ngram, retrieval, medusa, eagle, adaptive on eagle: several candidates, depth γ")
-                            self.max_new = gr.Slider(8, MAX_NEW_TOKENS, value=96, step=8, label="max new tokens",
-                                                     elem_id="sv-max-new")
-                        with gr.Row():
-                            self.temperature = gr.Slider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)")
-                            self.top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
-                            self.seed = gr.Number(value=0, precision=0, label="seed", minimum=0)
-                        with gr.Row():
-                            self.compare_plain = gr.Checkbox(value=True, label="also run plain decoding (race, speedup)")
-                            self.step_mode = gr.Checkbox(value=False, label="step mode (start paused)")
-                with gr.Row():
-                    self.run_button = gr.Button("Run", variant="primary", elem_id="sv-run")
-                    self.stop_button = gr.Button("Stop", variant="stop", elem_id="sv-stop")
-                    self.pause_button = gr.Button("Pause", elem_id="sv-pause")
-                    self.next_button = gr.Button("Next step", elem_id="sv-next")
-                    self.resume_button = gr.Button("Resume", elem_id="sv-resume")
-                    self.replay_button = gr.Button("Replay", elem_id="sv-replay")
-                    self.replay_speed = gr.Slider(0.1, 2, value=0.5, step=0.1, label="replay: seconds per step")
+                with gr.Row(elem_id="sv-top"):
+                    self.prompt = gr.Textbox(label="Prompt", lines=2, max_lines=6, value=example_prompts()[0],
+                                             elem_id="sv-prompt", scale=6, min_width=240)
+                    self.method = gr.Dropdown(list(METHODS), value="ngram", label="Method", elem_id="sv-method",
+                                              scale=1, min_width=120)
+                    self.run_button = gr.Button("Run", variant="primary", elem_id="sv-run", scale=1, min_width=90)
+                with gr.Accordion("Settings: models, γ, sampling, length, examples", open=False, elem_id="sv-settings"):
+                    gr.Examples([[e["prompt"], e["method"]] for e in examples()], inputs=[self.prompt, self.method],
+                                example_labels=[e["label"] for e in examples()], label="Example prompts")
+                    with gr.Row():
+                        self.pair = gr.Dropdown(list(PAIRS), value=None, label="Preset pair (Hub)", min_width=260)
+                        self.target = gr.Dropdown(TARGETS, value=DEFAULT_MODEL, allow_custom_value=True,
+                                                  label="Target (or any Hub id, folder, .gguf)", elem_id="sv-target",
+                                                  min_width=260)
+                        self.draft = gr.Dropdown(DRAFTS, value="none", allow_custom_value=True,
+                                                 label="Drafter (draft, adaptive)", elem_id="sv-draft", min_width=260)
+                    with gr.Row():
+                        self.gamma = gr.Slider(1, 16, value=4, step=1, label="γ (draft tokens per step)",
+                                               elem_id="sv-gamma", min_width=200)
+                        self.tree = gr.Slider(0, 64, value=0, step=1, elem_id="sv-tree", min_width=200,
+                                              label="draft tree: tokens verified at once (0 = a chain of γ)",
+                                              info="ngram, retrieval, medusa, eagle, adaptive on eagle: several candidates, depth γ")
+                        self.max_new = gr.Slider(8, MAX_NEW_TOKENS, value=96, step=8, label="max new tokens",
+                                                 elem_id="sv-max-new", min_width=200)
+                    with gr.Row():
+                        self.temperature = gr.Slider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)",
+                                                     min_width=200)
+                        self.top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p", min_width=200)
+                        self.seed = gr.Number(value=0, precision=0, label="seed", minimum=0, min_width=120)
+                    with gr.Row():
+                        self.compare_plain = gr.Checkbox(value=True, label="also run plain decoding (race, speedup)")
+                        self.step_mode = gr.Checkbox(value=False, label="step mode (start paused)")
+                        self.present = gr.Checkbox(value=False, label="presentation: large type, thick marks",
+                                                   elem_id="sv-present")
+                        self.replay_speed = gr.Slider(0.1, 2, value=0.5, step=0.1, label="replay: seconds per step",
+                                                      elem_id="sv-replay-speed", min_width=200)
+                with gr.Row(elem_id="sv-controls"):
+                    self.stop_button = gr.Button("Stop", variant="stop", elem_id="sv-stop", size="sm", min_width=70)
+                    self.pause_button = gr.Button("Pause", elem_id="sv-pause", size="sm", min_width=70)
+                    self.next_button = gr.Button("Next step", elem_id="sv-next", size="sm", min_width=90)
+                    self.resume_button = gr.Button("Resume", elem_id="sv-resume", size="sm", min_width=80)
+                    self.replay_button = gr.Button("Replay", elem_id="sv-replay", size="sm", min_width=80)
+                    self.mode = gr.Radio(READING_MODES, value="answer", show_label=False, elem_id="sv-mode",
+                                         container=False, min_width=290, scale=3)
                 self.status = gr.HTML(render.status_html("Type a prompt and press Run.", "info"), label="status",
                                       elem_id="sv-status")
+                self.tokens = gr.HTML(render.token_view_html([]), label="tokens", elem_id="sv-tokens")
                 gr.HTML(render.legend_html(), elem_id="sv-legend")
-                self.tokens = gr.HTML(render.token_view_html([]), label="tokens", elem_id="sv-tokens", min_height=120)
-                with gr.Row():
-                    with gr.Column(scale=2):
-                        self.step_plot = gr.Plot(label="Steps", elem_id="sv-step-plot")
-                    with gr.Column(scale=1):
+                with gr.Row(elem_id="sv-charts"):
+                    with gr.Column(min_width=320):
                         self.summary = gr.HTML(label="summary", elem_id="sv-summary")
+                    with gr.Column(min_width=320):
+                        self.race_plot = gr.Plot(label="Race", elem_id="sv-race-plot")
                 with gr.Row():
-                    self.race_plot = gr.Plot(label="Race", elem_id="sv-race-plot")
-                    self.theory_plot = gr.Plot(label="Theory", elem_id="sv-theory-plot")
+                    with gr.Column(scale=2, min_width=320):
+                        self.step_plot = gr.Plot(label="Steps", elem_id="sv-step-plot")
+                    with gr.Column(scale=1, min_width=320):
+                        self.theory_plot = gr.Plot(label="Theory", elem_id="sv-theory-plot")
                 gr.Markdown("### Step inspector\nFor each drafted position the verifier reached: the target's p "
                             "against the drafter's q over their most probable tokens, then the distribution the "
                             "step's last token was drawn from (the residual after a rejection).")
@@ -598,34 +411,21 @@ class SpecvizApp:
                 self.inspector = gr.Plot(label="Inspector", elem_id="sv-inspector")
                 self.trace = gr.File(label="trace JSON (every step, token, p, q, u and timing)", elem_id="sv-trace")
                 gr.Markdown("Charts: the camera icon in each chart's toolbar saves it as a PNG image.")
+            engine = dict(concurrency_id="engine", concurrency_limit=CONCURRENCY)
+            free = dict(concurrency_limit=None)
+            settings = [self.target, self.draft, self.gamma, self.temperature, self.top_p, self.max_new, self.seed,
+                        self.tree]
             with gr.Tab("Compare methods"):
-                gr.Markdown("The prompt, models and settings of the Run tab, through plain decoding and each ticked "
-                            "method, one after another in this process.")
-                self.compare_methods = gr.CheckboxGroup([m for m in METHODS if m != "plain"],
-                                                        value=[m for m in ("ngram", "early-exit") if m in METHODS],
-                                                        label="Methods")
-                self.compare_button = gr.Button("Compare", variant="primary", elem_id="sv-compare")
-                self.compare_status = gr.HTML(label="compare status")
-                self.compare_table = gr.Dataframe(headers=["method", "new tokens", "steps", "τ", "α", "tok/s",
-                                                           "speedup", "same as plain"], interactive=False)
-                self.compare_plot = gr.Plot(label="compare chart")
+                compare_event = CompareTab().build([self.prompt, *settings], engine)
             with gr.Tab("Cost curve"):
-                gr.Markdown("One forward of the target over K new positions (what verifying γ = K - 1 drafts "
-                            "costs), and over a batch of B sequences, timed on this machine. On a GPU at batch 1 "
-                            "the time hardly grows with K: verification is nearly free. On a CPU it grows. And once "
-                            "batching fills the device, extra positions are no longer free: speculation stops paying.")
-                self.cost_button = gr.Button("Measure", variant="primary", elem_id="sv-cost")
-                self.cost_status = gr.HTML(label="cost status")
-                self.cost_plot = gr.Plot(label="cost curve")
+                cost_event = CostTab().build(self.target, engine)
             with gr.Tab("API"):
-                gr.Markdown(API_HELP)
+                api_text = gr.Markdown(api_help("http://127.0.0.1:7860/"), elem_id="sv-api-help")
 
             run_inputs = [self.prompt, self.method, self.target, self.draft, self.gamma, self.temperature, self.top_p,
                           self.max_new, self.seed, self.compare_plain, self.step_mode, self.tree]
             view_outputs = [self.status, self.tokens, self.summary, self.step_plot, self.race_plot, self.theory_plot,
                             self.inspector, self.step_slider, self.trace]
-            engine = dict(concurrency_id="engine", concurrency_limit=CONCURRENCY)
-            free = dict(concurrency_limit=None)
             run_event = self.run_button.click(gpu(self.on_run), run_inputs, view_outputs, api_name="run",
                                               show_progress="hidden", **engine)
             submit_event = self.prompt.submit(gpu(self.on_run), run_inputs, view_outputs, api_visibility="private",
@@ -636,67 +436,34 @@ class SpecvizApp:
                                                 show_progress="hidden", **engine)
             replay_event = self.replay_button.click(self.on_replay, [self.replay_speed], view_outputs, api_name="replay",
                                                     show_progress="hidden", **free)
-            compare_event = self.compare_button.click(
-                gpu(self.on_compare), [self.prompt, self.compare_methods, self.target, self.draft, self.gamma,
-                                       self.temperature, self.top_p, self.max_new, self.seed, self.tree],
-                [self.compare_status, self.compare_table, self.compare_plot], api_name="compare", **engine)
-            cost_event = self.cost_button.click(gpu(self.on_cost), [self.target], [self.cost_status, self.cost_plot],
-                                                api_name="cost_curve", **engine)
             self.stop_button.click(self.on_stop, None, view_outputs, api_name="stop", show_progress="hidden",
                                    cancels=[run_event, submit_event, resume_event, next_event, replay_event, compare_event, cost_event],
                                    **free)
+            self.mode.change(None, [self.mode], None, js="(mode) => { document.body.dataset.svMode = mode; }")
+            self.present.change(None, [self.present], None,
+                                js="(on) => { document.body.classList.toggle('sv-present', on); }")
             self.pause_button.click(self.on_pause, None, view_outputs, api_name="pause", show_progress="hidden", **free)
-            self.step_slider.input(self.on_inspect, [self.step_slider],
+            self.step_slider.input(self.on_inspect, [self.step_slider],  # always_last: in order while dragging
                                    [self.tokens, self.inspector, self.step_plot, self.race_plot],
-                                   api_name="inspect", show_progress="hidden", **free)
+                                   api_name="inspect", show_progress="hidden", trigger_mode="always_last", **free)
+            self.method.input(self.on_method, [self.method, self.target, self.draft], [self.draft],
+                              api_visibility="private", **free)
             self.pair.change(self.on_pair, [self.pair], [self.target, self.draft, self.method], api_visibility="private",
                              **free)
             gr.api(gpu(speculate), api_name="speculate", **engine)
+            demo.load(_api_text, None, [api_text], api_visibility="private", **free)
             demo.unload(_end_session)
         self.demo = demo
         return demo
 
 
-API_HELP = """### Use via API
-The endpoint `/speculate` runs one prompt with speculative decoding and plain decoding of the same prompt, and
-returns the same JSON object as `specviz generate --json --compare-plain`: `text`, `tokens`, `metrics`,
-`steps`, `plain`, `speedup`, `identical_to_plain`, `first_difference`.
 
-```python
-from gradio_client import Client
-client = Client("http://127.0.0.1:7860/")
-report = client.predict(prompt="Write a haiku about caches.", method="ngram", max_new_tokens=64, gamma=4,
-                        temperature=0.0, seed=0, api_name="/speculate")
-print(report["metrics"]["mean_accepted_length"], report["speedup"])
-```
-Optional: `target` (default `default`) and `draft` (a drafter for the `draft` method)."""
-
-
-def speculate(prompt: str, method: str = "ngram", max_new_tokens: int = 64, gamma: int = 4, temperature: float = 0.0,
-              seed: int | None = None, target: str = DEFAULT_MODEL, draft: str = "") -> dict:
-    """Speculative decoding of one prompt beside plain decoding of it: the JSON of `specviz generate --json
-    --compare-plain` (text, tokens, metrics, steps, plain, speedup, identical_to_plain)."""
-    from ..api import generate
-
-    try:
-        settings = settings_from_form(max_new_tokens, gamma, temperature, 1.0, seed)
-        if settings.max_new_tokens > MAX_NEW_TOKENS:
-            raise SpecvizError(f"max_new_tokens is limited to {MAX_NEW_TOKENS} here, got {settings.max_new_tokens}")
-        if method not in METHODS:
-            raise SpecvizError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-        check_prompt_text(prompt)
-        draft_name = model_name(draft) if method in USES_DRAFT_MODEL else None
-        target_model, draft_model = load_models(RunRequest(prompt, method, model_name(target) or DEFAULT_MODEL,
-                                                           draft_name, settings))
-        with ENGINE_LOCK:  # the whole comparison at once: its timings see no other user's steps
-            report: Report = generate(prompt, method, target_model, draft_model, settings, compare_plain=True)
-        return report.to_dict()
-    except SpecvizError as error:
-        raise gr.Error(str(error)) from None
+def _api_text(request: gr.Request) -> str:
+    return api_help(page_url(request))
 
 
 def _end_session(request: gr.Request):
-    end_session(_key(request))
+    end_session(session_key(request))
 
 
 def build_demo() -> gr.Blocks:
@@ -707,4 +474,4 @@ def launch(demo: gr.Blocks | None = None, **kwargs):
     """Queue with explicit concurrency and serve; kwargs go to Blocks.launch (server_port, prevent_thread_lock...)."""
     demo = demo or build_demo()
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
-    return demo.launch(css=css(), **kwargs)
+    return demo.launch(css=css(), js=PAGE_JS, **kwargs)

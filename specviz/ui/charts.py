@@ -15,8 +15,8 @@ from ..records import StepRecord, TopTokens
 from .view import Theory, accepted_length_counts, speedup_curve
 
 COLOURS = {"accepted": "#004488", "rejected": "#BB5566", "resampled": "#DDAA33", "bonus": "#228833",
-           "plain": "#555555", "draft": "#66CCEE", "verify": "#004488", "p": "#004488", "q": "#BBBBBB",
-           "residual": "#DDAA33", "current": "rgba(221, 170, 51, 0.25)"}
+           "plain": "#555555", "draft": "#66CCEE", "verify": "#AA3377", "p": "#004488", "q": "#BBBBBB",
+           "drawn": "#228833", "residual": "#DDAA33", "current": "rgba(221, 170, 51, 0.25)"}
 INSPECTOR_TOP = 8  # tokens per distribution shown in the inspector
 _AXIS = {"gridcolor": "#e8e8e8", "zerolinecolor": "#cccccc", "linecolor": "#999999", "automargin": True}
 
@@ -41,7 +41,7 @@ def _figure(data: list[dict], title: str, height: int, rows: int = 1, cols: int 
     layout = {
         "title": {"text": title, "x": 0.01, "font": {"size": 14}}, "height": height,
         "font": {"family": "system-ui, sans-serif", "size": 12}, "margin": {"l": 55, "r": 20, "t": 60, "b": 100},
-        "paper_bgcolor": "white", "plot_bgcolor": "white", "hovermode": "closest", "barmode": "stack",
+        "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "rgba(0,0,0,0)", "hovermode": "closest", "barmode": "stack",
         "legend": {"orientation": "h", "x": 0, "y": -70 / (height - 160), "yanchor": "top"},
         "annotations": [], "shapes": [],
     }
@@ -108,12 +108,11 @@ def step_figure(steps: list[StepRecord], current_step: int | None = None) -> dic
                  marker={"color": COLOURS["draft"], "pattern": {"shape": "x"}}), 4),
         _on(_bar(index, [s.verify_ms for s in steps], "verify", COLOURS["verify"]), 4),
     ]
-    fig = _figure(data, "Steps", 600, 2, 2, ("accepted vs drafted per step", "per-position acceptance",
-                                             "accepted length (drafting steps)", "latency per step (ms)"),
-                  vgap=0.26)
+    fig = _figure(data, "Steps", 600, 2, 2, ("accepted of drafted", "acceptance by position", "accepted length",
+                                             "latency (ms)"), hgap=0.16, vgap=0.26)  # short: a phone shows it too
     fig["layout"]["bargap"] = 0.15
     _axes(fig, 1, {"title": {"text": "step"}}, {"title": {"text": "tokens"}})
-    _axes(fig, 2, {"title": {"text": "draft position i"}, "dtick": 1}, {"title": {"text": "first i accepted"},
+    _axes(fig, 2, {"title": {"text": "draft position i"}, "dtick": 1}, {"title": {"text": "share"},
                                                                         "range": [0, 1.05]})
     _axes(fig, 3, {"title": {"text": "accepted drafts"}, "dtick": 1}, {"title": {"text": "steps"}})
     _axes(fig, 4, {"title": {"text": "step"}}, {"title": {"text": "ms"}})
@@ -162,7 +161,7 @@ def theory_figure(theory: Theory | None) -> dict:
     fig["layout"]["shapes"].append({"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
                                     "line": {"color": "#999", "dash": "dot"}})
     _axes(fig, 1, {"title": {"text": "γ (draft tokens per step)"}, "dtick": 1},
-          {"title": {"text": "speedup over plain"}, "rangemode": "tozero"})
+          {"title": {"text": "speedup"}, "rangemode": "tozero"})
     return fig
 
 
@@ -239,10 +238,12 @@ def inspector_figure(step: StepRecord | None, token_text: Callable[[int], str], 
     labels = _unique_labels(ids, token_text)
     data.append(_on(_bar(labels, [_prob_of(step.next_top, i) for i in ids],
                          "residual (drawn from)" if residual else "p (drawn from)",
-                         COLOURS["residual"] if residual else COLOURS["p"]), panels))
+                         COLOURS["residual"] if residual else COLOURS["drawn"]), panels))
     arrows.append((panels, labels[ids.index(step.next_token.id)], "drawn", COLOURS.get(kind, "#000")))
     height = 150 + 190 * panels
-    fig = _figure(data, f"Step {step.index}: p against q at each drafted position", height, panels, 1, titles,
+    has_q = any(pos.q_top is not None for pos in reached)
+    what = "p against q" if has_q else "p (the drafter gives no q: its guess is one-hot)"
+    fig = _figure(data, f"Step {step.index}: {what} at each drafted position", height, panels, 1, titles,
                   vgap=min(0.12, 0.5 / panels))
     fig["layout"]["barmode"] = "group"
     for k in range(1, panels + 1):

@@ -143,6 +143,7 @@ READY, RUNNING, PAUSED, BASELINE, DONE, STOPPED, FAILED = "ready", "running", "p
 
 
 USES_DRAFT_MODEL = ("draft", "adaptive")  # methods that take the drafter field (adaptive drafts with it if given)
+MAX_NEW_TOKENS = 512  # the app's and the API's limit: a shared machine serves several users
 
 
 @dataclass
@@ -376,6 +377,15 @@ def session(key: str) -> Session:
         if old.run is not None:
             old.run.stop()
     return state
+
+
+def session_key(request) -> str:
+    """A gradio request's session hash (API calls without one share "anonymous")."""
+    return getattr(request, "session_hash", None) or "anonymous"
+
+
+def session_of(request) -> Session:
+    return session(session_key(request))
 
 
 def end_session(key: str) -> None:

@@ -1,15 +1,18 @@
 """What the UI costs the engine: tokens/s of the same runs with and without the app streaming them.
 
-    python -m specviz.ui.overhead --rounds 2 --max-new-tokens 96 [--method ngram] [--out runs/ui_overhead.json]
+    python -m specviz.ui.overhead --rounds 2 --max-new-tokens 96 [--method ngram] [--prompts 3]
+        [--ways library,driver,app,browser] [--out runs/ui_overhead.json]
 
-One process serves the app (the model loaded once) and runs the headless runs; a second process is the user,
-a gradio_client that submits each prompt to /run and reads every streamed update (as a browser would). Per
-prompt, three ways, in an order that rotates from prompt to prompt so that drift on a shared machine falls
-on all three:
+One process serves the app (the model loaded once) and runs the headless runs; the users are other
+processes: a gradio_client that submits each prompt to /run and reads every streamed update, and a real
+browser (Debian's chromium through Playwright) that types the prompt, presses Run and draws every update.
+Per prompt, each way in an order that rotates from prompt to prompt so that drift on a shared machine falls
+on all of them:
 
 - library: `specviz.api.run_once` (plain, then speculative), in a fresh thread;
 - driver: the app's own run driver (live.LiveRun: worker thread, engine lock), with no UI polling it;
-- app: the same through the web app, streamed to the client.
+- app: the same through the web app, streamed to gradio_client;
+- browser: the same through the web app, streamed to chromium, which renders it on the same cores.
 
 app / driver is what the UI costs; driver / library what the driver costs. Speeds are the engine's own
 (wall time from its first to its last step): in the app that wall time includes everything the UI did. The
@@ -38,7 +41,8 @@ for line in sys.stdin:
     final = job.outputs()[-1]
     print(json.dumps({"trace": final[8], "updates": updates}), flush=True)
 """
-WAYS = ("library", "driver", "app")
+WAYS = ("library", "driver", "app", "browser")
+CHROMIUM = "/usr/bin/chromium"
 
 
 def main(argv=None) -> int:
@@ -47,8 +51,11 @@ def main(argv=None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--gamma", type=int, default=4)
     parser.add_argument("--method", default="ngram")
+    parser.add_argument("--prompts", type=int, default=None, help="the first N example prompts (default: all)")
+    parser.add_argument("--ways", default="library,driver,app", help=f"some of {','.join(WAYS)}")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
+    ways = tuple(w for w in WAYS if w in args.ways.split(","))
 
     import torch
 
@@ -99,34 +106,76 @@ def main(argv=None) -> int:
         worker.join()
         return out
 
-    runners = {"library": library, "driver": driver, "app": app}
-    prompts = example_prompts()
-    for way in WAYS:  # warm every path: first-call costs land in no measured run
+    browser = None
+    if "browser" in ways:
+        from playwright.sync_api import sync_playwright
+
+        playwright = sync_playwright().start()
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 720})
+        page.goto(url)
+        page.wait_for_selector("#sv-run", timeout=60_000)
+        page.get_by_text("Settings: models").click()
+        page.locator("#sv-max-new input").first.fill(str(args.max_new_tokens))
+        page.locator("#sv-max-new input").first.press("Tab")
+        page.locator("#sv-gamma input").first.fill(str(args.gamma))
+        page.locator("#sv-gamma input").first.press("Tab")
+        page.get_by_text("Settings: models").click()
+        if args.method != "ngram":  # the app's default
+            page.locator("#sv-method input").first.fill(args.method)
+            page.locator("#sv-method input").first.press("Enter")
+
+    def in_browser(prompt: str) -> dict:
+        with live._sessions_lock:
+            before = {id(s.run) for s in live._sessions.values()}
+        page.locator("#sv-prompt textarea").fill(prompt)
+        page.click("#sv-run")
+        deadline = time.monotonic() + 600
+        while True:  # the run this click started, once finished, then its last frame on the screen
+            with live._sessions_lock:
+                runs = [s.run for s in live._sessions.values() if s.run is not None and id(s.run) not in before]
+            if runs and runs[0].finished:
+                break
+            assert time.monotonic() < deadline, "the browser's run did not finish"
+            time.sleep(0.05)
+        run = runs[0]
+        page.wait_for_function("n => document.querySelector('#sv-status').textContent.includes(`Done: ${n} steps`)",
+                               arg=len(run.speculative.steps), timeout=60_000)
+        spec, plain = run.speculative.result, run.plain.result
+        return {"spec": spec.metrics.tokens_per_second, "plain": plain.metrics.tokens_per_second,
+                "tokens": spec.metrics.new_tokens, "token_ids": spec.token_ids}
+
+    runners = {"library": library, "driver": driver, "app": app, "browser": in_browser}
+    prompts = example_prompts()[: args.prompts]
+    for way in ways:  # warm every path: first-call costs land in no measured run
         runners[way](prompts[0])
     rows = []
     for round_index in range(args.rounds):
         for i, prompt in enumerate(prompts):
-            shift = (i + round_index) % len(WAYS)
-            order = WAYS[shift:] + WAYS[:shift]
+            shift = (i + round_index) % len(ways)
+            order = ways[shift:] + ways[:shift]
             measured = {}
             for way in order:
                 cpu = time.process_time()  # every thread of this process: engine, UI, server (not the client)
                 measured[way] = runners[way](prompt)
                 measured[way]["cpu"] = time.process_time() - cpu
-            assert len({tuple(m["token_ids"]) for m in measured.values()}) == 1, "the three ways disagree on the output"
-            row = {"round": round_index, "prompt": prompt[:60], "order": order, "tokens": measured["app"]["tokens"],
-                   "updates": measured["app"]["updates"]}
-            for way in WAYS:
+            assert len({tuple(m["token_ids"]) for m in measured.values()}) == 1, "the ways disagree on the output"
+            row = {"round": round_index, "prompt": prompt[:60], "order": order,
+                   "tokens": measured[ways[0]]["tokens"], "updates": measured.get("app", {}).get("updates")}
+            for way in ways:
                 row[f"{way}_spec_tps"] = measured[way]["spec"]
                 row[f"{way}_plain_tps"] = measured[way]["plain"]
                 row[f"{way}_cpu_s"] = measured[way]["cpu"]
             rows.append(row)
-            print(f"{row['prompt'][:36]:36s} {row['tokens']:3d} tok {row['updates']:3d} upd | spec tok/s "
-                  + " ".join(f"{way} {row[f'{way}_spec_tps']:5.1f}" for way in WAYS) + " | plain tok/s "
-                  + " ".join(f"{way} {row[f'{way}_plain_tps']:5.1f}" for way in WAYS) + " | cpu s "
-                  + " ".join(f"{way} {row[f'{way}_cpu_s']:5.1f}" for way in WAYS), flush=True)
+            print(f"{row['prompt'][:36]:36s} {row['tokens']:3d} tok | spec tok/s "
+                  + " ".join(f"{way} {row[f'{way}_spec_tps']:5.1f}" for way in ways) + " | plain tok/s "
+                  + " ".join(f"{way} {row[f'{way}_plain_tps']:5.1f}" for way in ways) + " | cpu s "
+                  + " ".join(f"{way} {row[f'{way}_cpu_s']:5.1f}" for way in ways), flush=True)
     client.stdin.close()
     client.wait(30)
+    if browser is not None:
+        browser.close()
+        playwright.stop()
     demo.close()
 
     def median_ratio(kind, a, b):
@@ -137,12 +186,16 @@ def main(argv=None) -> int:
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "method": args.method,
         "max_new_tokens": args.max_new_tokens, "runs_per_way": len(rows),
         "median_ratio": {f"{a}/{b} {kind}": median_ratio(kind, a, b)
-                         for a, b in (("app", "driver"), ("driver", "library"), ("app", "library"))
-                         for kind in ("spec", "plain")},
+                         for a, b in (("app", "driver"), ("driver", "library"), ("app", "library"),
+                                      ("browser", "library"), ("browser", "app"))
+                         if a in ways and b in ways for kind in ("spec", "plain")},
         "median_cpu_ratio": {f"{a}/{b}": statistics.median(r[f"{a}_cpu_s"] / r[f"{b}_cpu_s"] for r in rows)
-                             for a, b in (("app", "driver"), ("driver", "library"))},
-        "mean_tokens_per_second": {f"{way} {kind}": statistics.fmean(r[f"{way}_{kind}_tps"] for r in rows)
-                                   for way in WAYS for kind in ("spec", "plain")},
+                             for a, b in (("app", "driver"), ("driver", "library"), ("browser", "driver"))
+                             if a in ways and b in ways},
+        "median_tokens_per_second": {f"{way} {kind}": statistics.median(r[f"{way}_{kind}_tps"] for r in rows)
+                                     for way in ways for kind in ("spec", "plain")},
+        "median_speedup": {way: statistics.median(r[f"{way}_spec_tps"] / r[f"{way}_plain_tps"] for r in rows)
+                           for way in ways},
     }
     print(json.dumps(summary, indent=1))
     if args.out:

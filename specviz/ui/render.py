@@ -55,43 +55,57 @@ def token_tip(token: TokenRecord, sampling: bool = True, reached: bool = True) -
     return "\n".join(lines)
 
 
-def _shown_text(token: TokenRecord) -> str:
-    if token.kind == TokenKind.REJECTED:  # not in the output: make a rejected newline visible, keep it inline
-        return token.text.replace("\n", "⏎")
-    return token.text
+def shown_text(token: TokenRecord) -> str:
+    """A token's text with its whitespace visible: a newline as ⏎ (followed by the line break, except in a
+    rejected draft, which is not part of the output and stays inline); a token of spaces or tabs only as · and
+    ⇥, so that indentation can be seen and hovered."""
+    text = token.text
+    if text and not text.strip(" \t\n"):
+        text = text.replace(" ", "·").replace("\t", "⇥")
+    return text.replace("\n", "⏎" if token.kind == TokenKind.REJECTED else "⏎\n")
+
+
+def _token_span(token: TokenRecord, current_step: int | None, sampling: bool, reached: bool) -> str:
+    classes = ["tok", f"tok-{token.kind.value}"]
+    if not token.text.strip():
+        classes.append("tok-ws")
+    if current_step is not None and token.step == current_step:
+        classes.append("sv-current")
+    return (f'<span class="{" ".join(classes)}" data-step="{token.step}" '
+            f'data-tip="{escape_text(token_tip(token, sampling, reached))}" tabindex="0">'
+            f'{escape_text(shown_text(token))}</span>')
 
 
 def token_spans(tokens: list[TokenRecord], current_step: int | None = None, sampling: bool = True) -> str:
-    parts = []
-    previous_step = None
+    """The tokens, each step's in one group (a lane in the steps reading mode): its drafts in order, each
+    accepted or rejected, then the target's own token. Tabbing to a token (or tapping it) shows its tip."""
+    groups: list[tuple[int, list[str]]] = []
     rejected_in_step = 0
     for token in tokens:
-        classes = ["tok", f"tok-{token.kind.value}"]
-        if token.step != previous_step:
-            classes.append("sv-step-start")
-            previous_step = token.step
+        if not groups or groups[-1][0] != token.step:
+            groups.append((token.step, []))
             rejected_in_step = 0
         reached = token.kind != TokenKind.REJECTED or rejected_in_step == 0
         if token.kind == TokenKind.REJECTED:
             rejected_in_step += 1
-        if current_step is not None and token.step == current_step:
-            classes.append("sv-current")
-        parts.append(f'<span class="{" ".join(classes)}" data-step="{token.step}" '
-                     f'data-tip="{escape_text(token_tip(token, sampling, reached))}">{escape_text(_shown_text(token))}</span>')
-    return "".join(parts)
+        groups[-1][1].append(_token_span(token, current_step, sampling, reached))
+    return "".join(f'<span class="sv-step" data-step="{step}">{"".join(spans)}</span>' for step, spans in groups)
 
 
 def token_view_html(tokens: list[TokenRecord], prompt: str = "", header: str = "",
-                    current_step: int | None = None, upto_step: int | None = None, sampling: bool = True) -> str:
-    """The live token view: the prompt, then every shown token coloured by kind, with a hover tip.
-    upto_step hides later steps (replay); current_step highlights one step."""
+                    current_step: int | None = None, upto_step: int | None = None, sampling: bool = True,
+                    story: str = "") -> str:
+    """The live token view: a line on the current step, the run's header and prompt, then every shown token
+    coloured by kind, with a tip. upto_step hides later steps (replay); current_step highlights one step. The
+    reading mode (answer, drafts, steps) is a class on the page, applied by the stylesheet."""
     if upto_step is not None:
         tokens = [t for t in tokens if t.step <= upto_step]
+    story_html = f'<div class="sv-story">{escape_text(story)}</div>' if story else ""
     head = f'<div class="sv-run-header">{escape_text(header)}</div>' if header else ""
-    prompt_html = (f'<div class="sv-prompt"><span class="sv-label">Prompt</span>{escape_text(prompt)}</div>'
-                   if prompt else "")
+    prompt_html = (f'<div class="sv-prompt" title="{escape_text(prompt)}"><span class="sv-label">Prompt</span>'
+                   f'{escape_text(prompt)}</div>' if prompt else "")
     body = token_spans(tokens, current_step, sampling) or '<span class="sv-muted">(no tokens yet)</span>'
-    return f'<div class="sv-tokens">{head}{prompt_html}<div class="sv-output">{body}</div></div>'
+    return f'<div class="sv-tokens">{story_html}<div class="sv-output">{body}</div>{prompt_html}{head}</div>'
 
 
 def legend_html() -> str:
@@ -109,31 +123,50 @@ def status_html(message: str, level: str = "info") -> str:
     return f'<div class="sv-status sv-{level}"{role}>{escape_text(message)}</div>'
 
 
+EXPLAIN = {  # one line each, for a reader who has not met the letters
+    "alpha": "the share of drafted tokens the target accepted",
+    "tau": "tokens written per target forward (plain decoding: 1)",
+    "c": "one draft token's cost, in target forwards (lookups: about 0)",
+    "speedup": "plain decoding's time over this run's, same prompt, same process",
+}
+
+
 def _row(name: str, value: str, note: str = "") -> str:
-    note_html = f'<span class="sv-muted"> {escape_text(note)}</span>' if note else ""
-    return f"<tr><th>{escape_text(name)}</th><td>{escape_text(value)}{note_html}</td></tr>"
+    note_html = f'<span class="sv-note">{escape_text(note)}</span>' if note else ""
+    return (f'<div class="sv-row"><span class="sv-key">{escape_text(name)}</span>'
+            f'<span class="sv-val">{escape_text(value)}</span>{note_html}</div>')
+
+
+def _tile(value: str, name: str, note: str) -> str:
+    return (f'<div class="sv-tile" title="{escape_text(note)}"><div class="sv-big">{escape_text(value)}</div>'
+            f'<div class="sv-key">{escape_text(name)}</div><div class="sv-note">{escape_text(note)}</div></div>')
 
 
 def summary_html(metrics: RunMetrics, method: str, plain: RunMetrics | None = None, speedup: float | None = None,
                  identical: bool | None = None, difference: FirstDifference | None = None,
                  sampling: bool = False, idle_seconds: float = 0.0, finished: bool = True,
                  theory: Theory | None = None) -> str:
-    """The measured numbers of a run (speeds on engine time), the baseline and the theory beside them."""
+    """The measured numbers of a run as a card (speeds on engine time): the four that matter as tiles, each
+    with a line that says what it means, then the details, the baseline and the theory beside them."""
     m = metrics
+    tiles = []
+    if speedup is not None:
+        tiles.append(_tile(f"{speedup:.2f}×", "speedup", EXPLAIN["speedup"]))
+    plain_note = f"plain decoding: {_number(plain.tokens_per_second, 1)} tok/s" if plain is not None else "engine time"
+    tiles.append(_tile(f"{_number(m.tokens_per_second, 1)} tok/s", f"{method}", plain_note))
+    if m.acceptance_rate is not None:
+        tiles.append(_tile(_number(m.acceptance_rate, 2), "acceptance rate α", EXPLAIN["alpha"]))
+    tiles.append(_tile(_number(m.mean_accepted_length, 2), "tokens per step τ", EXPLAIN["tau"]))
     rows = [
         _row("new tokens", str(m.new_tokens), "" if finished else "(so far)"),
         _row("target forwards (steps)", str(m.target_forwards)),
         _row("drafted / accepted", f"{m.drafted} / {m.accepted}"),
-        _row("acceptance rate α", _number(m.acceptance_rate)),
-        _row("tokens per step τ", _number(m.mean_accepted_length, 2)),
         _row(f"{method} tokens/s", _number(m.tokens_per_second, 1), f"{m.wall_seconds:.2f} s"),
         _row("draft / verify time", f"{m.draft_seconds * 1e3:.0f} ms / {m.verify_seconds * 1e3:.0f} ms"),
-        _row("draft cost ratio c", _number(m.cost_ratio), "drafter time per token / target forward time"),
+        _row("draft cost ratio c", _number(m.cost_ratio), EXPLAIN["c"]),
     ]
     if plain is not None:
         rows.append(_row("plain tokens/s", _number(plain.tokens_per_second, 1), f"{plain.wall_seconds:.2f} s"))
-    if speedup is not None:
-        rows.append(_row("speedup", f"{speedup:.2f}×", "plain time / speculative time, same prompt, same process"))
     if sampling and plain is not None:
         rows.append(_row("same as plain?", "not expected",
                          "sampling: the output has the target's distribution, not the same text"))
@@ -144,13 +177,16 @@ def summary_html(metrics: RunMetrics, method: str, plain: RunMetrics | None = No
                          f"speculative {difference.speculative!r}, plain {difference.plain!r}"))
     if idle_seconds > 0.01:
         rows.append(_row("waits excluded", f"{idle_seconds:.2f} s", "pauses and other users' steps are not counted"))
+    theory_html = ""
     if theory is not None:
         gamma = f"γ = {theory.gamma:g}" if theory.gamma_fixed else f"mean γ = {theory.gamma:.2f}"
-        rows.append(f'<tr class="sv-theory-head"><th colspan="2">Theory (Leviathan et al. 2023) from the measured '
-                    f'α = {theory.alpha:.3f}, c = {theory.cost_ratio:.3f}, {escape_text(gamma)}</th></tr>')
-        rows.append(_row("expected τ  (1 - α^(γ+1)) / (1 - α)", f"{theory.expected_tokens_per_step:.2f}",
-                         f"measured {theory.measured_tokens_per_step:.2f}"))
         measured = "–" if theory.measured_speedup is None else f"{theory.measured_speedup:.2f}×"
-        rows.append(_row("expected speedup  τ / (γc + 1)", f"{theory.expected_speedup:.2f}×",
-                         f"measured {measured}; best γ for this α and c: {theory.best_gamma}"))
-    return f'<table class="sv-summary">{"".join(rows)}</table>'
+        theory_html = (
+            f'<div class="sv-theory-head">Theory (Leviathan et al. 2023) from the measured α = {theory.alpha:.3f}, '
+            f'c = {theory.cost_ratio:.3f}, {escape_text(gamma)}</div>'
+            + _row("expected τ  (1 - α^(γ+1)) / (1 - α)", f"{theory.expected_tokens_per_step:.2f}",
+                   f"measured {theory.measured_tokens_per_step:.2f}")
+            + _row("expected speedup  τ / (γc + 1)", f"{theory.expected_speedup:.2f}×",
+                   f"measured {measured}; best γ for this α and c: {theory.best_gamma}"))
+    return (f'<div class="sv-summary"><div class="sv-tiles">{"".join(tiles)}</div>'
+            f'<div class="sv-rows">{"".join(rows)}{theory_html}</div></div>')

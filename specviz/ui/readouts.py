@@ -1,0 +1,189 @@
+"""A LiveRun as widget values: the token list, the header, the summary, the status line and the trace file.
+Small functions of the run's records, called by the app's frames."""
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from gradio.components.plot import PlotData
+
+from ..api import first_difference
+from ..models import DEFAULT_MODEL, default_source
+from ..records import StepRecord, TokenRecord
+from . import render, view
+from .live import BASELINE, FAILED, PAUSED, READY, RUNNING, STOPPED, LiveRun, SteppedRun
+
+
+def plot(figure: dict) -> PlotData:
+    """A plotly figure dict (charts.py) as gr.Plot's value, without building plotly objects."""
+    return PlotData(type="plotly", plot=json.dumps(figure))
+
+
+def tokens_of(steps: list[StepRecord], tokenizer=None) -> list[TokenRecord]:
+    """The shown tokens in order. A special token (end of turn, chat markup) decodes to nothing in the output
+    text; the view shows its name instead, so that a drafted or emitted one can be seen and hovered."""
+    special = set(getattr(tokenizer, "all_special_ids", None) or ())
+    tokens = []
+    for step in steps:
+        for token in step.tokens:
+            if not token.text and token.id in special:
+                token = replace(token, text=tokenizer.convert_ids_to_tokens(token.id))
+            tokens.append(token)
+    return tokens
+
+
+def token_text(tokenizer):
+    def text(token_id: int) -> str:
+        if tokenizer is None:
+            return f"<{token_id}>"
+        return tokenizer.decode([token_id])
+    return text
+
+
+def run_header(run: LiveRun) -> str:
+    request, s = run.request, run.request.settings
+    sampling = "greedy" if s.greedy else f"sampling T={s.temperature:g}, top-p={s.top_p:g}, seed={s.seed}"
+    drafter = f", drafter {request.draft}" if request.draft else ""
+    drafting_trees = run.speculative.settings.tree  # the engine's: 0 where the method or runner drafts chains
+    tree = f" · draft tree of up to {s.tree} tokens" if drafting_trees else ""
+    return (f"target {run.target_label}{drafter} · method {request.method} · γ = {s.gamma}{tree} · {sampling} · "
+            f"{run.device_label}")
+
+
+def engine_metrics(stepped: SteppedRun):
+    if stepped.done:
+        m = stepped.result.metrics
+        return view.running_metrics(stepped.result.steps, stepped.engine_wall, m.prefill_seconds)
+    if not stepped.steps:
+        return None
+    return view.running_metrics(stepped.steps, stepped.engine_elapsed(len(stepped.steps) - 1))
+
+
+def summary_of(run: LiveRun) -> str:
+    spec, plain = run.speculative, run.plain
+    metrics = engine_metrics(spec)
+    if metrics is None:
+        return ""
+    plain_metrics = engine_metrics(plain) if plain is not None and plain.done else None
+    speedup = run.speedup
+    identical, difference = None, None
+    sampling = not run.request.settings.greedy
+    if spec.done and plain is not None and plain.done:
+        index = first_difference(spec.result.token_ids, plain.result.token_ids)
+        identical = index is None
+        emitted = lambda result: [t.text for t in result.tokens if t.kind.value != "rejected"]  # noqa: E731
+        difference = view.first_difference_texts(index, emitted(spec.result), emitted(plain.result))
+    theory = view.theory(metrics, spec.steps, run.request.settings.gamma, speedup)
+    idle = spec.idle_seconds + (plain.idle_seconds if plain is not None else 0.0)
+    return render.summary_html(metrics, run.request.method, plain_metrics, speedup, identical, difference,
+                               sampling, idle, spec.done, theory)
+
+
+def status_of(run: LiveRun, session_cursor: int | None = None) -> str:
+    n = len(run.speculative.steps)
+    if run.phase == FAILED:
+        return render.status_html(f"The run failed: {run.error}", "error")
+    if run.phase == STOPPED:
+        return render.status_html(f"Stopped after {n} steps. Press Run to start again.", "warn")
+    if run.phase == READY:
+        return render.status_html("Step mode: paused before the first step. Press Next step to run one "
+                                  "draft-verify-accept step, Resume to run the rest.", "info")
+    if run.phase == PAUSED:
+        return render.status_html(f"Paused after step {n - 1}. Next step runs one more; Resume runs the rest; "
+                                  "Stop ends the run.", "info")
+    if run.phase == BASELINE:
+        done = len(run.plain.steps) if run.plain is not None else 0
+        return render.status_html(f"Speculative run done; now plain decoding of the same prompt for the baseline "
+                                  f"({done} tokens so far).", "info")
+    if run.phase == RUNNING:
+        return render.status_html(f"Running: step {n}…", "info")
+    if session_cursor is not None:
+        return render.status_html(f"Showing step {session_cursor} of {n - 1}.", "ok")
+    return render.status_html(f"Done: {n} steps.", "ok")
+
+
+TRACE_FOLDER = Path(tempfile.gettempdir()) / "specviz-traces"
+TRACE_MAX_AGE = 3600  # seconds a trace file is kept on the server
+
+
+def trace_file(run: LiveRun) -> str | None:
+    """The run's full trace as JSON (Report.to_dict(), as `specviz generate --json --compare-plain` writes
+    it, plus the engine-time figures the app shows); a stopped run's steps so far. Written once per run;
+    files older than TRACE_MAX_AGE are removed."""
+    if run.trace_path is not None and Path(run.trace_path).is_file():
+        return run.trace_path
+    report = run.report()
+    if report is not None:
+        data = report.to_dict()
+        data["engine_time"] = {"idle_seconds": run.speculative.idle_seconds,
+                               "tokens_per_second": run.speculative.engine_tokens_per_second,
+                               "plain_tokens_per_second": run.plain.engine_tokens_per_second if run.plain else None,
+                               "speedup": run.speedup}
+    elif run.speculative.steps:
+        data = {"method": run.request.method, "prompt": run.request.prompt, "stopped": True,
+                "steps": [s.to_dict() for s in run.speculative.steps]}
+    else:
+        return None
+    TRACE_FOLDER.mkdir(exist_ok=True)
+    for stale in TRACE_FOLDER.glob("specviz-trace-*.json"):
+        if time.time() - stale.stat().st_mtime > TRACE_MAX_AGE:
+            stale.unlink(missing_ok=True)
+    path = TRACE_FOLDER / f"specviz-trace-{run.id}.json"
+    path.write_text(json.dumps(data, ensure_ascii=False))
+    run.trace_path = str(path)
+    return run.trace_path
+
+
+def may_download(name: str) -> bool:
+    """Whether loading the model can mean a download: not a file or folder here ("default" is one where the
+    offline package is installed; on a Hugging Face Space it is a Hub id)."""
+    try:
+        source = default_source() if name == DEFAULT_MODEL else name
+    except Exception:  # the load itself will say what is missing
+        return False
+    return not Path(source).exists()
+
+
+def loading_message(names: list[str | None], seconds: float, preparing: bool) -> str:
+    """The status line while a run's models load (names: the target and the drafter or None), then while the
+    run warms up."""
+    if preparing:
+        return (f"Preparing the run… {seconds:.0f} s (on a GPU the first run of a method captures CUDA graphs and "
+                "compiles: up to a minute)")
+    names = [n for n in names if n]
+    hub = [n for n in names if may_download(n)]
+    note = f" ({' and '.join(hub)}: a first load downloads it from the Hub)" if hub else ""
+    return f"Loading {' and '.join(names)}… {seconds:.0f} s{note}"
+
+
+def quoted(text: str) -> str:
+    """A token inside a sentence: trimmed, whitespace made visible, in quotes."""
+    shown = text.strip() or text.replace(" ", "·").replace("\t", "⇥")
+    return f"‘{shown.replace(chr(10), '⏎')}’"
+
+
+def step_story(step: StepRecord | None, sampling: bool) -> str:
+    """One step in plain words: what was drafted, how much the target kept, what it wrote itself."""
+    if step is None:
+        return ""
+    drawn = quoted(step.next_token.text)
+    if step.gamma == 0:
+        return f"Step {step.index}: no draft; the target wrote {drawn} itself, as plain decoding does."
+    tree = f" (a tree of {step.tree_size} candidates)" if step.tree_size else ""
+    proposed = f"Step {step.index}: the drafter proposed {step.gamma} token{'s' if step.gamma > 1 else ''}{tree}; "
+    agreed = ("the target agreed with none" if step.n_accepted == 0 else
+              "the target agreed with the first one" if step.n_accepted == 1 else
+              "the target agreed with all of them" if step.n_accepted == step.gamma else
+              f"the target agreed with the first {step.n_accepted}")
+    if step.emitted <= step.n_accepted:  # the run ended inside the step: end of text or the token limit
+        return proposed + f"{agreed}, and the output ends there."
+    if step.n_accepted == step.gamma:
+        return proposed + f"{agreed} and added {drawn} (the bonus token)."
+    rejected = next((t for t in step.tokens if t.kind.value == "rejected"), None)
+    instead = f"drew {drawn} from the residual" if sampling else f"put its own choice {drawn} in its place"
+    if rejected is None:
+        return proposed + f"{agreed}, then wrote {drawn}."
+    return proposed + f"{agreed}; it rejected {quoted(rejected.text)} and {instead}."

@@ -1,0 +1,166 @@
+"""The Compare methods and Cost curve tabs: each owns its widgets, its handler and its event."""
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+
+from ..api import encode, first_difference, make_proposer
+from ..cost_curve import measure_cost_curve
+from ..engine import SpeculativeRun
+from ..errors import SpecvizError
+from ..models import DEFAULT_MODEL, load_model
+from ..proposers import METHODS, PlainProposer
+from ..settings import check_prompt_text
+from . import charts, render, view
+from .gpu import gpu
+from .live import (ENGINE_LOCK, USES_DRAFT_MODEL, RunRequest, SteppedRun, load_models, model_name, session_of,
+                   settings_from_form)
+from .readouts import plot
+
+
+def stop_tab(request: gr.Request):
+    session_of(request).cancel.set()
+    return render.status_html("Stopped.", "warn")
+
+
+class CompareTab:
+    """The Run tab's prompt, models and settings through plain decoding and each ticked method."""
+
+    def build(self, inputs: list, engine: dict):
+        """inputs: prompt, target, draft, gamma, temperature, top-p, max new tokens, seed, tree (the Run tab's)."""
+        gr.Markdown("The prompt, models and settings of the Run tab, through plain decoding and each ticked "
+                    "method, one after another in this process.")
+        self.methods = gr.CheckboxGroup([m for m in METHODS if m != "plain"],
+                                        value=[m for m in ("ngram", "early-exit") if m in METHODS], label="Methods")
+        with gr.Row():
+            self.button = gr.Button("Compare", variant="primary", elem_id="sv-compare")
+            self.stop = gr.Button("Stop", variant="stop", elem_id="sv-compare-stop")
+        self.status = gr.HTML(label="compare status")
+        self.table = gr.Dataframe(headers=["method", "new tokens", "steps", "τ", "α", "tok/s", "speedup",
+                                           "same as plain"], interactive=False)
+        self.plot = gr.Plot(label="compare chart")
+        prompt, *rest = inputs
+        event = self.button.click(gpu(self.on_compare), [prompt, self.methods, *rest],
+                                  [self.status, self.table, self.plot], api_name="compare", **engine)
+        self.stop.click(stop_tab, None, [self.status], cancels=[event], api_name="compare_stop", concurrency_limit=None)
+        return event
+
+    def on_compare(self, prompt, methods, target, draft, gamma, temperature, top_p, max_new_tokens, seed, tree=0,
+                   request: gr.Request = None):
+        state = session_of(request)
+        state.cancel.clear()
+        rows: list[dict] = []
+        skipped: list[str] = []  # said in every later status, so that a skip is not overwritten at once
+
+        def table():
+            return [[r["method"], r["new_tokens"], r["steps"], round(r["tau"], 2),
+                     "–" if r["alpha"] is None else round(r["alpha"], 3), round(r["tokens_per_second"], 1),
+                     "–" if r["speedup"] is None else f"{r['speedup']:.2f}×", r["same"]] for r in rows]
+
+        def out(message, level="info"):
+            if skipped:
+                message = "\n".join(m for m in [message, *skipped] if m)
+                level = "warn" if level in ("info", "ok") else level
+            return {self.status: render.status_html(message, level), self.table: table(),
+                    self.plot: plot(charts.compare_figure(rows))}
+
+        try:
+            settings = settings_from_form(max_new_tokens, gamma, temperature, top_p, seed, tree)
+            check_prompt_text(prompt)
+            chosen = [m for m in (methods or []) if m in METHODS and m != "plain"]
+            if not chosen:
+                raise SpecvizError("tick at least one method to compare with plain decoding")
+            target_name = model_name(target)
+            if target_name is None:
+                raise SpecvizError("choose a target model ('default' runs offline)")
+            draft_name = model_name(draft) if any(m in USES_DRAFT_MODEL for m in chosen) else None
+            yield out(f"Loading {target_name}…")
+            target_model, draft_model = load_models(RunRequest(prompt, chosen[0], target_name, draft_name, settings))
+            prompt_ids = encode(target_model, prompt)
+        except SpecvizError as error:
+            yield out(str(error), "error")
+            return
+        plain_result, plain_wall = None, None
+        for method in ["plain"] + chosen:
+            if method == "draft" and draft_model is None:
+                skipped.append("Skipped draft: it needs a drafter (choose one in the Run tab's settings).")
+                yield out("")
+                continue
+            try:
+                proposer = PlainProposer() if method == "plain" else make_proposer(method, target_model, draft_model)
+                stepped = SteppedRun(SpeculativeRun(target_model, proposer, prompt_ids, settings, prompt))
+            except SpecvizError as error:
+                skipped.append(f"Skipped {method}: {error}")
+                yield out("")
+                continue
+            last = 0.0
+            while not stepped.done and not state.cancel.is_set():
+                stepped.advance()
+                if time.monotonic() - last > 0.5:
+                    last = time.monotonic()
+                    yield {self.status: render.status_html(
+                        f"Running {method}: {stepped.steps[-1].total_emitted if stepped.steps else 0} tokens…", "info")}
+            if state.cancel.is_set():
+                stepped.close()
+                yield out("Stopped.", "warn")
+                return
+            metrics = view.running_metrics(stepped.result.steps, stepped.engine_wall, stepped.result.metrics.prefill_seconds)
+            if method == "plain":
+                plain_result, plain_wall = stepped.result, stepped.engine_wall
+            same = "–"
+            if settings.greedy and plain_result is not None:
+                same = "yes" if first_difference(stepped.result.token_ids, plain_result.token_ids) is None else "no"
+            rows.append({"method": method, "new_tokens": metrics.new_tokens, "steps": metrics.steps,
+                         "tau": metrics.mean_accepted_length, "alpha": metrics.acceptance_rate,
+                         "tokens_per_second": metrics.tokens_per_second,
+                         "speedup": plain_wall / stepped.engine_wall if plain_result is not None else None,
+                         "same": same})
+            yield out(f"{method} done.")
+        yield out(f"Done: {len(rows)} runs of the same prompt, same settings, same process.", "ok")
+
+
+class CostTab:
+    """The target's forward time against new positions and batch size, measured on this machine."""
+
+    def build(self, target, engine: dict):
+        gr.Markdown("One forward of the target over K new positions (what verifying γ = K - 1 drafts "
+                    "costs), and over a batch of B sequences, timed on this machine. On a GPU at batch 1 "
+                    "the time hardly grows with K: verification is nearly free. On a CPU it grows. And once "
+                    "batching fills the device, extra positions are no longer free: speculation stops paying.")
+        with gr.Row():
+            self.button = gr.Button("Measure", variant="primary", elem_id="sv-cost")
+            self.stop = gr.Button("Stop", variant="stop", elem_id="sv-cost-stop")
+        self.status = gr.HTML(label="cost status")
+        self.plot = gr.Plot(label="cost curve")
+        event = self.button.click(gpu(self.on_cost), [target], [self.status, self.plot], api_name="cost_curve",
+                                  **engine)
+        self.stop.click(stop_tab, None, [self.status], cancels=[event], api_name="cost_stop", concurrency_limit=None)
+        return event
+
+    def on_cost(self, target, request: gr.Request):
+        state = session_of(request)
+        state.cancel.clear()
+        points = []
+        try:
+            name = model_name(target) or DEFAULT_MODEL
+            yield {self.status: render.status_html(f"Loading {name}…", "info")}
+            model = load_model(name)
+        except SpecvizError as error:
+            yield {self.status: render.status_html(str(error), "error")}
+            return
+        device = f"{model.device.type} ({model.describe()}, {str(model.dtype).replace('torch.', '')})"
+        measurements = measure_cost_curve(model)
+        while not state.cancel.is_set():
+            with ENGINE_LOCK:  # one point at a time, so that runs of other users interleave
+                point = next(measurements, None)
+            if point is None:
+                break
+            points.append(point)
+            label = "new positions" if point.axis == "positions" else "batch size"
+            yield {self.status: render.status_html(f"Measured {label} {point.x}: {point.ms:.1f} ms", "info"),
+                   self.plot: plot(charts.cost_figure(points, device))}
+        measurements.close()
+        done = "Stopped." if state.cancel.is_set() else "Done: median of 3 forwards per point."
+        yield {self.status: render.status_html(done, "warn" if state.cancel.is_set() else "ok"),
+               self.plot: plot(charts.cost_figure(points, device))}
