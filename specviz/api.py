@@ -218,6 +218,8 @@ def generate(
     target_model, draft_model = resolve_models(target, draft, device, dtype, device_map, max_memory, draft_device)
     proposer = make_proposer(method, target_model, draft_model, exit_layer, heads=heads, adaptive_lookup=adaptive_lookup)
     prompt_ids = encode(target_model, prompt, chat)
-    warm_up(target_model)
+    warm_up(target_model, settings.gamma + 1,  # the graphs these runs replay, before they are timed
+            min(len(prompt_ids) + settings.max_new_tokens + settings.tree + 1, target_model.context_length),
+            [proposer], tree=settings.tree)
     plain = run_once(target_model, PlainProposer(), prompt_ids, settings, prompt) if compare_plain else None
     return Report(run_once(target_model, proposer, prompt_ids, settings, prompt), plain)

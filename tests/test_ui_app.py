@@ -129,7 +129,7 @@ def test_pause_then_step_then_stop(url):
     assert "Stopped after" in stopped[STATUS]
 
 
-def test_speculate_endpoint_returns_the_generate_json(url, default_target):
+def test_speculate_endpoint_returns_the_generate_json(url, default_target, capfd):
     client = Client(url, verbose=False)
     report = client.predict(prompt=PROMPT, method="ngram", max_new_tokens=16, gamma=3, temperature=0.0, seed=0,
                             api_name="/speculate")
@@ -146,6 +146,7 @@ def test_speculate_endpoint_returns_the_generate_json(url, default_target):
         client.predict(prompt=PROMPT, method="ngram", max_new_tokens=16, gamma=0, api_name="/speculate")
     with pytest.raises(Exception, match="limited to 512"):
         client.predict(prompt=PROMPT, max_new_tokens=600, api_name="/speculate")
+    assert "Traceback" not in capfd.readouterr().err  # a caller's mistake is not the server's error
 
 
 def test_bad_input_gives_a_visible_message_and_the_app_stays_up(url, foreign_models, monkeypatch):

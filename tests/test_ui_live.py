@@ -157,3 +157,15 @@ def test_sessions_track_models_in_use_and_evict_the_oldest(target, monkeypatch):
     assert "default" not in live.models_in_use()
     for key in ("test-b", "test-c", "test-d"):
         live.end_session(key)
+
+
+def test_an_app_run_warms_up_once(monkeypatch):
+    """Loading the models does not warm up; the run does, once, for its own settings and proposer."""
+    calls = []
+    monkeypatch.setattr(live, "warm_up", lambda *args, **kwargs: calls.append((args[1:], kwargs)))
+    request = live.RunRequest("Count to five.", "ngram", settings=DecodeSettings(max_new_tokens=8, gamma=3, tree=6))
+    target, draft = live.load_models(request)
+    live.LiveRun(request, target, draft)
+    assert len(calls) == 1
+    (positions, _, proposers), kwargs = calls[0]
+    assert positions == 4 and kwargs["tree"] == 6 and proposers[0].name == "ngram"

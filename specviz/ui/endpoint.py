@@ -2,6 +2,8 @@
 `specviz generate --json --compare-plain`."""
 from __future__ import annotations
 
+import logging
+
 import gradio as gr
 
 from ..api import Report, generate
@@ -10,6 +12,9 @@ from ..models import DEFAULT_MODEL
 from ..proposers import METHODS
 from ..settings import check_prompt_text
 from .live import ENGINE_LOCK, MAX_NEW_TOKENS, USES_DRAFT_MODEL, RunRequest, load_models, model_name, settings_from_form
+
+log = logging.getLogger(__name__)
+
 
 def api_help(url: str) -> str:
     """The API tab's text, with the address the page was served from."""
@@ -53,5 +58,6 @@ def speculate(prompt: str, method: str = "ngram", max_new_tokens: int = 64, gamm
         with ENGINE_LOCK:  # the whole comparison at once: its timings see no other user's steps
             report: Report = generate(prompt, method, target_model, draft_model, settings, compare_plain=True)
         return report.to_dict()
-    except SpecvizError as error:
-        raise gr.Error(str(error)) from None
+    except SpecvizError as error:  # the caller's mistake: one line in the server's log, no traceback
+        log.info("/speculate refused: %s", error)
+        raise gr.Error(str(error), print_exception=False) from None

@@ -169,10 +169,7 @@ class LiveRun:
         self.device_label = f"{target.device.type}, {str(target.dtype).replace('torch.', '')}"
         proposer = make_proposer(request.method, target, draft)
         prompt_ids = encode(target, request.prompt)
-        with ENGINE_LOCK:  # GPU fast path: capture the graphs this run will replay before it is timed
-            warm_up(target, request.settings.gamma + 1,
-                    min(len(prompt_ids) + request.settings.max_new_tokens + request.settings.tree + 1,
-                        target.context_length), [proposer], tree=request.settings.tree)
+        prepare(target, proposer, prompt_ids, request.settings)
         self.speculative = SteppedRun(SpeculativeRun(target, proposer, prompt_ids, request.settings, request.prompt))
         self.plain = (SteppedRun(SpeculativeRun(target, PlainProposer(), prompt_ids, request.settings, request.prompt))
                       if request.compare_plain else None)
@@ -336,15 +333,23 @@ def configure_placement(device_map=None, max_memory=None, draft_device=None) -> 
 
 
 def load_models(request: RunRequest) -> tuple[LoadedModel, LoadedModel | None]:
-    """The target and drafter from the process-wide registry (loaded on first use), warmed up. Models that no
-    other session uses are freed first, so that switching models does not pile them up in memory."""
+    """The target and drafter from the process-wide registry (loaded on first use). Models that no other
+    session uses are freed first, so that switching models does not pile them up in memory. The warm-up is
+    the run's own (prepare): it knows the run's draft length, tree and proposer."""
     wanted = {DEFAULT_MODEL, request.target} | ({request.draft} if request.draft else set())
     unload_all(keep=wanted | models_in_use())
     target = load_model(request.target, device_map=PLACEMENT.device_map, max_memory=PLACEMENT.max_memory)
     draft = load_model(request.draft, PLACEMENT.draft_device or str(target.device)) if request.draft else None
-    with ENGINE_LOCK:
-        warm_up(target)
     return target, draft
+
+
+def prepare(target: LoadedModel, proposer, prompt_ids: list[int], settings: DecodeSettings) -> None:
+    """A run's one warm-up, untimed: a first short run of the model, and on a GPU the graphs this run will
+    replay (its draft length, tree and proposer), captured before anything is timed."""
+    with ENGINE_LOCK:
+        warm_up(target, settings.gamma + 1,
+                min(len(prompt_ids) + settings.max_new_tokens + settings.tree + 1, target.context_length),
+                [proposer], tree=settings.tree)
 
 
 # -- sessions ----------------------------------------------------------------------------------------------

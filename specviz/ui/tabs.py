@@ -14,7 +14,7 @@ from ..proposers import METHODS, PlainProposer
 from ..settings import check_prompt_text
 from . import charts, render, view
 from .gpu import gpu
-from .live import (ENGINE_LOCK, USES_DRAFT_MODEL, RunRequest, SteppedRun, load_models, model_name, session_of,
+from .live import (ENGINE_LOCK, USES_DRAFT_MODEL, RunRequest, SteppedRun, load_models, model_name, prepare, session_of,
                    settings_from_form)
 from .readouts import plot
 
@@ -89,6 +89,7 @@ class CompareTab:
                 continue
             try:
                 proposer = PlainProposer() if method == "plain" else make_proposer(method, target_model, draft_model)
+                prepare(target_model, proposer, prompt_ids, settings)
                 stepped = SteppedRun(SpeculativeRun(target_model, proposer, prompt_ids, settings, prompt))
             except SpecvizError as error:
                 skipped.append(f"Skipped {method}: {error}")
