@@ -77,6 +77,7 @@ def test_drafters_that_cannot_batch_are_refused(default_target):
                      DecodeSettings(tree=8))
 
 
+@pytest.mark.quick
 def test_batch_sizes_parse_and_batches_cover_every_prompt():
     assert parse_batch_sizes("4,1, 2,4") == [1, 2, 4]
     with pytest.raises(InvalidSettingError, match="whole numbers"):
@@ -85,6 +86,7 @@ def test_batch_sizes_parse_and_batches_cover_every_prompt():
     assert batches_of([1, 2], 4) == [[1, 2, 1, 2]]
 
 
+@pytest.mark.quick
 def test_the_summary_marks_where_speculation_stops_paying():
     def row(method, size, seconds):
         return {"method": method, "batch_size": size, "rows": size, "new_tokens": 100, "wall_seconds": seconds,

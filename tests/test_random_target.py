@@ -15,6 +15,7 @@ from specviz.random_target import SHAPES, parse_shape
 from test_errors import run_cli
 
 
+@pytest.mark.quick
 def test_shapes_parse_with_overrides():
     assert parse_shape("random:llama-8b") == SHAPES["llama-8b"]
     assert parse_shape("random:llama-8b,layers=4")["layers"] == 4
@@ -22,6 +23,7 @@ def test_shapes_parse_with_overrides():
     assert parse_shape(numbers) == dict(hidden=64, intermediate=96, layers=1, heads=4, kv_heads=1, vocab=100)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("spec,says", [("random:llama-9b", "unknown shape"), ("random:layers=2", "leaves"),
                                        ("random:llama-tiny,depth=3", "KEY=N"), ("random:llama-tiny,heads=3", "divide")])
 def test_bad_shapes_say_what_to_write(spec, says):
@@ -40,6 +42,7 @@ def test_a_tiny_random_target_decodes_exactly_through_the_fast_path():
     assert plain.settings["runner"] == "StaticRunner"
 
 
+@pytest.mark.quick
 def test_the_floor_is_the_weights_over_the_bandwidth(monkeypatch):
     from specviz import floor
 

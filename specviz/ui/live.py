@@ -384,6 +384,12 @@ def session(key: str) -> Session:
     return state
 
 
+def live_runs() -> list:
+    """The runs the sessions hold now (a measurement that drives the app from outside finds its own here)."""
+    with _sessions_lock:
+        return [state.run for state in _sessions.values() if state.run is not None]
+
+
 def session_key(request) -> str:
     """A gradio request's session hash (API calls without one share "anonymous")."""
     return getattr(request, "session_hash", None) or "anonymous"

@@ -126,14 +126,12 @@ def main(argv=None) -> int:
             page.locator("#sv-method input").first.press("Enter")
 
     def in_browser(prompt: str) -> dict:
-        with live._sessions_lock:
-            before = {id(s.run) for s in live._sessions.values()}
+        before = {id(run) for run in live.live_runs()}
         page.locator("#sv-prompt textarea").fill(prompt)
         page.click("#sv-run")
         deadline = time.monotonic() + 600
         while True:  # the run this click started, once finished, then its last frame on the screen
-            with live._sessions_lock:
-                runs = [s.run for s in live._sessions.values() if s.run is not None and id(s.run) not in before]
+            runs = [run for run in live.live_runs() if id(run) not in before]
             if runs and runs[0].finished:
                 break
             assert time.monotonic() < deadline, "the browser's run did not finish"
