@@ -231,6 +231,18 @@ def test_cost_curve(url, monkeypatch):
     assert [t["x"] for t in per_forward] == [[1, 4], [1, 2]] and all(y > 0 for t in per_forward for y in t["y"])
 
 
+def test_batch_view_measures_speedup_against_batch_size(url):
+    client = Client(url, verbose=False)
+    status, chart = client.predict("default", "ngram", "1,2", 8, api_name="/batch")
+    assert "ngram: " in status and "x plain at batch 1" in status and "batch-1 output" in status
+    figure = plot(chart)
+    speedup = next(t for t in figure["data"] if t["name"] == "ngram speedup")
+    assert speedup["x"] == [1, 2] and all(y > 0 for y in speedup["y"])
+    assert {t["name"] for t in figure["data"]} >= {"plain tok/s", "ngram tok/s"}
+    status, _ = client.predict("default", "ngram", "0,2", 8, api_name="/batch")
+    assert "whole numbers" in status
+
+
 def test_the_step_slider_handles_its_events_in_order():
     from specviz.ui.app import build_demo
 

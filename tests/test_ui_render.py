@@ -358,3 +358,18 @@ def test_whitespace_shows_as_marks():
 def test_each_step_is_one_group(steps):
     html_text = render.token_view_html(tokens_of(steps))
     assert html_text.count('<span class="sv-step" data-step=') == len(steps)
+
+
+def test_the_batch_chart_marks_where_speculation_stops_paying():
+    from specviz.ui.batch_tab import verdict_line
+
+    def entry(method, size, speedup):
+        return {"method": method, "batch_size": size, "speedup": speedup, "tokens_per_second": 10.0 * size}
+
+    summary = [entry("plain", 1, 1.0), entry("plain", 8, 1.0), entry("ngram", 1, 1.6), entry("ngram", 8, 0.9)]
+    figure = charts.batch_figure(summary, "cpu", "ngram")
+    assert [a["text"] for a in figure["layout"]["annotations"] if "stops" in a["text"]] == ["stops paying at batch 8"]
+    assert "stops paying at batch 8" in verdict_line(summary, "ngram")
+    paying = summary[:3] + [entry("ngram", 8, 1.2)]
+    assert not [a for a in charts.batch_figure(paying, "cpu", "ngram")["layout"]["annotations"] if "stops" in a["text"]]
+    assert "still pays at batch 8" in verdict_line(paying, "ngram")

@@ -286,3 +286,32 @@ def cost_figure(points: list[CostPoint], device: str) -> dict:
         _axes(fig, k, {"title": {"text": label}, **({"type": "log", "tickvals": xs} if axis == "batch" else {"dtick": 1})},
               {"title": {"text": "ms"}, "rangemode": "tozero"})
     return fig
+
+
+def batch_figure(summary: list[dict], device: str, method: str) -> dict:
+    """Speculation's speedup over plain decoding against batch size, and both methods' tokens/s, from
+    batch_bench.summarize_batches; the first batch size where speculation no longer pays is marked."""
+    if not summary:
+        return empty_figure("Press Measure to decode batches of the example prompts on this machine.", 340)
+    fig = _figure([], f"{escape_label(method)} against plain decoding, by batch size, on {escape_label(device)}", 400,
+                  1, 2, ("speedup over plain decoding of the same batches", "tokens/s of the whole batch"))
+    ours = [s for s in summary if s["method"] == method]
+    plain = [s for s in summary if s["method"] == "plain"]
+    xs = [s["batch_size"] for s in ours]
+    fig["data"].append(_on({"type": "scatter", "x": xs, "y": [s["speedup"] for s in ours], "mode": "lines+markers",
+                            "name": f"{method} speedup", "line": {"color": COLOURS["accepted"]}}, 1))
+    fig["data"].append(_on({"type": "scatter", "x": xs, "y": [1.0] * len(xs), "mode": "lines", "name": "break-even",
+                            "line": {"color": COLOURS["plain"], "dash": "dot"}}, 1))
+    for rows, name, colour in ((plain, "plain", COLOURS["plain"]), (ours, method, COLOURS["accepted"])):
+        fig["data"].append(_on({"type": "scatter", "x": [s["batch_size"] for s in rows],
+                                "y": [s["tokens_per_second"] for s in rows], "mode": "lines+markers",
+                                "name": f"{name} tok/s", "line": {"color": colour}}, 2))
+    losing = [s["batch_size"] for s in ours if s["speedup"] <= 1.0]
+    if losing:
+        fig["layout"]["annotations"].append({"text": f"stops paying at batch {min(losing)}", "x": min(losing), "y": 1.0,
+                                             "xref": "x", "yref": "y", "showarrow": True, "arrowhead": 2,
+                                             "font": {"color": COLOURS["rejected"]}})
+    for k in (1, 2):
+        _axes(fig, k, {"title": {"text": "batch size"}, "type": "log", "tickvals": xs},
+              {"title": {"text": "x" if k == 1 else "tok/s"}, "rangemode": "tozero"})
+    return fig

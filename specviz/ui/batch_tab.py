@@ -1,0 +1,99 @@
+"""The Batch tab: the example prompts decoded in batches of several sizes on this machine, a method against
+plain decoding of the same batches, so that a class sees where speculation stops paying as the batch grows
+(batch.py, batch_bench.py). The cost curve beside it (the Cost curve tab) says why."""
+from __future__ import annotations
+
+import gradio as gr
+
+from ..api import encode, make_proposer
+from ..batch import decode_batch
+from ..batch_bench import batches_of, crossover, parse_batch_sizes, summarize_batches
+from ..errors import SpecvizError
+from ..models import DEFAULT_MODEL, load_model
+from ..settings import DecodeSettings
+from . import charts, render
+from .gpu import gpu
+from .live import ENGINE_LOCK, model_name, session_of
+from .readouts import plot
+from .tabs import stop_tab
+
+BATCH_METHODS = ["retrieval", "ngram"]
+MAX_BATCH = 64
+
+
+def verdict_line(summary: list[dict], method: str) -> str:
+    """One sentence on what the measurement shows."""
+    ours = [s for s in summary if s["method"] == method]
+    if not ours:
+        return ""
+    first, last = ours[0], ours[-1]
+    turn = crossover(summary, method)
+    where = (f"it stops paying at batch {turn}" if turn is not None
+             else f"it still pays at batch {last['batch_size']}, the largest measured")
+    return (f"{method}: {first['speedup']:.2f}x plain at batch {first['batch_size']}, {last['speedup']:.2f}x at batch "
+            f"{last['batch_size']}; {where}. Each row's output is its batch-1 output.")
+
+
+class BatchTab:
+    def build(self, target, prompts: list[str], engine: dict):
+        self.prompts = prompts
+        gr.Markdown("The example prompts decoded in batches on this machine: one verify pass serves every "
+                    "sequence of the batch. At batch 1 a forward is bound by reading the weights, so checking "
+                    "drafts is nearly free; as the batch grows, the forward fills the device and extra positions "
+                    "cost more: the speedup shrinks, and at some size speculation stops paying.")
+        with gr.Row():
+            self.method = gr.Dropdown(BATCH_METHODS, value=BATCH_METHODS[0], label="method", elem_id="sv-batch-method")
+            self.sizes = gr.Textbox("1,2,4,8", label="batch sizes", elem_id="sv-batch-sizes")
+            self.tokens = gr.Number(32, label="new tokens", precision=0, minimum=1, maximum=256)
+        with gr.Row():
+            self.button = gr.Button("Measure", variant="primary", elem_id="sv-batch")
+            self.stop = gr.Button("Stop", variant="stop", elem_id="sv-batch-stop")
+        self.status = gr.HTML(label="batch status")
+        self.plot = gr.Plot(label="batch chart")
+        event = self.button.click(gpu(self.on_measure), [target, self.method, self.sizes, self.tokens],
+                                  [self.status, self.plot], api_name="batch", **engine)
+        self.stop.click(stop_tab, None, [self.status], cancels=[event], api_name="batch_stop", concurrency_limit=None)
+        return event
+
+    def on_measure(self, target, method, sizes, tokens, request: gr.Request = None):
+        state = session_of(request)
+        state.cancel.clear()
+        try:
+            if method not in BATCH_METHODS:
+                raise SpecvizError(f"choose a method that batches: {', '.join(BATCH_METHODS)}")
+            batch_sizes = parse_batch_sizes(sizes or "")
+            if max(batch_sizes) > MAX_BATCH:
+                raise SpecvizError(f"batch sizes up to {MAX_BATCH} here, got {max(batch_sizes)}")
+            settings = DecodeSettings(max_new_tokens=int(tokens or 0), gamma=4).validate()
+            name = model_name(target) or DEFAULT_MODEL
+            yield {self.status: render.status_html(f"Loading {name}…", "info")}
+            model = load_model(name)
+            ids = [encode(model, prompt) for prompt in self.prompts]
+        except (SpecvizError, TypeError, ValueError) as error:
+            yield {self.status: render.status_html(str(error), "error")}
+            return
+        device = f"{model.device.type} ({model.describe()})"
+        rows = []
+        # every size decodes the same prompts: as many as the largest batch (repeated where there are fewer)
+        chosen = batches_of(ids, max(batch_sizes))[0]
+        for size in batch_sizes:
+            for batch in batches_of(chosen, size):
+                plain = None
+                for spec in ("plain", method):
+                    if state.cancel.is_set():
+                        yield {self.status: render.status_html("Stopped.", "warn")}
+                        return
+                    with ENGINE_LOCK:  # a batch at a time, so that other users' runs interleave
+                        run = decode_batch(model, lambda: make_proposer(spec, model), batch, settings)
+                    plain = plain or run
+                    rows.append({"method": spec, "batch_size": size, "rows": len(batch), "new_tokens": run.new_tokens,
+                                 "wall_seconds": run.wall_seconds, "ms_per_token": run.ms_per_token,
+                                 "row_forwards": sum(run.row_forwards), "drafted": run.drafted,
+                                 "accepted": run.accepted,
+                                 "identical_rows": sum(a == b for a, b in zip(run.token_ids, plain.token_ids))})
+            summary = summarize_batches(rows)
+            yield {self.status: render.status_html(f"Measured batch {size}.", "info"),
+                   self.plot: plot(charts.batch_figure(summary, device, method))}
+        summary = summarize_batches(rows)
+        yield {self.status: render.status_html(verdict_line(summary, method), "ok"),
+               self.plot: plot(charts.batch_figure(summary, device, method))}
