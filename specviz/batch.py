@@ -162,3 +162,19 @@ def _draft(proposer: Proposer, sequence: list[int], output: list[int], settings:
     if gamma <= 0:
         return proposer.empty_draft("cpu")
     return proposer.propose(torch.tensor(sequence), gamma)
+
+
+@torch.inference_mode()
+def forward_cost(target: LoadedModel, batch_size: int, positions: int, context: int = 128, repeats: int = 3) -> float:
+    """Milliseconds of one batched forward of `positions` new tokens for each of `batch_size` rows after a cache of
+    `context` tokens (the median of `repeats`): what a verify pass of a batch costs against a plain step of it."""
+    runner = BatchedRunner(target.model, batch_size, context + positions + 1)
+    ids = torch.randint(0, target.vocab_size, (batch_size, positions))
+    samples = []
+    for repeat in range(repeats + 1):  # the first: untimed
+        runner.rollback(torch.full((batch_size,), context))
+        start = device_clock(target.device)
+        runner.forward(ids)
+        if repeat:
+            samples.append((device_clock(target.device) - start) * 1e3)
+    return sorted(samples)[len(samples) // 2]

@@ -68,6 +68,13 @@ def test_the_batched_runner_keeps_rows_apart_and_drops_finished_ones(tiny_target
     assert runner.batch == 1 and runner.lengths.tolist() == [2]
 
 
+def test_a_batched_forward_costs_more_with_more_positions(tiny_target):
+    from specviz.batch import forward_cost
+
+    one, many = forward_cost(tiny_target, 2, 1, context=16), forward_cost(tiny_target, 2, 64, context=16)
+    assert 0 < one and 0 < many  # timings, not asserted against each other (no timing assertions in tests)
+
+
 def test_drafters_that_cannot_batch_are_refused(default_target):
     with pytest.raises(InvalidSettingError, match="does not batch"):
         from specviz.batch import check_batchable

@@ -239,6 +239,8 @@ def test_batch_view_measures_speedup_against_batch_size(url):
     speedup = next(t for t in figure["data"] if t["name"] == "ngram speedup")
     assert speedup["x"] == [1, 2] and all(y > 0 for y in speedup["y"])
     assert {t["name"] for t in figure["data"]} >= {"plain tok/s", "ngram tok/s"}
+    cost = next(t for t in figure["data"] if t["name"] == "verify / plain step")
+    assert cost["x"] == [1, 2] and all(y > 0 for y in cost["y"])  # the forward cost that explains the curve
     status, _ = client.predict("default", "ngram", "0,2", 8, api_name="/batch")
     assert "whole numbers" in status
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from ..api import encode, make_proposer
-from ..batch import decode_batch
+from ..batch import decode_batch, forward_cost
 from ..batch_bench import batches_of, crossover, parse_batch_sizes, summarize_batches
 from ..errors import SpecvizError
 from ..models import DEFAULT_MODEL, load_model
@@ -40,7 +40,8 @@ class BatchTab:
         gr.Markdown("The example prompts decoded in batches on this machine: one verify pass serves every "
                     "sequence of the batch. At batch 1 a forward is bound by reading the weights, so checking "
                     "drafts is nearly free; as the batch grows, the forward fills the device and extra positions "
-                    "cost more: the speedup shrinks, and at some size speculation stops paying.")
+                    "cost more: the speedup shrinks, and at some size speculation stops paying. The third chart shows why: "
+                    "a verify pass's forward time over a plain step's, for the same batch.")
         with gr.Row():
             self.method = gr.Dropdown(BATCH_METHODS, value=BATCH_METHODS[0], label="method", elem_id="sv-batch-method")
             self.sizes = gr.Textbox("1,2,4,8", label="batch sizes", elem_id="sv-batch-sizes")
@@ -73,7 +74,7 @@ class BatchTab:
             yield {self.status: render.status_html(str(error), "error")}
             return
         device = f"{model.device.type} ({model.describe()})"
-        rows = []
+        rows, costs = [], []
         # every size decodes the same prompts: as many as the largest batch (repeated where there are fewer)
         chosen = batches_of(ids, max(batch_sizes))[0]
         for size in batch_sizes:
@@ -91,9 +92,12 @@ class BatchTab:
                                  "row_forwards": sum(run.row_forwards), "drafted": run.drafted,
                                  "accepted": run.accepted,
                                  "identical_rows": sum(a == b for a, b in zip(run.token_ids, plain.token_ids))})
+            with ENGINE_LOCK:  # why: a verify pass of gamma + 1 positions against a plain step, this batch
+                costs.append({"batch_size": size, "ratio": forward_cost(model, size, settings.gamma + 1)
+                              / forward_cost(model, size, 1)})
             summary = summarize_batches(rows)
             yield {self.status: render.status_html(f"Measured batch {size}.", "info"),
-                   self.plot: plot(charts.batch_figure(summary, device, method))}
+                   self.plot: plot(charts.batch_figure(summary, device, method, costs))}
         summary = summarize_batches(rows)
         yield {self.status: render.status_html(verdict_line(summary, method), "ok"),
-               self.plot: plot(charts.batch_figure(summary, device, method))}
+               self.plot: plot(charts.batch_figure(summary, device, method, costs))}

@@ -288,13 +288,16 @@ def cost_figure(points: list[CostPoint], device: str) -> dict:
     return fig
 
 
-def batch_figure(summary: list[dict], device: str, method: str) -> dict:
-    """Speculation's speedup over plain decoding against batch size, and both methods' tokens/s, from
-    batch_bench.summarize_batches; the first batch size where speculation no longer pays is marked."""
+def batch_figure(summary: list[dict], device: str, method: str, costs: list[dict] = ()) -> dict:
+    """Speculation's speedup over plain decoding against batch size and both methods' tokens/s (from
+    batch_bench.summarize_batches), the first batch size where speculation no longer pays marked; with costs
+    ({batch_size, ratio}: a verify pass's forward time over a plain step's, same batch), the reason beside."""
     if not summary:
         return empty_figure("Press Measure to decode batches of the example prompts on this machine.", 340)
+    panels = ("speedup over plain decoding of the same batches", "tokens/s of the whole batch",
+              "a verify pass against a plain step (forward time)")
     fig = _figure([], f"{escape_label(method)} against plain decoding, by batch size, on {escape_label(device)}", 400,
-                  1, 2, ("speedup over plain decoding of the same batches", "tokens/s of the whole batch"))
+                  1, 3 if costs else 2, panels[:3 if costs else 2])
     ours = [s for s in summary if s["method"] == method]
     plain = [s for s in summary if s["method"] == "plain"]
     xs = [s["batch_size"] for s in ours]
@@ -306,12 +309,16 @@ def batch_figure(summary: list[dict], device: str, method: str) -> dict:
         fig["data"].append(_on({"type": "scatter", "x": [s["batch_size"] for s in rows],
                                 "y": [s["tokens_per_second"] for s in rows], "mode": "lines+markers",
                                 "name": f"{name} tok/s", "line": {"color": colour}}, 2))
+    if costs:
+        fig["data"].append(_on({"type": "scatter", "x": [c["batch_size"] for c in costs],
+                                "y": [c["ratio"] for c in costs], "mode": "lines+markers",
+                                "name": "verify / plain step", "line": {"color": COLOURS["verify"]}}, 3))
     losing = [s["batch_size"] for s in ours if s["speedup"] <= 1.0]
     if losing:
         fig["layout"]["annotations"].append({"text": f"stops paying at batch {min(losing)}", "x": min(losing), "y": 1.0,
                                              "xref": "x", "yref": "y", "showarrow": True, "arrowhead": 2,
                                              "font": {"color": COLOURS["rejected"]}})
-    for k in (1, 2):
+    for k, unit in ((1, "x"), (2, "tok/s"), (3, "x"))[:3 if costs else 2]:
         _axes(fig, k, {"title": {"text": "batch size"}, "type": "log", "tickvals": xs},
-              {"title": {"text": "x" if k == 1 else "tok/s"}, "rangemode": "tozero"})
+              {"title": {"text": unit}, "rangemode": "tozero"})
     return fig
