@@ -80,6 +80,7 @@ class Mechanic:
     prompt: str
     result: RunResult | None
     steps: list[MechanicStep]
+    tokens: list = field(default_factory=list)  # TokenRecords shown so far, rejected drafts included
 
     @property
     def forwards(self) -> int:
@@ -106,11 +107,13 @@ def mechanic(target: LoadedModel, prompt: str | list[int], method: str = "eagle"
     proposer = proposer or make_proposer(method, target)
     run = SpeculativeRun(target, proposer, _prompt_ids(target, prompt, chat), settings,
                          prompt_text=prompt if isinstance(prompt, str) else "")
-    steps = []
+    steps, tokens = [], []
+    text = prompt if isinstance(prompt, str) else ""
     for step in run:
         steps.append(mechanic_step(step))
-        yield Mechanic(proposer.name, prompt, None, list(steps))
-    yield Mechanic(proposer.name, prompt, run.result, steps)
+        tokens += step.tokens
+        yield Mechanic(proposer.name, text, None, list(steps), list(tokens))
+    yield Mechanic(proposer.name, text, run.result, steps, run.result.tokens)
 
 
 # lesson 2: the output does not change -------------------------------------------------------------------------
