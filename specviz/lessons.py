@@ -330,6 +330,13 @@ class VerifyCost:
         """The weights must be read once per forward: a forward cannot be faster than bytes / bandwidth."""
         return self.weight_bytes / (self.bandwidth_gbs * 1e9) * 1e3
 
+    @property
+    def implied_bandwidth_gbs(self) -> float | None:
+        """The bandwidth the fastest measured forward implies if it read every weight once: where it is above the
+        assumed figure, the assumption was too low (or part of the weights stayed in cache)."""
+        fastest = min((p.ms for p in self.points), default=0.0)
+        return self.weight_bytes / (fastest / 1e3) / 1e9 if fastest > 0 else None
+
     def ratio(self, k: int) -> float | None:
         """verify(K) / decode(1), the measured forward time of K positions over that of one."""
         by = {p.x: p.ms for p in self.points}

@@ -45,6 +45,11 @@ def test_verify_cost_widgets_name_the_ratio_and_the_stated_floor():
     assert fig["data"][1]["y"][0] == pytest.approx(27.0)
     sentence = learn.verify_cost_sentence(record)
     assert "2.50× the time of one" in sentence and "27.0 ms" in sentence and "assumed" in sentence
+    assert "grows with K" in sentence and "too low" not in sentence
+    # control: a forward faster than the assumed floor says the assumption was too low
+    fast = lessons.VerifyCost("cpu (x)", [lessons.CostPoint("positions", k, ms, 128) for k, ms in [(1, 15.0), (8, 20.0)]],
+                              540_000_000, 20.0, "assumed")
+    assert "at least 36 GB/s" in learn.verify_cost_sentence(fast) and "barely grows" in learn.verify_cost_sentence(fast)
 
 
 def test_acceptance_widgets():

@@ -132,13 +132,20 @@ def verify_cost_sentence(record: lessons.VerifyCost | None) -> str:
         return ""
     k = max(p.x for p in record.points)
     ratio = record.ratio(k)
-    one = record.points[0].ms
-    where = ("on a CPU the arithmetic, not the weight reads, bounds a forward, so every extra position costs"
-             if record.device.startswith("cpu") else
-             "on a GPU at batch 1 reading the weights bounds a forward, so extra positions ride along almost free")
-    return (f"Checking {k} positions took **{ratio:.2f}× the time of one** ({k * one / ratio:.0f} ms per "
-            f"position if done one by one, vs {one:.1f} ms for one); the floor is {record.floor_ms:.1f} ms "
-            f"(bandwidth {record.bandwidth_source}): {where}.")
+    one, many = record.points[0].ms, record.points[0].ms * ratio
+    text = (f"One forward of {k} positions took {many:.1f} ms, **{ratio:.2f}× the time of one** ({one:.1f} ms), "
+            f"where {k} forwards of one position take {k * one:.0f} ms. ")
+    if ratio < 2:
+        text += "The time barely grows with K: reading the weights, not the arithmetic, dominates a forward. "
+    else:
+        text += "The time grows with K: here the arithmetic, not the weight reads, dominates a forward, so each checked draft costs. "
+    text += (f"The weights are {_mb(record.weight_bytes)}: at {record.bandwidth_gbs:g} GB/s "
+             f"({record.bandwidth_source}) no forward can beat {record.floor_ms:.1f} ms")
+    implied = record.implied_bandwidth_gbs
+    if implied and implied > record.bandwidth_gbs:
+        text += (f"; the fastest one took {min(p.ms for p in record.points):.1f} ms, so this machine streams at "
+                 f"least {implied:.0f} GB/s (or keeps part of the weights in cache): the assumption was too low")
+    return text + "."
 
 
 # lesson 4 -------------------------------------------------------------------------------------------------------
