@@ -1,5 +1,5 @@
-"""The Learn tab's pure functions (specviz.ui.learn): records in, widget values out. Figures are validated by
-plotly; sentences must name the figure the record measured."""
+"""The Learn tab (specviz.ui.learn): its pure functions, records in and widget values out (figures validated by
+plotly; sentences must name the figure the record measured), and the /distribution endpoint on a served app."""
 from collections import Counter
 
 import plotly.graph_objects as go
@@ -9,7 +9,6 @@ from specviz import lessons
 from specviz.records import TokenKind, TokenRecord
 from specviz.ui import learn
 
-pytestmark = pytest.mark.quick
 
 
 def _valid(fig: dict) -> dict:
@@ -25,6 +24,7 @@ def _distribution(wrong_counts: Counter) -> lessons.Distribution:
     return record
 
 
+@pytest.mark.quick
 def test_distribution_widgets_say_pass_and_caught():
     record = _distribution(Counter({1: 170, 2: 30}))
     fig = _valid(learn.distribution_figure(record))
@@ -38,6 +38,7 @@ def test_distribution_widgets_say_pass_and_caught():
     assert learn.distribution_sentence(None) == "" and _valid(learn.distribution_figure(None))
 
 
+@pytest.mark.quick
 def test_verify_cost_widgets_name_the_ratio_and_the_stated_floor():
     points = [lessons.CostPoint("positions", k, ms, 128) for k, ms in [(1, 40.0), (4, 60.0), (8, 100.0)]]
     record = lessons.VerifyCost("cpu (x)", points, 540_000_000, 20.0, "assumed for a CPU (not measured)")
@@ -52,6 +53,7 @@ def test_verify_cost_widgets_name_the_ratio_and_the_stated_floor():
     assert "at least 36 GB/s" in learn.verify_cost_sentence(fast) and "barely grows" in learn.verify_cost_sentence(fast)
 
 
+@pytest.mark.quick
 def test_acceptance_widgets():
     rows = [lessons.AcceptanceRow("code", "eagle", 4, 0.8, 3.2, 0.1, 1.6, 2.4, 32),
             lessons.AcceptanceRow("code", "ngram", 4, None, 1.0, None, 0.9, None, 32)]
@@ -64,6 +66,7 @@ def test_acceptance_widgets():
     assert "1.60×" in sentence and "0.90×" in sentence
 
 
+@pytest.mark.quick
 def test_drafter_and_mechanic_widgets():
     rows = [lessons.DrafterCost("ngram", 0, 0, 135_000_000, 540_000_000, 0.2, 1.3),
             lessons.DrafterCost("eagle", 20_000_000, 80_000_000, 135_000_000, 540_000_000, 0.6, 2.5)]
@@ -76,3 +79,19 @@ def test_drafter_and_mechanic_widgets():
     assert 'class="sv-lesson-steps"' in learn.mechanic_html(record) and "tok-rejected" in learn.mechanic_html(record)
     assert learn.mechanic_rows(record)[0][2] == "1 of 2"
     assert "2.00 tokens per forward" in learn.mechanic_sentence(record)
+
+
+def test_distribution_endpoint_returns_both_histograms_and_p_values(default_target):
+    from gradio_client import Client
+
+    from ui_server import serve_app
+
+    with serve_app() as url:
+        result = Client(url, verbose=False).predict(prompt="Once upon a time, there was a", method="medusa", runs=20,
+                                                    temperature=1.0, seed=0, wrong=True, api_name="/distribution")
+        for arm in ("plain", "speculative", "wrong"):
+            assert sum(result[arm]["counts"].values()) == result[arm]["runs"] == 20
+        assert result["speculative"]["drafted"] == 20  # one drafted token per run, the one tested
+        assert 0 <= result["p_value"] <= 1 and 0 <= result["wrong_exact_p_value"] <= 1
+        with pytest.raises(Exception, match="runs must be between"):
+            Client(url, verbose=False).predict(prompt="x", runs=5, api_name="/distribution")

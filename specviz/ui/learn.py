@@ -236,7 +236,7 @@ SWITCH_TO_RUN = ("() => { for (const b of document.querySelectorAll('button[role
                  "{ if (b.textContent.trim() === 'Run') { b.click(); break; } } }")
 
 
-def distribution_api(prompt: str = LESSONS["exact"]["prompt"], method: str = "medusa", runs: int = 100,
+def distribution_api(prompt: str = LESSONS["exact"]["prompt"], method: str = "medusa", runs: int = 150,
                      temperature: float = 0.7, seed: int = 0, wrong: bool = True, target: str = DEFAULT_MODEL) -> dict:
     """Lesson 2 as one call: the next-token histograms with and without speculation (and with the wrong verifier),
     the two-sample and exact p-values, and whether the wrong verifier was caught."""
@@ -319,7 +319,7 @@ class LearnTab:
         run, stop, status = self._frame("exact", "Speculative decoding does not change the output. Greedy: the "
                                         "same tokens. Sampling: the same distribution, whatever the drafter.")
         with gr.Row():
-            runs = gr.Slider(30, 300, value=100, step=10, label="seeds per histogram")
+            runs = gr.Slider(30, 300, value=150, step=10, label="seeds per histogram (more: more power, longer)")
             temperature = gr.Slider(0.3, 1.5, value=LESSONS["exact"]["temperature"], step=0.1, label="temperature")
         pair = gr.HTML(elem_id="sv-learn-exact-pair")
         greedy = gr.Markdown(elem_id="sv-learn-exact-greedy")
