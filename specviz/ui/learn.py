@@ -284,7 +284,7 @@ class LearnTab:
             run = gr.Button("Run lesson", variant="primary", elem_id=f"sv-learn-{key}")
             stop = gr.Button("Stop", variant="stop", elem_id=f"sv-learn-{key}-stop")
             link = gr.Button("Open in the Run tab", elem_id=f"sv-learn-{key}-link")
-        status = gr.HTML(label=f"{key} status")
+        status = gr.HTML(label=f"{key} status", elem_id=f"sv-learn-{key}-status")
         settings = LESSONS[key]
         link.click(lambda: [settings[k] for k in ("prompt", "method", "gamma", "temperature", "max_new", "seed")],
                    None, self.run_fields, api_visibility="private", concurrency_limit=None).then(
