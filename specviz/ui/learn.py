@@ -165,7 +165,7 @@ def acceptance_rows(rows: list[lessons.AcceptanceRow]) -> list[list]:
 
 def what_if_figure(rows: list[lessons.AcceptanceRow], alpha: float, gamma: int, c: float) -> dict:
     """Expected speedup against alpha at the chosen gamma and c, the chosen alpha marked, the measured runs as
-    points (their own gamma and c differ: the curve is a guide, not a fit)."""
+    points, one colour a method (their own gamma and c differ: the curve is a guide, not a fit)."""
     alphas = [i / 100 for i in range(0, 100)]
     data = [{"type": "scatter", "mode": "lines", "x": alphas,
              "y": [expected_speedup(a, int(gamma), c) for a in alphas],
@@ -173,13 +173,14 @@ def what_if_figure(rows: list[lessons.AcceptanceRow], alpha: float, gamma: int, 
             {"type": "scatter", "mode": "markers", "x": [alpha], "y": [expected_speedup(alpha, int(gamma), c)],
              "name": f"α = {alpha:.2f}", "marker": {"color": COLOURS["exact"], "size": 12, "symbol": "diamond"}}]
     measured = [r for r in rows if r.alpha is not None]
-    if measured:
-        data.append({"type": "scatter", "mode": "markers+text", "x": [r.alpha for r in measured],
-                     "y": [r.measured_speedup for r in measured], "text": [charts.escape_label(r.method) for r in measured],
-                     "textposition": "top center", "name": "measured runs (their own γ and c)",
-                     "customdata": [charts.escape_label(r.kind) for r in measured],
-                     "hovertemplate": "%{text} on %{customdata}: α %{x:.2f}, %{y:.2f}×<extra></extra>",
-                     "marker": {"color": COLOURS["speculative"], "size": 9}})
+    palette = [charts.COLOURS[k] for k in ("accepted", "resampled", "verify", "draft", "rejected", "plain")]
+    for i, method in enumerate(dict.fromkeys(r.method for r in measured)):  # one trace a method: a legend, no overlap
+        mine = [r for r in measured if r.method == method]
+        data.append({"type": "scatter", "mode": "markers", "x": [r.alpha for r in mine],
+                     "y": [r.measured_speedup for r in mine], "name": f"{charts.escape_label(method)} (measured)",
+                     "customdata": [charts.escape_label(r.kind) for r in mine],
+                     "hovertemplate": "%{customdata}: α %{x:.2f}, %{y:.2f}×<extra></extra>",
+                     "marker": {"color": palette[i % len(palette)], "size": 10}})
     fig = charts._figure(data, "What if: expected speedup against acceptance α", 400)
     charts._axes(fig, 1, {"title": {"text": "α (share of drafts accepted)"}, "range": [0, 1]},
                  {"title": {"text": "speedup over plain"}, "rangemode": "tozero"})
