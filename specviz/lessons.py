@@ -298,12 +298,10 @@ CPU_BANDWIDTH = 20.0  # an assumption: a few DDR4/DDR5 channels as a small cloud
 
 def weight_bytes(model: torch.nn.Module) -> int:
     """Bytes of every parameter and buffer a forward reads (shared tensors once)."""
-    seen, total = set(), 0
+    sizes = {}
     for t in [*model.parameters(), *model.buffers()]:
-        if t.data_ptr() not in seen:
-            seen.add(t.data_ptr())
-            total += t.numel() * t.element_size()
-    return total
+        sizes.setdefault(_address(t), t.numel() * t.element_size())
+    return sum(sizes.values())
 
 
 def memory_bandwidth(device: torch.device) -> tuple[float, str]:
@@ -433,24 +431,46 @@ _SKIP = {"runners", "cache", "trees", "tree_workspaces", "_finalizer", "target",
          "pending", "last_hidden", "head_feature"}  # run state, not the drafter itself
 
 
+def _address(t: torch.Tensor):
+    """Where a tensor's data starts and how long it is, so that one tensor held twice counts once while slices of
+    one storage (fused weights) count each; a tensor without storage (a wrapper subclass) by its identity."""
+    try:
+        return ("torch", t.data_ptr(), t.numel())
+    except (RuntimeError, NotImplementedError):
+        return ("object", id(t))
+
+
+def _storage(t: torch.Tensor):
+    """The storage a tensor views: a slice of the target's weights shares it, and costs nothing extra."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
 def _drafter_part(name: str, value):
     """A runner's model is the drafter's; its caches and prepared copies are run state."""
     return getattr(value, "model", None) if name == "runner" else value
 
 
 def _collect(obj, out: dict, depth: int = 0) -> None:
-    """Every tensor and array an object holds (by storage address), walking attributes, lists and dicts."""
+    """Every tensor and array an object holds, by storage (address -> (bytes, floating-point numbers)), walking
+    attributes, lists and dicts."""
     if depth > 6 or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
         return
     if isinstance(obj, torch.nn.Module):
-        for t in [*obj.parameters(), *obj.buffers()]:
-            out.setdefault(("torch", t.data_ptr()), t.numel() * t.element_size())
+        for t in obj.parameters():
+            _collect(t, out, depth + 1)
+        for t in obj.buffers():  # memory, not parameters (rotary tables and the like)
+            out.setdefault(_address(t), (t.numel() * t.element_size(), 0, _storage(t)))
         return
     if isinstance(obj, torch.Tensor):
-        out.setdefault(("torch", obj.data_ptr()), obj.numel() * obj.element_size())
+        storage = _storage(obj)  # None: an opaque prepacked copy (oneDNN) of weights counted already: memory only
+        numbers = obj.numel() if obj.is_floating_point() and storage is not None else 0
+        out.setdefault(_address(obj), (obj.numel() * obj.element_size(), numbers, storage))
         return
     if isinstance(obj, np.ndarray):
-        out.setdefault(("numpy", obj.__array_interface__["data"][0]), obj.nbytes)
+        out.setdefault(("numpy", obj.__array_interface__["data"][0]), (obj.nbytes, 0, None))
         return
     if isinstance(obj, dict):
         for value in obj.values():
@@ -464,33 +484,24 @@ def _collect(obj, out: dict, depth: int = 0) -> None:
                 _collect(_drafter_part(name, value), out, depth + 1)
 
 
-def extra_bytes(proposer: Proposer, target: LoadedModel) -> int:
-    """Memory the drafter holds beyond the target's own weights (what it shares with the target is free)."""
+def _extra(proposer: Proposer, target: LoadedModel) -> list[tuple[int, int]]:
+    """(bytes, parameters) of each tensor or array the proposer holds outside the target's storages."""
     held: dict = {}
     _collect(proposer, held)
-    shared = {("torch", t.data_ptr()) for t in [*target.model.parameters(), *target.model.buffers()]}
-    return sum(size for key, size in held.items() if key not in shared)
+    shared = {_storage(t) for t in [*target.model.parameters(), *target.model.buffers()]} - {None}
+    return [(size, numbers) for size, numbers, storage in held.values() if storage is None or storage not in shared]
+
+
+def extra_bytes(proposer: Proposer, target: LoadedModel) -> int:
+    """Memory the drafter holds beyond the target's own weights (what it shares with the target is free):
+    weights, heads, a datastore's arrays."""
+    return sum(b for b, _ in _extra(proposer, target))
 
 
 def extra_parameters(proposer: Proposer, target: LoadedModel) -> int:
-    """Parameters of the drafter's own modules that are not the target's."""
-    modules: dict = {}
-
-    def walk(obj, depth=0):
-        if depth > 6 or obj is None or isinstance(obj, (str, bytes, int, float, bool, torch.Tensor, np.ndarray)):
-            return
-        if isinstance(obj, torch.nn.Module):
-            for p in obj.parameters():
-                modules.setdefault(p.data_ptr(), p.numel())
-            return
-        values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else \
-            [_drafter_part(k, v) for k, v in vars(obj).items() if k not in _SKIP] if hasattr(obj, "__dict__") else []
-        for value in values:
-            walk(value, depth + 1)
-
-    walk(proposer)
-    shared = {p.data_ptr() for p in target.model.parameters()}
-    return sum(n for ptr, n in modules.items() if ptr not in shared)
+    """Floating-point numbers the drafter holds that are not the target's: its weights, whether in modules or
+    in plain tensors (a head's copy of part of the output layer)."""
+    return sum(n for _, n in _extra(proposer, target))
 
 
 @dataclass

@@ -69,10 +69,12 @@ def test_acceptance_widgets():
 @pytest.mark.quick
 def test_drafter_and_mechanic_widgets():
     rows = [lessons.DrafterCost("ngram", 0, 0, 135_000_000, 540_000_000, 0.2, 1.3),
+            lessons.DrafterCost("retrieval", 0, 100_000_000, 135_000_000, 540_000_000, 0.2, 1.7),
             lessons.DrafterCost("eagle", 20_000_000, 80_000_000, 135_000_000, 540_000_000, 0.6, 2.5)]
-    assert learn.drafter_rows(rows)[1][3] == "14.8%"
+    assert learn.drafter_rows(rows)[2][3] == "14.8%"
     sentence = learn.drafter_sentence(rows)
-    assert "τ 2.50" in sentence and "ngram add no parameters" in sentence
+    assert "τ 2.50" in sentence and "80.0 MB extra (14.8% of the target)" in sentence
+    assert "Nothing extra at all: ngram." in sentence and "retrieval holds no weights but 100.0 MB" in sentence
     tokens = [TokenRecord(1, "a", TokenKind.ACCEPTED, 0), TokenRecord(2, "b", TokenKind.REJECTED, 0),
               TokenRecord(3, "c", TokenKind.RESAMPLED, 0)]
     record = lessons.Mechanic("eagle", "p", None, [lessons.MechanicStep(0, ["a", "b"], 1, "c", 2, 30.0)], tokens)

@@ -214,12 +214,18 @@ def drafter_sentence(rows: list[lessons.DrafterCost]) -> str:
     if not rows:
         return ""
     best = max(rows, key=lambda r: r.tau)
-    free = [r.method for r in rows if r.parameters == 0]
-    return (f"Target: {rows[0].target_parameters / 1e6:.0f}M parameters, {_mb(rows[0].target_bytes)}. "
-            f"{best.method} wrote the most tokens per forward (**τ {best.tau:.2f}**) for "
-            f"{_mb(best.bytes)} extra; " + (f"{', '.join(free)} add no parameters at all. " if free else "")
-            + "Drafters that reuse the target's own layers and features cost little memory, which is why "
-            "self-speculative methods became the default.")
+    share = lambda r: f"{100 * r.bytes / r.target_bytes:.1f}% of the target"  # noqa: E731
+    nothing = [r.method for r in rows if r.bytes == 0]
+    data_only = [r for r in rows if r.parameters == 0 and r.bytes > 0]
+    text = (f"Target: {rows[0].target_parameters / 1e6:.0f}M parameters, {_mb(rows[0].target_bytes)}. Most tokens "
+            f"per forward: {best.method} (**τ {best.tau:.2f}**), for {_mb(best.bytes)} extra ({share(best)}). ")
+    if nothing:
+        text += f"Nothing extra at all: {', '.join(nothing)}. "
+    for r in data_only:
+        text += f"{r.method} holds no weights but {_mb(r.bytes)} of data ({share(r)}). "
+    return text + ("A separate draft model would add a whole model of its own (not measured here: no offline "
+                   "drafter); heads and a layer that read the target's own features add a fraction of the target, "
+                   "which is why self-speculative methods spread.")
 
 
 # the tab --------------------------------------------------------------------------------------------------------
