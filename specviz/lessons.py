@@ -14,7 +14,6 @@ Every number comes from the model when the lesson runs; only LITERATURE is quote
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -221,15 +220,14 @@ class Distribution:
 
     @property
     def passed(self) -> bool | None:
-        p = self.p_value
-        return None if p is None else p >= SIGNIFICANCE and (self.exact_p_value or 1.0) >= SIGNIFICANCE
+        values = [p for p in (self.p_value, self.exact_p_value) if p is not None]
+        return None if self.p_value is None else min(values) >= SIGNIFICANCE
 
     @property
     def caught(self) -> bool | None:
         """The wrong verifier fails either test."""
-        if self.wrong_p_value is None:
-            return None
-        return min(self.wrong_p_value, self.wrong_exact_p_value or 1.0) < SIGNIFICANCE
+        values = [p for p in (self.wrong_p_value, self.wrong_exact_p_value) if p is not None]
+        return None if self.wrong_p_value is None else min(values) < SIGNIFICANCE
 
     def to_dict(self) -> dict:
         hist = lambda h: None if h is None else {  # noqa: E731
@@ -533,7 +531,3 @@ def drafter_costs(target: LoadedModel, methods: Sequence[str] = ("ngram", "retri
                                 result.metrics.acceptance_rate, result.metrics.mean_accepted_length))
         yield list(rows)
 
-
-def median(values: Iterable[float]) -> float | None:
-    values = list(values)
-    return statistics.median(values) if values else None

@@ -33,6 +33,9 @@ def test_distribution_widgets_say_pass_and_caught():
     sentence = learn.distribution_sentence(record)
     assert record.passed and record.caught
     assert learn._p(record.p_value) in sentence and "**caught**" in sentence
+    # a p-value of exactly 0 (a token the target never writes) is a failure, not a missing value
+    record.exact = {1: 1.0}
+    assert record.exact_p_value == 0.0 and not record.passed and record.caught
     # control: a wrong verifier whose output happens to match is reported as not caught
     assert "not caught" in learn.distribution_sentence(_distribution(Counter({1: 119, 2: 81})))
     assert learn.distribution_sentence(None) == "" and _valid(learn.distribution_figure(None))
