@@ -56,6 +56,28 @@ def test_the_verify_cost_chart_has_data_and_its_sentence_the_ratio(page):
     assert re.search(r"[\d.]+× the time of one", page.inner_text("#sv-learn-cost-sentence"))
 
 
+def test_the_exactness_lesson_draws_three_histograms_and_quotes_its_p_values(page):
+    page.get_by_role("tab", name="2 · The output does not change").click()
+    field = page.get_by_label("seeds per histogram (more: more power, longer)").first
+    field.fill("30")
+    field.press("Tab")
+    run_lesson(page, "exact", "2 · The output does not change", timeout=170_000)
+    assert "identical" in page.inner_text("#sv-learn-exact-greedy")
+    assert page.locator("#sv-learn-exact-plot .js-plotly-plot .bars .point").count() >= 3
+    assert "30 seeds each" in page.inner_text("#sv-learn-exact-plot")  # the slider reached the lesson
+    sentence = page.inner_text("#sv-learn-exact-sentence")
+    assert re.search(r"two-sample p = [\d.e-]+ against plain decoding", sentence)
+    assert "The wrong verifier: p = " in sentence
+
+
+def test_the_acceptance_and_drafter_lessons_fill_their_tables(page):
+    run_lesson(page, "acceptance", "4 · Acceptance decides the win", timeout=170_000)
+    assert re.search(r"gave [\d.]+× \(", page.inner_text("#sv-learn-acceptance-sentence"))
+    page.wait_for_selector("#sv-learn-acceptance-plot .js-plotly-plot .scatterlayer .trace", timeout=30_000)
+    run_lesson(page, "drafters", "6 · What each drafter costs")
+    assert re.search(r"Most tokens per forward: \S+ \(τ [\d.]+\)", page.inner_text("#sv-learn-drafters-sentence"))
+
+
 def test_stop_ends_a_lesson(page):
     page.get_by_role("tab", name="2 · The output does not change").click()
     page.click("#sv-learn-exact")
