@@ -94,3 +94,21 @@ def verify_sampled(
         uniforms=uniforms.tolist(),
         next_distribution=next_distribution,
     )
+
+
+def verify_sampled_without_residual(
+    draft_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    generator: torch.Generator,
+) -> Verdict:
+    """A deliberately wrong verifier, kept as a control for exactness tests and lessons: it accepts as
+    verify_sampled does, but at a rejection it draws from p instead of norm(max(0, p - q)). The output then
+    over-weights the tokens the drafter favours (they get a second chance), which a test with enough samples
+    must catch. Never used by the engine unless passed as its verifier."""
+    verdict = verify_sampled(draft_ids, draft_probs, target_probs, generator)
+    if verdict.n_accepted < draft_ids.shape[0]:
+        distribution = target_probs[verdict.n_accepted]
+        verdict.next_token = int(draw(distribution, generator))
+        verdict.next_distribution = distribution
+    return verdict

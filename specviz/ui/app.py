@@ -27,6 +27,7 @@ from .live import (MAX_NEW_TOKENS, USES_DRAFT_MODEL, LiveRun, RunRequest, end_se
 from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, run_header, status_of, step_story,
                        summary_of, token_text, tokens_of, trace_file)
 from .batch_tab import BatchTab
+from .learn import LearnTab, distribution_api
 from .tabs import CompareTab, CostTab
 
 log = logging.getLogger(__name__)
@@ -422,6 +423,9 @@ class SpecvizApp:
                 cost_event = CostTab().build(self.target, engine)
             with gr.Tab("Batch"):
                 batch_event = BatchTab().build(self.target, example_prompts(), engine)
+            with gr.Tab("Learn"):
+                learn_events = LearnTab().build(self.target, [self.prompt, self.method, self.gamma, self.temperature,
+                                                              self.max_new, self.seed], engine)
             with gr.Tab("API"):
                 api_text = gr.Markdown(api_help("http://127.0.0.1:7860/"), elem_id="sv-api-help")
 
@@ -441,7 +445,7 @@ class SpecvizApp:
                                                     show_progress="hidden", **free)
             self.stop_button.click(self.on_stop, None, view_outputs, api_name="stop", show_progress="hidden",
                                    cancels=[run_event, submit_event, resume_event, next_event, replay_event, compare_event, cost_event,
-                                            batch_event],
+                                            batch_event, *learn_events],
                                    **free)
             self.mode.change(None, [self.mode], None, js="(mode) => { document.body.dataset.svMode = mode; }")
             self.present.change(None, [self.present], None,
@@ -455,6 +459,7 @@ class SpecvizApp:
             self.pair.change(self.on_pair, [self.pair], [self.target, self.draft, self.method], api_visibility="private",
                              **free)
             gr.api(gpu(speculate), api_name="speculate", **engine)
+            gr.api(gpu(distribution_api), api_name="distribution", **engine)
             demo.load(_api_text, None, [api_text], api_visibility="private", **free)
             demo.unload(_end_session)
         self.demo = demo

@@ -30,7 +30,10 @@ report = client.predict(prompt="Write a haiku about caches.", method="ngram", ma
                         temperature=0.0, seed=0, api_name="/speculate")
 print(report["metrics"]["mean_accepted_length"], report["speedup"])
 ```
-Optional: `target` (default `default`) and `draft` (a drafter for the `draft` method)."""
+Optional: `target` (default `default`) and `draft` (a drafter for the `draft` method).
+
+`/distribution` runs the Learn tab's second lesson: `prompt`, `method`, `runs`, `temperature`, `seed`, `wrong`
+give both next-token histograms (and the wrong verifier's), the p-values and whether the wrong verifier was caught."""
 
 
 def page_url(request) -> str:

@@ -1,0 +1,433 @@
+"""The Learn tab: short lessons, each a claim, a measurement made now on this machine's model (specviz.lessons),
+and one sentence on what it showed. Records become widget values through small pure functions (*_figure,
+*_rows, *_sentence), so that tests can check them without a browser; LearnTab wires them to buttons."""
+from __future__ import annotations
+
+import html
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+import gradio as gr
+
+from .. import lessons
+from ..errors import SpecvizError
+from ..models import DEFAULT_MODEL, load_model
+from ..theory import expected_speedup
+from . import charts, render
+from .gpu import gpu
+from .live import ENGINE_LOCK, model_name, session_of
+from .readouts import plot
+from .tabs import stop_tab
+
+COLOURS = {"plain": charts.COLOURS["plain"], "speculative": charts.COLOURS["accepted"],
+           "wrong": charts.COLOURS["rejected"], "exact": charts.COLOURS["bonus"]}
+HISTOGRAM_BARS = 12  # the most frequent tested tokens shown; the rest are summed in "other"
+
+
+def _p(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2g}" if value >= 1e-4 else f"{value:.1e}"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+# lesson 1 -------------------------------------------------------------------------------------------------------
+
+def mechanic_html(record: lessons.Mechanic) -> str:
+    """The token view in its steps layout (one lane per target forward), whatever the Run tab's reading mode."""
+    return f'<div class="sv-lesson-steps">{render.token_view_html(record.tokens, record.prompt)}</div>'
+
+
+def mechanic_rows(record: lessons.Mechanic) -> list[list]:
+    return [[s.index, " | ".join(repr(t) for t in s.drafted) or "–", f"{s.accepted} of {len(s.drafted)}",
+             repr(s.own_token), s.bought, round(s.verify_ms, 1)] for s in record.steps]
+
+
+def mechanic_sentence(record: lessons.Mechanic) -> str:
+    if not record.steps:
+        return ""
+    return (f"{record.forwards} forwards of the target wrote {record.new_tokens} tokens: "
+            f"**{record.tokens_per_forward:.2f} tokens per forward** with {record.method}, where plain decoding "
+            f"writes exactly 1.")
+
+
+# lesson 2 -------------------------------------------------------------------------------------------------------
+
+def side_by_side_html(record: lessons.SideBySide) -> str:
+    def column(title, tokens):
+        spans = "".join(f'<span class="tok tok-target">{html.escape(t)}</span>' for t in tokens)
+        return f'<div class="sv-lesson-col"><b>{title}</b><div class="sv-output">{spans}</div></div>'
+
+    return (f'<div class="sv-lesson-pair">{column(f"with {html.escape(record.method)}", record.speculative)}'
+            f'{column("plain decoding", record.plain)}</div>')
+
+
+def side_by_side_sentence(record: lessons.SideBySide) -> str:
+    if record.identical:
+        return f"Greedy: the two outputs are **identical, all {len(record.plain)} tokens**."
+    return f"Greedy: the outputs **differ at token {record.first_difference}** (a bug, or float rounding on this device)."
+
+
+def distribution_figure(record: lessons.Distribution | None) -> dict:
+    if record is None or not record.plain.runs:
+        return charts.empty_figure("Press Run lesson: the histograms fill as the runs come in.", 380)
+    arms = [("plain", record.plain), ("speculative", record.speculative)]
+    if record.wrong is not None:
+        arms.append(("wrong", record.wrong))
+    total = sum((h.counts for _, h in arms), start=Counter())
+    shown = [t for t, _ in total.most_common(HISTOGRAM_BARS)]
+    labels = charts._unique_labels(shown, lambda t: record.token_texts.get(t, str(t)))
+    data = []
+    for key, h in arms:
+        if not h.runs:
+            continue
+        share = [h.counts.get(t, 0) / h.runs for t in shown]
+        other = 1 - sum(share)
+        name = {"plain": "plain decoding", "speculative": f"with {record.method}",
+                "wrong": f"{record.method}, wrong verifier"}[key]
+        data.append({"type": "bar", "x": labels + ["other"], "y": share + [other], "name": f"{name} ({h.runs} runs)",
+                     "marker": {"color": COLOURS[key]}})
+    data.append({"type": "scatter", "mode": "markers", "x": labels, "y": [record.exact.get(t, 0.0) for t in shown],
+                 "name": "target's exact probability", "marker": {"color": COLOURS["exact"], "symbol": "diamond", "size": 9}})
+    fig = charts._figure(data, f"The second new token, {record.runs} seeds each, temperature {record.temperature}", 400)
+    fig["layout"]["barmode"] = "group"
+    charts._axes(fig, 1, None, {"title": {"text": "share of runs"}, "rangemode": "tozero"})
+    return fig
+
+
+def distribution_sentence(record: lessons.Distribution | None, done: bool = True) -> str:
+    if record is None or not record.speculative.runs:
+        return ""
+    alpha = lessons.SIGNIFICANCE
+    text = (f"With {record.method}: two-sample p = **{_p(record.p_value)}** against plain decoding, "
+            f"p = {_p(record.exact_p_value)} against the exact probabilities: "
+            + ("no difference found" if record.passed else f"**below {alpha}: a difference**") + ".")
+    if record.wrong is not None and record.wrong.runs:
+        text += (f" The wrong verifier: p = **{_p(record.wrong_p_value)}** and {_p(record.wrong_exact_p_value)}: "
+                 + (f"**caught** (below {alpha})" if record.caught else
+                    "not caught at this many runs (more runs give the test more power)") + ".")
+    return text if done else text + " (still running)"
+
+
+# lesson 3 -------------------------------------------------------------------------------------------------------
+
+def verify_cost_figure(record: lessons.VerifyCost | None) -> dict:
+    if record is None or not record.points:
+        return charts.empty_figure("Press Run lesson to time the target's forward on this machine.", 360)
+    xs = [p.x for p in record.points]
+    data = [{"type": "scatter", "mode": "lines+markers", "x": xs, "y": [p.ms for p in record.points],
+             "name": "measured forward (ms)", "line": {"color": COLOURS["speculative"]}},
+            {"type": "scatter", "mode": "lines", "x": xs, "y": [record.floor_ms] * len(xs),
+             "name": f"weight-read floor: {_mb(record.weight_bytes)} at {record.bandwidth_gbs:g} GB/s "
+                     f"({record.bandwidth_source})", "line": {"color": COLOURS["wrong"], "dash": "dash"}}]
+    fig = charts._figure(data, f"One forward of K new positions on {charts.escape_label(record.device)}", 380)
+    charts._axes(fig, 1, {"title": {"text": "K: positions checked in one forward (γ + 1)"}, "dtick": 1},
+                 {"title": {"text": "ms"}, "rangemode": "tozero"})
+    return fig
+
+
+def verify_cost_sentence(record: lessons.VerifyCost | None) -> str:
+    if record is None or len(record.points) < 2:
+        return ""
+    k = max(p.x for p in record.points)
+    ratio = record.ratio(k)
+    one, many = record.points[0].ms, record.points[0].ms * ratio
+    text = (f"One forward of {k} positions took {many:.1f} ms, **{ratio:.2f}× the time of one** ({one:.1f} ms), "
+            f"where {k} forwards of one position take {k * one:.0f} ms. ")
+    if ratio < 2:
+        text += "The time barely grows with K: reading the weights, not the arithmetic, dominates a forward. "
+    else:
+        text += "The time grows with K: here the arithmetic, not the weight reads, dominates a forward, so each checked draft costs. "
+    text += (f"The weights are {_mb(record.weight_bytes)}: at {record.bandwidth_gbs:g} GB/s "
+             f"({record.bandwidth_source}) no forward can beat {record.floor_ms:.1f} ms")
+    implied = record.implied_bandwidth_gbs
+    if implied and implied > record.bandwidth_gbs:
+        text += (f"; the fastest one took {min(p.ms for p in record.points):.1f} ms, so this machine streams at "
+                 f"least {implied:.0f} GB/s (or keeps part of the weights in cache): the assumption was too low")
+    return text + "."
+
+
+# lesson 4 -------------------------------------------------------------------------------------------------------
+
+ACCEPTANCE_HEADERS = ["prompt", "method", "α", "τ", "c", "measured speedup", "expected speedup", "literature (other models)"]
+
+
+def acceptance_rows(rows: list[lessons.AcceptanceRow]) -> list[list]:
+    def lit(method):
+        ref = lessons.literature_for(method)
+        return "–" if ref is None else f"{ref.speedup}; {ref.targets} ({ref.source})"
+
+    return [[r.kind, r.method, "–" if r.alpha is None else round(r.alpha, 2), round(r.tau, 2),
+             "–" if r.c is None else round(r.c, 3), f"{r.measured_speedup:.2f}×",
+             "–" if r.expected_speedup is None else f"{r.expected_speedup:.2f}×", lit(r.method)] for r in rows]
+
+
+def what_if_figure(rows: list[lessons.AcceptanceRow], alpha: float, gamma: int, c: float) -> dict:
+    """Expected speedup against alpha at the chosen gamma and c, the chosen alpha marked, the measured runs as
+    points, one colour a method (their own gamma and c differ: the curve is a guide, not a fit)."""
+    alphas = [i / 100 for i in range(0, 100)]
+    data = [{"type": "scatter", "mode": "lines", "x": alphas,
+             "y": [expected_speedup(a, int(gamma), c) for a in alphas],
+             "name": f"expected, γ = {int(gamma)}, c = {c:g}", "line": {"color": COLOURS["exact"]}},
+            {"type": "scatter", "mode": "markers", "x": [alpha], "y": [expected_speedup(alpha, int(gamma), c)],
+             "name": f"α = {alpha:.2f}", "marker": {"color": COLOURS["exact"], "size": 12, "symbol": "diamond"}}]
+    measured = [r for r in rows if r.alpha is not None]
+    palette = [charts.COLOURS[k] for k in ("accepted", "resampled", "verify", "draft", "rejected", "plain")]
+    for i, method in enumerate(dict.fromkeys(r.method for r in measured)):  # one trace a method: a legend, no overlap
+        mine = [r for r in measured if r.method == method]
+        data.append({"type": "scatter", "mode": "markers", "x": [r.alpha for r in mine],
+                     "y": [r.measured_speedup for r in mine], "name": f"{charts.escape_label(method)} (measured)",
+                     "customdata": [charts.escape_label(r.kind) for r in mine],
+                     "hovertemplate": "%{customdata}: α %{x:.2f}, %{y:.2f}×<extra></extra>",
+                     "marker": {"color": palette[i % len(palette)], "size": 10}})
+    fig = charts._figure(data, "What if: expected speedup against acceptance α", 400)
+    charts._axes(fig, 1, {"title": {"text": "α (share of drafts accepted)"}, "range": [0, 1]},
+                 {"title": {"text": "speedup over plain"}, "rangemode": "tozero"})
+    fig["layout"]["shapes"].append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
+                                    "line": {"color": "#999", "dash": "dot", "width": 1}})
+    return fig
+
+
+def acceptance_sentence(rows: list[lessons.AcceptanceRow]) -> str:
+    if not rows:
+        return ""
+    best = max(rows, key=lambda r: r.measured_speedup)
+    worst = min(rows, key=lambda r: r.measured_speedup)
+    return (f"The same machine and model gave **{best.measured_speedup:.2f}×** ({best.method} on {best.kind}, "
+            f"α {best.alpha if best.alpha is None else round(best.alpha, 2)}) and **{worst.measured_speedup:.2f}×** "
+            f"({worst.method} on {worst.kind}, α {worst.alpha if worst.alpha is None else round(worst.alpha, 2)}): "
+            f"acceptance, which depends on the prompt and the drafter, decides the win.")
+
+
+# lesson 6 -------------------------------------------------------------------------------------------------------
+
+DRAFTER_HEADERS = ["method", "extra parameters", "extra memory", "share of the target's memory", "α", "τ"]
+
+
+def drafter_rows(rows: list[lessons.DrafterCost]) -> list[list]:
+    return [[r.method, f"{r.parameters:,}", _mb(r.bytes), f"{100 * r.bytes / r.target_bytes:.1f}%",
+             "–" if r.alpha is None else round(r.alpha, 2), round(r.tau, 2)] for r in rows]
+
+
+def drafter_sentence(rows: list[lessons.DrafterCost]) -> str:
+    if not rows:
+        return ""
+    best = max(rows, key=lambda r: r.tau)
+    share = lambda r: f"{100 * r.bytes / r.target_bytes:.1f}% of the target"  # noqa: E731
+    nothing = [r.method for r in rows if r.bytes == 0]
+    data_only = [r for r in rows if r.parameters == 0 and r.bytes > 0]
+    text = (f"Target: {rows[0].target_parameters / 1e6:.0f}M parameters, {_mb(rows[0].target_bytes)}. Most tokens "
+            f"per forward: {best.method} (**τ {best.tau:.2f}**), for {_mb(best.bytes)} extra ({share(best)}). ")
+    if nothing:
+        text += f"Nothing extra at all: {', '.join(nothing)}. "
+    for r in data_only:
+        text += f"{r.method} holds no weights but {_mb(r.bytes)} of data ({share(r)}). "
+    return text + ("A separate draft model would add a whole model of its own (not measured here: no offline "
+                   "drafter); heads and a layer that read the target's own features add a fraction of the target, "
+                   "which is why self-speculative methods spread.")
+
+
+# the tab --------------------------------------------------------------------------------------------------------
+
+LESSONS = {  # the settings each lesson runs with; "Open in the Run tab" copies them there
+    "mechanic": dict(prompt="Explain what a cache is in one sentence.", method="eagle", gamma=4, temperature=0.0,
+                     max_new=24, seed=0),
+    "exact": dict(prompt="Once upon a time, there was a", method="medusa", gamma=1, temperature=0.7, max_new=32,
+                  seed=0),
+    "cost": dict(prompt=lessons.PROMPTS["code"], method="eagle", gamma=4, temperature=0.0, max_new=64, seed=0),
+    "acceptance": dict(prompt=lessons.PROMPTS["code"], method="ngram", gamma=4, temperature=0.0, max_new=32, seed=0),
+    "drafters": dict(prompt=lessons.PROMPTS["code"], method="eagle", gamma=4, temperature=0.0, max_new=32, seed=0),
+}
+SWITCH_TO_RUN = ("() => { for (const b of document.querySelectorAll('button[role=\"tab\"]')) "
+                 "{ if (b.textContent.trim() === 'Run') { b.click(); break; } } }")
+
+
+def distribution_api(prompt: str = LESSONS["exact"]["prompt"], method: str = "medusa", runs: int = 150,
+                     temperature: float = 0.7, seed: int = 0, wrong: bool = True, target: str = DEFAULT_MODEL) -> dict:
+    """Lesson 2 as one call: the next-token histograms with and without speculation (and with the wrong verifier),
+    the two-sample and exact p-values, and whether the wrong verifier was caught."""
+    try:
+        if not 10 <= int(runs) <= 1000:
+            raise SpecvizError(f"runs must be between 10 and 1000, got {runs}")
+        model = load_model(model_name(target) or DEFAULT_MODEL)
+        with ENGINE_LOCK:
+            record = lessons.finish(lessons.distribution(model, prompt, method, int(runs), float(temperature),
+                                                         int(seed or 0), bool(wrong)))
+        return record.to_dict()
+    except SpecvizError as error:
+        raise gr.Error(str(error)) from None
+
+
+class LearnTab:
+    """Six short lessons (five built: lesson 5, batch size, waits for a batched engine)."""
+
+    def build(self, target, run_fields: list, engine: dict) -> list:
+        """target: the Run tab's target; run_fields: its prompt, method, gamma, temperature, max new tokens, seed
+        (what "Open in the Run tab" fills in). Returns the lessons' events, for the Run tab's Stop to cancel."""
+        self.target, self.run_fields, self.engine = target, run_fields, engine
+        self.events = []
+        gr.Markdown("Short lessons, each a claim, a measurement made now on this machine and model, and one "
+                    "sentence on what it showed. Each runs in under a minute on a 2-core CPU.")
+        with gr.Tabs():
+            with gr.Tab("1 · The mechanic"):
+                self._mechanic()
+            with gr.Tab("2 · The output does not change"):
+                self._exact()
+            with gr.Tab("3 · Checking K costs about one"):
+                self._cost()
+            with gr.Tab("4 · Acceptance decides the win"):
+                self._acceptance()
+            with gr.Tab("6 · What each drafter costs"):
+                self._drafters()
+        gr.Markdown("*Lesson 5, where speculation stops paying as the batch grows, needs a batched engine, which "
+                    "specviz does not have yet; the Cost curve tab shows the forward time against batch size.*")
+        return self.events
+
+    # layout shared by every lesson
+    def _frame(self, key: str, claim: str):
+        gr.Markdown(f"**Claim.** {claim}")
+        with gr.Row():
+            run = gr.Button("Run lesson", variant="primary", elem_id=f"sv-learn-{key}")
+            stop = gr.Button("Stop", variant="stop", elem_id=f"sv-learn-{key}-stop")
+            link = gr.Button("Open in the Run tab", elem_id=f"sv-learn-{key}-link")
+        status = gr.HTML(label=f"{key} status", elem_id=f"sv-learn-{key}-status")
+        settings = LESSONS[key]
+        link.click(lambda: [settings[k] for k in ("prompt", "method", "gamma", "temperature", "max_new", "seed")],
+                   None, self.run_fields, api_visibility="private", concurrency_limit=None).then(
+            None, None, None, js=SWITCH_TO_RUN)
+        return run, stop, status
+
+    def _wire(self, run, stop, status, handler, inputs, outputs, api_name=None):
+        naming = {"api_name": api_name} if api_name else {"api_visibility": "private"}
+        event = run.click(gpu(handler), inputs, [status, *outputs], **naming, **self.engine)
+        stop.click(stop_tab, None, [status], cancels=[event], api_visibility="private", concurrency_limit=None)
+        self.events.append(event)
+
+    def _mechanic(self):
+        run, stop, status = self._frame("mechanic", "A drafter guesses a few tokens; one forward of the target "
+                                        "checks them all, keeps the ones it agrees with and writes one more itself. "
+                                        "So one forward can write several tokens.")
+        view = gr.HTML(elem_id="sv-learn-mechanic-view")
+        table = gr.Dataframe(headers=["step", "drafted", "kept", "target's own token", "tokens written", "verify ms"],
+                             interactive=False)
+        sentence = gr.Markdown(elem_id="sv-learn-mechanic-sentence")
+
+        def handler(target, request: gr.Request = None):
+            s = LESSONS["mechanic"]
+            yield from self._stream(request, status, target, lambda m: lessons.mechanic(
+                m, s["prompt"], s["method"], s["gamma"], s["max_new"]),
+                lambda r, done: {view: mechanic_html(r), table: mechanic_rows(r),
+                                 sentence: mechanic_sentence(r) if done else ""})
+
+        self._wire(run, stop, status, handler, [self.target], [view, table, sentence])
+
+    def _exact(self):
+        run, stop, status = self._frame("exact", "Speculative decoding does not change the output. Greedy: the "
+                                        "same tokens. Sampling: the same distribution, whatever the drafter.")
+        with gr.Row():
+            runs = gr.Slider(30, 300, value=150, step=10, label="seeds per histogram (more: more power, longer)")
+            temperature = gr.Slider(0.3, 1.5, value=LESSONS["exact"]["temperature"], step=0.1, label="temperature")
+        pair = gr.HTML(elem_id="sv-learn-exact-pair")
+        greedy = gr.Markdown(elem_id="sv-learn-exact-greedy")
+        figure = gr.Plot(label="next-token histograms", elem_id="sv-learn-exact-plot")
+        sentence = gr.Markdown(elem_id="sv-learn-exact-sentence")
+        gr.Markdown("The wrong verifier (`specviz.verify.verify_sampled_without_residual`) accepts as the real one "
+                    "does but, after a rejection, draws from the target's p instead of norm(max(0, p − q)): the "
+                    "drafter's favourite gets a second chance. The test must catch it.")
+
+        def handler(target, n, temp, request: gr.Request = None):
+            s = LESSONS["exact"]
+
+            def start(model):
+                side = lessons.greedy_side_by_side(model, s["prompt"], s["method"], max_new_tokens=s["max_new"])
+                yield side
+                yield from lessons.distribution(model, s["prompt"], s["method"], int(n), float(temp))
+
+            def draw(r, done):
+                if isinstance(r, lessons.SideBySide):
+                    return {pair: side_by_side_html(r), greedy: side_by_side_sentence(r)}
+                return {figure: plot(distribution_figure(r)), sentence: distribution_sentence(r, done)}
+
+            yield from self._stream(request, status, target, start, draw)
+
+        self._wire(run, stop, status, handler, [self.target, runs, temperature], [pair, greedy, figure, sentence])
+
+    def _cost(self):
+        run, stop, status = self._frame("cost", "Checking K drafted tokens costs about as much as writing one: "
+                                        "a forward reads every weight once, however many positions it scores.")
+        figure = gr.Plot(label="forward time against K", elem_id="sv-learn-cost-plot")
+        sentence = gr.Markdown(elem_id="sv-learn-cost-sentence")
+
+        def handler(target, request: gr.Request = None):
+            yield from self._stream(request, status, target, lessons.verify_cost,
+                                    lambda r, done: {figure: plot(verify_cost_figure(r)), sentence: verify_cost_sentence(r)})
+
+        self._wire(run, stop, status, handler, [self.target], [figure, sentence])
+
+    def _acceptance(self):
+        run, stop, status = self._frame("acceptance", "How much speculation wins depends on how often the target "
+                                        "accepts the drafts (α), more than on anything else: "
+                                        "speedup = (1 − α^(γ+1)) / ((1 − α)(γc + 1)).")
+        table = gr.Dataframe(headers=ACCEPTANCE_HEADERS, interactive=False, wrap=True)
+        sentence = gr.Markdown(elem_id="sv-learn-acceptance-sentence")
+        gr.Markdown("**What if.** Move α, γ and c (the drafter's time per token over the target's forward): the "
+                    "curve is the expected speedup, the points are the runs measured above. The literature column "
+                    "quotes the papers' own figures, measured on 7B-137B targets on GPUs, not here.")
+        with gr.Row():
+            alpha = gr.Slider(0, 0.99, value=0.7, step=0.01, label="α")
+            gamma = gr.Slider(1, 12, value=4, step=1, label="γ")
+            cost = gr.Slider(0, 1, value=0.05, step=0.01, label="c")
+        figure = gr.Plot(label="what if", elem_id="sv-learn-acceptance-plot")
+        rows = gr.State([])
+
+        def handler(target, a, g, c, request: gr.Request = None):
+            yield from self._stream(request, status, target, lessons.acceptance,
+                                    lambda r, done: {table: acceptance_rows(r), rows: r,
+                                                     figure: plot(what_if_figure(r, a, g, c)),
+                                                     sentence: acceptance_sentence(r) if done else ""})
+
+        self._wire(run, stop, status, handler, [self.target, alpha, gamma, cost], [table, rows, figure, sentence])
+        for slider in (alpha, gamma, cost):  # pure drawing: no engine, no queue
+            slider.change(lambda r, a, g, c: plot(what_if_figure(r, a, g, c)), [rows, alpha, gamma, cost], [figure],
+                          api_visibility="private", concurrency_limit=None, show_progress="hidden")
+
+    def _drafters(self):
+        run, stop, status = self._frame("drafters", "Drafters differ in what they add to memory: a second model, "
+                                        "extra heads, a layer, a datastore, or nothing. Measured from the loaded objects.")
+        table = gr.Dataframe(headers=DRAFTER_HEADERS, interactive=False)
+        sentence = gr.Markdown(elem_id="sv-learn-drafters-sentence")
+
+        def handler(target, request: gr.Request = None):
+            yield from self._stream(request, status, target, lessons.drafter_costs,
+                                    lambda r, done: {table: drafter_rows(r), sentence: drafter_sentence(r) if done else ""})
+
+        self._wire(run, stop, status, handler, [self.target], [table, sentence])
+
+    def _stream(self, request, status, target, start: Callable, draw: Callable) -> Iterator[dict]:
+        """Loads the target, then runs the lesson one record at a time (other users' steps in between),
+        stopping between records when Stop is pressed."""
+        state = session_of(request)
+        state.cancel.clear()
+        name = model_name(target) or DEFAULT_MODEL
+        try:
+            yield {status: render.status_html(f"Loading {name}…", "info")}
+            model = load_model(name)
+            yield {status: render.status_html("Measuring…", "info")}
+            records = start(model)
+            last = None
+            while not state.cancel.is_set():
+                with ENGINE_LOCK:
+                    record = next(records, None)
+                if record is None:
+                    break
+                last = record
+                yield {status: render.status_html("Measuring…", "info"), **draw(record, False)}
+            records.close()
+        except SpecvizError as error:
+            yield {status: render.status_html(str(error), "error")}
+            return
+        if state.cancel.is_set():
+            yield {status: render.status_html("Stopped.", "warn")}
+        elif last is not None:
+            yield {status: render.status_html("Done: measured just now on this machine.", "ok"), **draw(last, True)}

@@ -1,0 +1,136 @@
+"""The Learn tab's measurements (specviz.lessons): each on the tiny random models, with a control that must fail
+where a lesson claims something; the distribution lesson and the cost floor also on the offline default model."""
+from collections import Counter
+
+import pytest
+import torch
+
+from specviz import lessons
+from specviz.proposers import Draft, ModelDrafter, Proposer
+from specviz.theory import expected_speedup
+
+PROMPT = [1, 5, 9, 2, 7, 3]
+
+
+@pytest.mark.quick
+def test_two_sample_test_passes_one_distribution_and_catches_another():
+    generator = torch.Generator().manual_seed(0)
+    probs = torch.tensor([0.4, 0.3, 0.2, 0.1])
+    draw = lambda n: Counter(torch.multinomial(probs, n, replacement=True, generator=generator).tolist())  # noqa: E731
+    same = lessons.two_sample_test(draw(2000), draw(2000))
+    assert same.p_value > 0.01
+    shifted = Counter(torch.multinomial(torch.tensor([0.3, 0.3, 0.2, 0.2]), 2000, replacement=True,
+                                        generator=generator).tolist())
+    assert lessons.two_sample_test(draw(2000), shifted).p_value < 1e-6
+    assert lessons.two_sample_test(Counter(), shifted).p_value == 1.0  # nothing to compare yet
+
+
+@pytest.mark.quick
+def test_verify_cost_floor_and_ratio_are_read_off_the_record():
+    model = torch.nn.Linear(1000, 1000)  # 1,001,000 float32 numbers
+    assert lessons.weight_bytes(model) == 1_001_000 * 4
+    record = lessons.VerifyCost("cpu", [lessons.CostPoint("positions", 1, 10.0, 0), lessons.CostPoint("positions", 4, 15.0, 0)],
+                                4_000_000_000, 20.0, "assumed")
+    assert record.floor_ms == pytest.approx(200.0)
+    assert record.ratio(4) == pytest.approx(1.5)
+    assert record.ratio(8) is None
+
+
+@pytest.mark.quick
+def test_expected_curve_is_the_theorem_and_literature_names_its_sources():
+    curve = lessons.expected_curve(0.8, 0.1, [0, 4])
+    assert curve[0] == (0, 1.0)
+    assert curve[1][1] == pytest.approx((1 - 0.8 ** 5) / ((1 - 0.8) * (4 * 0.1 + 1)))
+    for row in lessons.LITERATURE:
+        assert row.source and row.targets and row.speedup
+    assert lessons.literature_for("eagle").source.startswith("Li et al.")
+    assert lessons.literature_for("plain") is None
+
+
+class ArgmaxDrafter(Proposer):
+    """Drafts the target's own favourite token with no distribution (one-hot q, as n-gram lookup and Medusa's
+    argmax heads do): the correct verifier keeps the output exact; the wrong one gives the favourite a second
+    chance at every rejection, a bias of p(1 - p) on it."""
+
+    name = "argmax"
+
+    def __init__(self, model):
+        self.model = model
+
+    @torch.inference_mode()
+    def propose(self, tokens, gamma):
+        favourite = self.model(input_ids=tokens[None]).logits[0, -1].argmax()
+        return Draft(favourite.repeat(gamma), None)
+
+
+def test_distribution_passes_the_real_verifier_and_catches_the_wrong_one(tiny_target):
+    make = lambda: ArgmaxDrafter(tiny_target.model)  # noqa: E731
+    records = list(lessons.distribution(tiny_target, PROMPT, runs=300, make=make, batch=100))
+    assert len(records) == 9  # three histograms, a record every 100 runs
+    result = records[-1]
+    assert result.plain.runs == result.speculative.runs == result.wrong.runs == 300
+    assert result.speculative.drafted == 300 and 0 < result.speculative.accepted < 300  # rejections happened
+    assert result.passed, (result.p_value, result.exact_p_value)
+    assert result.caught, (result.wrong_p_value, result.wrong_exact_p_value)
+    data = result.to_dict()
+    assert sum(data["speculative"]["counts"].values()) == 300 and data["caught"] is True
+
+
+def test_greedy_side_by_side_is_identical(tiny_target, tiny_drafter):
+    proposer = ModelDrafter(tiny_drafter.model, tiny_target.vocab_size)
+    result = lessons.greedy_side_by_side(tiny_target, PROMPT, max_new_tokens=24, proposer=proposer)
+    assert result.identical and result.first_difference is None
+    assert len(result.speculative) == len(result.plain) == 24
+
+
+def test_mechanic_counts_what_each_forward_bought(tiny_target, tiny_drafter):
+    noisy = lessons.finish(lessons.mechanic(tiny_target, PROMPT, gamma=4, max_new_tokens=20,
+                                            proposer=ModelDrafter(tiny_drafter.model, tiny_target.vocab_size)))
+    assert noisy.new_tokens == len(noisy.result.token_ids) == 20
+    assert noisy.forwards == len(noisy.result.steps)
+    assert all(s.bought == s.accepted + 1 for s in noisy.steps[:-1])  # the last step may be cut at 20
+    # control: the target as its own drafter agrees every time, so each forward buys gamma + 1 tokens
+    perfect = lessons.finish(lessons.mechanic(tiny_target, PROMPT, gamma=4, max_new_tokens=20,
+                                              proposer=ModelDrafter(tiny_target.model, tiny_target.vocab_size)))
+    assert perfect.tokens_per_forward == 5.0
+    assert noisy.tokens_per_forward < perfect.tokens_per_forward
+
+
+def test_acceptance_table_reads_alpha_tau_c_and_the_expected_speedup(tiny_target, tiny_drafter):
+    def make(method):
+        model = tiny_target if method == "self" else tiny_drafter
+        return ModelDrafter(model.model, tiny_target.vocab_size)
+
+    rows = lessons.finish(lessons.acceptance(tiny_target, ["self", "noisy"], {"a": PROMPT, "b": PROMPT[::-1]},
+                                             gamma=3, max_new_tokens=16, make=make))
+    assert [(r.kind) for r in rows] == ["a", "a", "b", "b"]
+    self_rows = rows[0::2]
+    assert all(r.alpha == 1.0 and r.tau == 4.0 for r in self_rows)
+    for r in rows:
+        assert r.measured_speedup > 0
+        assert r.expected_speedup == pytest.approx(expected_speedup(r.alpha, 3, r.c))
+    assert rows[1].alpha < 1.0
+
+
+def test_drafter_costs_count_only_what_the_target_does_not_hold(tiny_target, tiny_drafter):
+    def make(method):
+        return {"ngram": lambda: lessons.make_proposer("ngram", tiny_target),
+                "early-exit": lambda: lessons.make_proposer("early-exit", tiny_target),
+                "draft": lambda: ModelDrafter(tiny_drafter.model, tiny_target.vocab_size)}[method]()
+
+    rows = {r.method: r for r in lessons.finish(lessons.drafter_costs(
+        tiny_target, ["ngram", "early-exit", "draft"], prompt=PROMPT, max_new_tokens=12, make=make))}
+    own = sum(p.numel() for p in tiny_drafter.model.parameters())
+    assert rows["ngram"].parameters == 0 and rows["ngram"].bytes == 0
+    assert rows["early-exit"].parameters == 0  # its layers are the target's
+    assert rows["draft"].parameters == own  # a separate model: every weight is extra
+    assert rows["draft"].bytes >= own * 4
+    assert rows["draft"].target_parameters == sum(p.numel() for p in tiny_target.model.parameters())
+
+
+def test_default_model_verify_cost_has_a_stated_floor(default_target):
+    record = lessons.finish(lessons.verify_cost(default_target, positions=(1, 4), repeats=1))
+    assert [p.x for p in record.points] == [1, 4]
+    assert record.weight_bytes > 100e6  # 135M parameters
+    assert "assumed" in record.bandwidth_source and record.floor_ms > 0
+    assert record.ratio(4) > 0

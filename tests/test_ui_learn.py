@@ -1,0 +1,102 @@
+"""The Learn tab (specviz.ui.learn): its pure functions, records in and widget values out (figures validated by
+plotly; sentences must name the figure the record measured), and the /distribution endpoint on a served app."""
+from collections import Counter
+
+import plotly.graph_objects as go
+import pytest
+
+from specviz import lessons
+from specviz.records import TokenKind, TokenRecord
+from specviz.ui import learn
+
+
+
+def _valid(fig: dict) -> dict:
+    go.Figure(fig)  # raises on anything plotly does not accept
+    return fig
+
+
+def _distribution(wrong_counts: Counter) -> lessons.Distribution:
+    record = lessons.Distribution("p", "medusa", 0.7, 200, lessons.Histogram("plain", Counter({1: 120, 2: 80})),
+                                  lessons.Histogram("medusa", Counter({1: 118, 2: 82})),
+                                  lessons.Histogram("wrong verifier", wrong_counts), {1: 0.6, 2: 0.4},
+                                  {1: "cat", 2: "<dog>"})
+    return record
+
+
+@pytest.mark.quick
+def test_distribution_widgets_say_pass_and_caught():
+    record = _distribution(Counter({1: 170, 2: 30}))
+    fig = _valid(learn.distribution_figure(record))
+    assert [len(t["y"]) for t in fig["data"][:3]] == [3, 3, 3]  # two tokens and "other"
+    assert "&lt;dog&gt;" in fig["data"][0]["x"][1]  # token text shown as characters
+    sentence = learn.distribution_sentence(record)
+    assert record.passed and record.caught
+    assert learn._p(record.p_value) in sentence and "**caught**" in sentence
+    # a p-value of exactly 0 (a token the target never writes) is a failure, not a missing value
+    record.exact = {1: 1.0}
+    assert record.exact_p_value == 0.0 and not record.passed and record.caught
+    # control: a wrong verifier whose output happens to match is reported as not caught
+    assert "not caught" in learn.distribution_sentence(_distribution(Counter({1: 119, 2: 81})))
+    assert learn.distribution_sentence(None) == "" and _valid(learn.distribution_figure(None))
+
+
+@pytest.mark.quick
+def test_verify_cost_widgets_name_the_ratio_and_the_stated_floor():
+    points = [lessons.CostPoint("positions", k, ms, 128) for k, ms in [(1, 40.0), (4, 60.0), (8, 100.0)]]
+    record = lessons.VerifyCost("cpu (x)", points, 540_000_000, 20.0, "assumed for a CPU (not measured)")
+    fig = _valid(learn.verify_cost_figure(record))
+    assert fig["data"][1]["y"][0] == pytest.approx(27.0)
+    sentence = learn.verify_cost_sentence(record)
+    assert "2.50× the time of one" in sentence and "27.0 ms" in sentence and "assumed" in sentence
+    assert "grows with K" in sentence and "too low" not in sentence
+    # control: a forward faster than the assumed floor says the assumption was too low
+    fast = lessons.VerifyCost("cpu (x)", [lessons.CostPoint("positions", k, ms, 128) for k, ms in [(1, 15.0), (8, 20.0)]],
+                              540_000_000, 20.0, "assumed")
+    assert "at least 36 GB/s" in learn.verify_cost_sentence(fast) and "barely grows" in learn.verify_cost_sentence(fast)
+
+
+@pytest.mark.quick
+def test_acceptance_widgets():
+    rows = [lessons.AcceptanceRow("code", "eagle", 4, 0.8, 3.2, 0.1, 1.6, 2.4, 32),
+            lessons.AcceptanceRow("code", "ngram", 4, None, 1.0, None, 0.9, None, 32)]
+    table = learn.acceptance_rows(rows)
+    assert table[0][5] == "1.60×" and "Li et al. 2024" in table[0][7] and table[1][2] == "–"
+    fig = _valid(learn.what_if_figure(rows, 0.5, 4, 0.1))
+    assert fig["data"][1]["y"][0] == pytest.approx(lessons.expected_speedup(0.5, 4, 0.1))
+    assert fig["data"][2]["x"] == [0.8]  # runs that drafted nothing have no alpha to place
+    sentence = learn.acceptance_sentence(rows)
+    assert "1.60×" in sentence and "0.90×" in sentence
+
+
+@pytest.mark.quick
+def test_drafter_and_mechanic_widgets():
+    rows = [lessons.DrafterCost("ngram", 0, 0, 135_000_000, 540_000_000, 0.2, 1.3),
+            lessons.DrafterCost("retrieval", 0, 100_000_000, 135_000_000, 540_000_000, 0.2, 1.7),
+            lessons.DrafterCost("eagle", 20_000_000, 80_000_000, 135_000_000, 540_000_000, 0.6, 2.5)]
+    assert learn.drafter_rows(rows)[2][3] == "14.8%"
+    sentence = learn.drafter_sentence(rows)
+    assert "τ 2.50" in sentence and "80.0 MB extra (14.8% of the target)" in sentence
+    assert "Nothing extra at all: ngram." in sentence and "retrieval holds no weights but 100.0 MB" in sentence
+    tokens = [TokenRecord(1, "a", TokenKind.ACCEPTED, 0), TokenRecord(2, "b", TokenKind.REJECTED, 0),
+              TokenRecord(3, "c", TokenKind.RESAMPLED, 0)]
+    record = lessons.Mechanic("eagle", "p", None, [lessons.MechanicStep(0, ["a", "b"], 1, "c", 2, 30.0)], tokens)
+    assert 'class="sv-lesson-steps"' in learn.mechanic_html(record) and "tok-rejected" in learn.mechanic_html(record)
+    assert learn.mechanic_rows(record)[0][2] == "1 of 2"
+    assert "2.00 tokens per forward" in learn.mechanic_sentence(record)
+
+
+def test_distribution_endpoint_returns_both_histograms_and_p_values(default_target):
+    from gradio_client import Client
+
+    from ui_server import serve_app
+
+    with serve_app() as url:
+        result = Client(url, verbose=False).predict(prompt="Once upon a time, there was a", method="medusa", runs=20,
+                                                    temperature=1.0, seed=0, wrong=True, api_name="/distribution")
+        for arm in ("plain", "speculative", "wrong"):
+            assert sum(result[arm]["counts"].values()) == result[arm]["runs"] == 20
+        assert result["speculative"]["drafted"] == 20  # one drafted token per run, the one tested
+        assert 0 <= result["p_value"] <= 1 and 0 <= result["wrong_exact_p_value"] <= 1
+        with pytest.raises(Exception, match="runs must be between"):
+            Client(url, verbose=False).predict(prompt="x", runs=5, api_name="/distribution")

@@ -1,0 +1,97 @@
+"""The Learn tab in a real browser (as tests/test_ui_browser.py: Debian's chromium through Playwright, the app
+served by tests/ui_server.py): a lesson runs, its chart or lanes have data and its sentence quotes the measured
+figure; Stop stops one; "Open in the Run tab" fills the Run tab in. One server and one browser for the module."""
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from specviz.ui.learn import LESSONS
+from ui_server import serve_app
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+if not Path(CHROMIUM).exists():
+    message = f"{CHROMIUM} is missing: apt-get install chromium (bash setup.sh --dev does it as root)"
+    if os.environ.get("CI"):
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message, allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+@pytest.fixture(scope="module")
+def page(default_target):
+    with serve_app() as url, sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        tab = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        tab.goto(url)
+        tab.wait_for_selector("#sv-run", timeout=60_000)
+        tab.get_by_role("tab", name="Learn").click()
+        yield tab
+        browser.close()
+
+
+def run_lesson(page, key, subtab, timeout=120_000):
+    page.get_by_role("tab", name=subtab).click()
+    page.click(f"#sv-learn-{key}")
+    page.wait_for_selector(f"#sv-learn-{key}-status .sv-ok", timeout=timeout)
+
+
+def test_the_mechanic_lays_each_forward_out_as_a_lane(page):
+    run_lesson(page, "mechanic", "1 · The mechanic")
+    lanes = page.locator("#sv-learn-mechanic-view .sv-lesson-steps .sv-step")
+    assert lanes.count() >= 2
+    assert lanes.first.evaluate("el => getComputedStyle(el).display") == "flex"
+    sentence = page.inner_text("#sv-learn-mechanic-sentence")
+    forwards, per = re.search(r"(\d+) forwards of the target wrote \d+ tokens: ([\d.]+) tokens per forward", sentence).groups()
+    assert int(forwards) == lanes.count() and float(per) >= 1.0
+
+
+def test_the_verify_cost_chart_has_data_and_its_sentence_the_ratio(page):
+    run_lesson(page, "cost", "3 · Checking K costs about one")
+    page.wait_for_selector("#sv-learn-cost-plot .js-plotly-plot .scatterlayer .trace", timeout=30_000)
+    assert re.search(r"[\d.]+× the time of one", page.inner_text("#sv-learn-cost-sentence"))
+
+
+def test_the_exactness_lesson_draws_three_histograms_and_quotes_its_p_values(page):
+    page.get_by_role("tab", name="2 · The output does not change").click()
+    field = page.get_by_label("seeds per histogram (more: more power, longer)").first
+    field.fill("30")
+    field.press("Tab")
+    run_lesson(page, "exact", "2 · The output does not change", timeout=170_000)
+    assert "identical" in page.inner_text("#sv-learn-exact-greedy")
+    assert page.locator("#sv-learn-exact-plot .js-plotly-plot .bars .point").count() >= 3
+    assert "30 seeds each" in page.inner_text("#sv-learn-exact-plot")  # the slider reached the lesson
+    sentence = page.inner_text("#sv-learn-exact-sentence")
+    assert re.search(r"two-sample p = [\d.e-]+ against plain decoding", sentence)
+    assert "The wrong verifier: p = " in sentence
+
+
+def test_the_acceptance_and_drafter_lessons_fill_their_tables(page):
+    run_lesson(page, "acceptance", "4 · Acceptance decides the win", timeout=170_000)
+    assert re.search(r"gave [\d.]+× \(", page.inner_text("#sv-learn-acceptance-sentence"))
+    page.wait_for_selector("#sv-learn-acceptance-plot .js-plotly-plot .scatterlayer .trace", timeout=30_000)
+    run_lesson(page, "drafters", "6 · What each drafter costs")
+    assert re.search(r"Most tokens per forward: \S+ \(τ [\d.]+\)", page.inner_text("#sv-learn-drafters-sentence"))
+
+
+def test_stop_ends_a_lesson(page):
+    page.get_by_role("tab", name="2 · The output does not change").click()
+    page.click("#sv-learn-exact")
+    page.wait_for_selector("#sv-learn-exact-greedy:has-text('Greedy')", timeout=60_000)
+    page.click("#sv-learn-exact-stop")
+    page.wait_for_selector("#sv-learn-exact-status .sv-warn", timeout=30_000)
+    assert "Stopped" in page.inner_text("#sv-learn-exact-status")
+
+
+def test_open_in_the_run_tab_fills_it_in(page):
+    page.get_by_role("tab", name="1 · The mechanic").click()
+    page.click("#sv-learn-mechanic-link")
+    prompt = page.locator("#sv-prompt textarea")
+    prompt.wait_for(state="visible", timeout=10_000)
+    page.wait_for_function("p => document.querySelector('#sv-prompt textarea').value === p",
+                           arg=LESSONS["mechanic"]["prompt"], timeout=10_000)
+    page.get_by_role("tab", name="Learn").click()  # back, for any later test
