@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from specviz import DecodeSettings
+from specviz.verify import verify_sampled_without_residual
 from specviz.datastore import Datastore
 from specviz.exactness import goodness_of_fit, sample_outputs, target_distribution
 from specviz.proposers import (AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,
@@ -21,7 +22,6 @@ from specviz.testing import perturbed_copy, tiny_causal_lm
 
 from stats import ALPHA
 from random_drafters import random_eagle, random_medusa
-from test_verify import wrong_verify_sampled
 
 VOCAB = 6
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]  # repeats, so that lookups find matches
@@ -100,7 +100,7 @@ def test_a_slightly_cooler_sampler_fails_the_test(target, makers, method, tree):
 
 @pytest.mark.parametrize("method", ["draft", "ngram"], ids=["drafter-with-q", "one-hot-lookup"])
 def test_a_verifier_without_the_residual_fails_the_test(target, makers, method):
-    fit, _ = fit_of(target, makers[method], settings_for("temperature", 0), verifier=wrong_verify_sampled)
+    fit, _ = fit_of(target, makers[method], settings_for("temperature", 0), verifier=verify_sampled_without_residual)
     assert fit.p_value < ALPHA, f"the wrong verifier passed: p = {fit.p_value:.2g}"
 
 

@@ -8,7 +8,7 @@ import torch
 from specviz.sampling import draw, make_generator, warp_probs
 from specviz.settings import DecodeSettings
 from specviz.theory import expected_speedup, expected_tokens_per_step
-from specviz.verify import Verdict, residual_distribution, verify_greedy, verify_sampled
+from specviz.verify import residual_distribution, verify_greedy, verify_sampled, verify_sampled_without_residual
 
 from stats import assert_same_distribution
 
@@ -70,14 +70,6 @@ def test_theory_formulas():
     assert expected_speedup(0.5, 2, 0.25) == pytest.approx(1.75 / 1.5)
 
 
-def wrong_verify_sampled(draft_ids, draft_probs, target_probs, generator) -> Verdict:
-    """A classic bug: at a rejection, resample from p instead of norm(max(0, p - q))."""
-    verdict = verify_sampled(draft_ids, draft_probs, target_probs, generator)
-    if verdict.n_accepted < draft_ids.shape[0]:
-        verdict.next_token = int(draw(target_probs[verdict.n_accepted], generator))
-    return verdict
-
-
 def simulate(verifier, p_abs, q_abs, gamma, outputs, runs, one_hot=False):
     """Context-independent 'models': output position k has target distribution p_abs[k] and draft
     distribution q_abs[k]. Runs the draft-verify loop until `outputs` tokens exist; counts the sequences."""
@@ -123,7 +115,7 @@ def test_speculative_sampling_reproduces_target_distribution(synthetic, one_hot)
 def test_distribution_test_catches_a_wrong_verifier(synthetic, one_hot):
     p_abs, q_abs = synthetic
     runs = 6000
-    counts = simulate(wrong_verify_sampled, p_abs, q_abs, gamma=2, outputs=3, runs=runs, one_hot=one_hot)
+    counts = simulate(verify_sampled_without_residual, p_abs, q_abs, gamma=2, outputs=3, runs=runs, one_hot=one_hot)
     with pytest.raises(AssertionError, match="not the target's distribution"):
         assert_same_distribution(counts, joint(p_abs, 3), runs)
 
