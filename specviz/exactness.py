@@ -105,8 +105,8 @@ def goodness_of_fit(counts: Counter, probs: dict, draws: int, min_expected: floa
 # the target's exact distribution ------------------------------------------------------------------------------
 
 @torch.inference_mode()
-def _next_probs(target: LoadedModel, prefixes: list[list[int]], settings: DecodeSettings,
-                batch: int = 64) -> torch.Tensor:
+def next_token_probs(target: LoadedModel, prefixes: list[list[int]], settings: DecodeSettings,
+                     batch: int = 64) -> torch.Tensor:
     """The target's warped distribution after each prefix (all of one length) -> [len(prefixes), V] float32
     on the host. Plain transformers forwards, independent of the engine's runners."""
     rows = []
@@ -128,7 +128,7 @@ def target_distribution(target: LoadedModel, prompt_ids: list[int], settings: De
         prefixes = [prefix for prefix, p in level.items() if p >= floor]
         if not prefixes:
             return {}
-        rows = _next_probs(target, [list(prompt_ids) + list(prefix) for prefix in prefixes], settings)
+        rows = next_token_probs(target, [list(prompt_ids) + list(prefix) for prefix in prefixes], settings)
         extended: dict[tuple, float] = {}
         for prefix, row in zip(prefixes, rows):
             joint = row.double() * level[prefix]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-# peak memory bandwidth from the vendors' spec sheets, bytes a second, by the name torch reports
+# peak memory bandwidth from the vendors' spec sheets, bytes a second, by the name torch reports; a card not
+# named here by the family its name contains (FAMILY_BANDWIDTH)
 SPEC_BANDWIDTH = {
     "NVIDIA H100 80GB HBM3": 3.35e12,  # H100 SXM
     "NVIDIA H100 PCIe": 2.0e12,
@@ -16,23 +17,38 @@ SPEC_BANDWIDTH = {
     "NVIDIA A100 80GB PCIe": 1.935e12,
     "NVIDIA L4": 0.3e12,
 }
+FAMILY_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.039e12, "L4": 0.3e12, "T4": 0.32e12, "A10G": 0.6e12}
+CPU_BANDWIDTH = 20e9  # an assumption, not a measurement: a few DDR4/DDR5 channels as a small cloud VM sees them
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the model's parameters (shared ones once): what one decode step reads at least once."""
-    seen, total = set(), 0
-    for p in model.parameters():
-        if p.data_ptr() not in seen:
-            seen.add(p.data_ptr())
-            total += p.numel() * p.element_size()
-    return total
+    """Bytes of the model's parameters and buffers, a tensor held twice once: what one decode step reads at
+    least once."""
+    sizes = {}
+    for t in [*model.parameters(), *model.buffers()]:
+        sizes.setdefault((t.data_ptr(), t.numel()), t.numel() * t.element_size())
+    return sum(sizes.values())
 
 
 def spec_bandwidth(device: torch.device) -> float | None:
     """The device's peak memory bandwidth from its spec sheet; None where it is not known (CPUs, other cards)."""
     if device.type != "cuda":
         return None
-    return SPEC_BANDWIDTH.get(torch.cuda.get_device_name(device))
+    name = torch.cuda.get_device_name(device)
+    if name in SPEC_BANDWIDTH:
+        return SPEC_BANDWIDTH[name]
+    return next((value for family, value in FAMILY_BANDWIDTH.items() if family in name), None)
+
+
+def memory_bandwidth(device: torch.device) -> tuple[float, str]:
+    """(bytes a second, where the figure comes from): the spec sheet's for a known card, else an assumption that
+    says it is one (a CPU's is not measured here)."""
+    known = spec_bandwidth(device)
+    if known is not None:
+        return known, f"nominal for {torch.cuda.get_device_name(device)} (spec sheet)"
+    if device.type == "cuda":
+        return 1e12, f"assumed for {torch.cuda.get_device_name(device)} (not in the known list)"
+    return CPU_BANDWIDTH, "assumed for a CPU (not measured)"
 
 
 def weight_read_floor(model: torch.nn.Module, device: torch.device, plain: dict) -> dict:

@@ -24,7 +24,8 @@ import torch
 from .api import first_difference, make_proposer, warm_up
 from .cost_curve import CostPoint, measure_positions
 from .engine import SpeculativeRun
-from .exactness import Fit, _next_probs, chi_square_p_value, goodness_of_fit
+from .exactness import Fit, next_token_probs, chi_square_p_value, goodness_of_fit
+from .floor import memory_bandwidth, weight_bytes
 from .models import LoadedModel
 from .proposers import PlainProposer, Proposer
 from .records import RunResult, StepRecord, TokenKind
@@ -245,12 +246,12 @@ def second_token_probs(target: LoadedModel, prompt_ids: list[int], settings: Dec
     """The target's probability of each second new token, summed over the first: P(b) = sum_a p(a) p(b | a), over
     the most likely first tokens until they cover `coverage` of the mass (at most `most` of them). The mass left
     out (under 1 - coverage) is what goodness_of_fit pools, so the kept cells are short of it at most."""
-    first = _next_probs(target, [list(prompt_ids)], settings)[0].double()
+    first = next_token_probs(target, [list(prompt_ids)], settings)[0].double()
     probs, tokens = first.sort(descending=True)
     chosen = int(torch.searchsorted(probs.cumsum(0), torch.tensor(coverage, dtype=probs.dtype)).item()) + 1
     chosen = max(1, min(chosen, most, int((probs > 0).sum())))
     prefixes = [list(prompt_ids) + [int(t)] for t in tokens[:chosen]]
-    second = _next_probs(target, prefixes, settings).double()
+    second = next_token_probs(target, prefixes, settings).double()
     marginal = (probs[:chosen, None] * second).sum(0)
     return {int(t): float(marginal[t]) for t in torch.nonzero(marginal >= floor).flatten()}
 
@@ -289,30 +290,6 @@ def distribution(target: LoadedModel, prompt: str | list[int], method: str = "ea
 
 # lesson 3: why checking K tokens costs about one step ---------------------------------------------------------
 
-# nominal peak memory bandwidth (GB/s) of devices we know; anything else falls back to an assumption
-KNOWN_BANDWIDTH = {"H100": 3350.0, "H200": 4800.0, "A100": 2039.0, "L4": 300.0, "T4": 320.0, "A10G": 600.0}
-CPU_BANDWIDTH = 20.0  # an assumption: a few DDR4/DDR5 channels as a small cloud VM sees them, not a measurement
-
-
-def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of every parameter and buffer a forward reads (shared tensors once)."""
-    sizes = {}
-    for t in [*model.parameters(), *model.buffers()]:
-        sizes.setdefault(_address(t), t.numel() * t.element_size())
-    return sum(sizes.values())
-
-
-def memory_bandwidth(device: torch.device) -> tuple[float, str]:
-    """(GB/s, where the figure comes from). A nominal datasheet value for known GPUs, else an assumption."""
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        for key, value in KNOWN_BANDWIDTH.items():
-            if key in name:
-                return value, f"nominal for {name} (datasheet)"
-        return 1000.0, f"assumed for {name} (not in the known list)"
-    return CPU_BANDWIDTH, "assumed for a CPU (not measured)"
-
-
 @dataclass
 class VerifyCost:
     device: str
@@ -342,7 +319,11 @@ class VerifyCost:
 def verify_cost(target: LoadedModel, positions: Sequence[int] = (1, 2, 3, 5, 8, 12, 16), context: int = 128,
                 repeats: int = 3, bandwidth: float | None = None) -> Iterator[VerifyCost]:
     """The target's forward time against K new positions (specviz.cost_curve), beside the weight-read floor."""
-    gbs, source = (bandwidth, "given") if bandwidth else memory_bandwidth(target.device)
+    if bandwidth:
+        gbs, source = bandwidth, "given"
+    else:
+        bytes_per_second, source = memory_bandwidth(target.device)
+        gbs = bytes_per_second / 1e9
     record = VerifyCost(f"{target.device.type} ({target.describe()}, {str(target.dtype).replace('torch.', '')})", [],
                         weight_bytes(target.model), gbs, source)
     for point in measure_positions(target, positions, context=context, repeats=repeats):
