@@ -425,7 +425,7 @@ class SpecvizApp:
                 batch_event = BatchTab().build(self.target, example_prompts(), engine)
             with gr.Tab("Learn"):
                 learn_events = LearnTab().build(self.target, [self.prompt, self.method, self.gamma, self.temperature,
-                                                              self.max_new, self.seed], engine)
+                                                              self.max_new, self.seed], engine, example_prompts())
             with gr.Tab("API"):
                 api_text = gr.Markdown(api_help("http://127.0.0.1:7860/"), elem_id="sv-api-help")
 

@@ -35,6 +35,12 @@ def verdict_line(summary: list[dict], method: str) -> str:
 
 
 class BatchTab:
+    """Built in its own tab and as the Learn tab's lesson 5: prefix keeps the two copies' element ids apart,
+    api_name names the first one's endpoint (None: private)."""
+
+    def __init__(self, prefix: str = "sv-batch", api_name: str | None = "batch"):
+        self.prefix, self.api_name = prefix, api_name
+
     def build(self, target, prompts: list[str], engine: dict):
         self.prompts = prompts
         gr.Markdown("The example prompts decoded in batches on this machine: one verify pass serves every "
@@ -43,17 +49,21 @@ class BatchTab:
                     "cost more: the speedup shrinks, and at some size speculation stops paying. The third chart shows why: "
                     "a verify pass's forward time over a plain step's, for the same batch.")
         with gr.Row():
-            self.method = gr.Dropdown(BATCH_METHODS, value=BATCH_METHODS[0], label="method", elem_id="sv-batch-method")
-            self.sizes = gr.Textbox("1,2,4,8", label="batch sizes", elem_id="sv-batch-sizes")
-            self.tokens = gr.Number(32, label="new tokens", precision=0, minimum=1, maximum=256)
+            self.method = gr.Dropdown(BATCH_METHODS, value=BATCH_METHODS[0], label="method",
+                                      elem_id=f"{self.prefix}-method")
+            self.sizes = gr.Textbox("1,2,4,8", label="batch sizes", elem_id=f"{self.prefix}-sizes")
+            self.tokens = gr.Number(32, label="new tokens", precision=0, minimum=1, maximum=256,
+                                    elem_id=f"{self.prefix}-tokens")
         with gr.Row():
-            self.button = gr.Button("Measure", variant="primary", elem_id="sv-batch")
-            self.stop = gr.Button("Stop", variant="stop", elem_id="sv-batch-stop")
-        self.status = gr.HTML(label="batch status")
-        self.plot = gr.Plot(label="batch chart")
+            self.button = gr.Button("Measure", variant="primary", elem_id=self.prefix)
+            self.stop = gr.Button("Stop", variant="stop", elem_id=f"{self.prefix}-stop")
+        self.status = gr.HTML(label="batch status", elem_id=f"{self.prefix}-status")
+        self.plot = gr.Plot(label="batch chart", elem_id=f"{self.prefix}-plot")
+        naming = {"api_name": self.api_name} if self.api_name else {"api_visibility": "private"}
+        stop_naming = {"api_name": f"{self.api_name}_stop"} if self.api_name else {"api_visibility": "private"}
         event = self.button.click(gpu(self.on_measure), [target, self.method, self.sizes, self.tokens],
-                                  [self.status, self.plot], api_name="batch", **engine)
-        self.stop.click(stop_tab, None, [self.status], cancels=[event], api_name="batch_stop", concurrency_limit=None)
+                                  [self.status, self.plot], **naming, **engine)
+        self.stop.click(stop_tab, None, [self.status], cancels=[event], concurrency_limit=None, **stop_naming)
         return event
 
     def on_measure(self, target, method, sizes, tokens, request: gr.Request = None):

@@ -16,6 +16,7 @@ from ..theory import expected_speedup
 from . import charts, render
 from .gpu import gpu
 from .live import ENGINE_LOCK, model_name, session_of
+from .batch_tab import BatchTab
 from .readouts import plot
 from .tabs import stop_tab
 
@@ -260,11 +261,12 @@ def distribution_api(prompt: str = LESSONS["exact"]["prompt"], method: str = "me
 
 
 class LearnTab:
-    """Six short lessons (five built: lesson 5, batch size, waits for a batched engine)."""
+    """Six short lessons."""
 
-    def build(self, target, run_fields: list, engine: dict) -> list:
+    def build(self, target, run_fields: list, engine: dict, batch_prompts: list[str]) -> list:
         """target: the Run tab's target; run_fields: its prompt, method, gamma, temperature, max new tokens, seed
-        (what "Open in the Run tab" fills in). Returns the lessons' events, for the Run tab's Stop to cancel."""
+        (what "Open in the Run tab" fills in); batch_prompts: what lesson 5 decodes in batches. Returns the
+        lessons' events, for the Run tab's Stop to cancel."""
         self.target, self.run_fields, self.engine = target, run_fields, engine
         self.events = []
         gr.Markdown("Short lessons, each a claim, a measurement made now on this machine and model, and one "
@@ -278,10 +280,14 @@ class LearnTab:
                 self._cost()
             with gr.Tab("4 · Acceptance decides the win"):
                 self._acceptance()
+            with gr.Tab("5 · Where it stops paying: batch size"):
+                gr.Markdown("**Claim.** Speculation pays at batch 1 because a forward is bound by reading the "
+                            "weights: checking a few more positions costs about nothing. Serving many sequences at "
+                            "once fills the device, extra positions start to cost, and at some batch size "
+                            "speculation stops paying.")
+                self.events.append(BatchTab("sv-learn-batch", api_name=None).build(target, batch_prompts, engine))
             with gr.Tab("6 · What each drafter costs"):
                 self._drafters()
-        gr.Markdown("*Lesson 5, where speculation stops paying as the batch grows, needs a batched engine, which "
-                    "specviz does not have yet; the Cost curve tab shows the forward time against batch size.*")
         return self.events
 
     # layout shared by every lesson
