@@ -1,13 +1,22 @@
 """`adaptive` (proposers/adaptive.py): it drafts long where drafts pay, stops where they do not, tries its
 lookup first, and on an EAGLE tree weighs the lookup's chain against the tree."""
+import pytest
 import torch
 
 from specviz import DecodeSettings
-from specviz.api import run_once
+from specviz.api import make_proposer, run_once
 from specviz.proposers import AdaptiveProposer, Draft, EagleProposer, Feedback, NgramProposer, PlainProposer
 
 from random_drafters import random_eagle
 from test_engine import PROMPT
+
+
+@pytest.fixture(autouse=True, scope="module")
+def warm(tiny_target):
+    """adaptive decides from the step times it measures: the first runs of a process (lazy imports, the
+    allocator's first blocks) would make a verify pass look dearer than it is, and this file runs first."""
+    for method in ("plain", "ngram", "adaptive"):
+        run_once(tiny_target, make_proposer(method, tiny_target), PROMPT, DecodeSettings(max_new_tokens=32, gamma=4))
 
 
 class OracleProposer(NgramProposer):

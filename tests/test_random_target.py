@@ -70,6 +70,7 @@ def test_bench_reports_the_floor_of_a_random_target(tmp_path):
     # float32: embeddings and the untied output layer 2 x 512 x 64; a layer: q, o 64 x 64, k, v 64 x 32 (two
     # key-value heads of 16), gate, up, down 64 x 128, two norms of 64; two layers and the final norm
     layer = 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64
-    assert report["floor"]["weight_bytes"] == 4 * (2 * 512 * 64 + 2 * layer + 64)
+    parameters = 4 * (2 * 512 * 64 + 2 * layer + 64)
+    assert parameters <= report["floor"]["weight_bytes"] <= parameters + 1024  # and the rotary frequencies
     assert report["floor"]["floor_ms"] is None  # a CPU's bandwidth is not in the table
     assert "weight-read floor" in proc.stdout
