@@ -4,27 +4,18 @@ chart, hovers a token, takes a screenshot; injection strings in the prompt and a
 run nothing. Then what a class sees: the run in the first screen of a 1280x720 projector, the reading modes,
 a 400 px phone without horizontal scroll, and text contrast in the light and the dark theme. One server and
 one browser for the module; each screen size runs the prompt once."""
-import os
-from pathlib import Path
 
 import pytest
 
 from specviz import DecodeSettings
 from specviz.api import encode, make_proposer, run_once
-from ui_server import serve_app
+from ui_server import CHROMIUM, CHROMIUM_ARGS, require_chromium, serve_app
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 PROMPT = "Repeat this sentence three times, word for word: The quick brown fox jumps over the lazy dog."
 MAX_NEW = 48
 INJECTIONS = ["${alert(1)}", "<img src=x onerror=alert(1)>", '<img src=x onerror="window.__pwned=1">']
 
-if not Path(CHROMIUM).exists():
-    message = f"{CHROMIUM} is missing: apt-get install chromium (bash setup.sh --dev does it as root)"
-    if os.environ.get("CI"):
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message, allow_module_level=True)
+require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api")
 
 

@@ -1,24 +1,15 @@
 """The Learn tab in a real browser (as tests/test_ui_browser.py: Debian's chromium through Playwright, the app
 served by tests/ui_server.py): a lesson runs, its chart or lanes have data and its sentence quotes the measured
 figure; Stop stops one; "Open in the Run tab" fills the Run tab in. One server and one browser for the module."""
-import os
 import re
-from pathlib import Path
 
 import pytest
 
 from specviz.ui.learn import LESSONS
-from ui_server import serve_app
+from ui_server import CHROMIUM, CHROMIUM_ARGS, require_chromium, serve_app
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 
-if not Path(CHROMIUM).exists():
-    message = f"{CHROMIUM} is missing: apt-get install chromium (bash setup.sh --dev does it as root)"
-    if os.environ.get("CI"):
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message, allow_module_level=True)
+require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api")
 
 

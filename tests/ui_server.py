@@ -26,3 +26,23 @@ def wait_done(job, timeout: float = 300.0):
             raise AssertionError(f"job not done after {timeout} s: {job.status()}")
         time.sleep(0.05)
     return job.outputs()
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def require_chromium() -> None:
+    """At a browser test module's import: without Debian's chromium, fail in CI (it must run there) and skip
+    elsewhere."""
+    import os
+    from pathlib import Path
+
+    import pytest
+
+    if not Path(CHROMIUM).exists():
+        message = f"{CHROMIUM} is missing: apt-get install chromium (bash setup.sh --dev does it as root)"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message, allow_module_level=True)
