@@ -49,9 +49,12 @@ def test_the_verify_cost_chart_has_data_and_its_sentence_the_ratio(page):
 
 def test_the_exactness_lesson_draws_three_histograms_and_quotes_its_p_values(page):
     page.get_by_role("tab", name="2 · The output does not change").click()
-    field = page.get_by_label("seeds per histogram (more: more power, longer)").first
-    field.fill("30")
-    field.press("Tab")
+    fields = page.get_by_label("seeds per histogram (more: more power, longer)")
+    fields.first.fill("30")
+    fields.first.press("Tab")
+    # the slider's number box and its range both say 30 before Run is pressed: the value reached the app
+    page.wait_for_function("""() => [...document.querySelectorAll('#sv-learn-exact-runs input')]
+                                     .every(input => input.value === '30')""", timeout=10_000)
     run_lesson(page, "exact", "2 · The output does not change", timeout=170_000)
     assert "identical" in page.inner_text("#sv-learn-exact-greedy")
     assert page.locator("#sv-learn-exact-plot .js-plotly-plot .bars .point").count() >= 3

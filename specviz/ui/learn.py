@@ -332,7 +332,8 @@ class LearnTab:
         run, stop, status = self._frame("exact", "Speculative decoding does not change the output. Greedy: the "
                                         "same tokens. Sampling: the same distribution, whatever the drafter.")
         with gr.Row():
-            runs = gr.Slider(30, 300, value=150, step=10, label="seeds per histogram (more: more power, longer)")
+            runs = gr.Slider(30, 300, value=150, step=10, label="seeds per histogram (more: more power, longer)",
+                             elem_id="sv-learn-exact-runs")
             temperature = gr.Slider(0.3, 1.5, value=LESSONS["exact"]["temperature"], step=0.1, label="temperature")
         pair = gr.HTML(elem_id="sv-learn-exact-pair")
         greedy = gr.Markdown(elem_id="sv-learn-exact-greedy")
