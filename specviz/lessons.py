@@ -36,6 +36,10 @@ from .verify import verify_sampled_without_residual
 SIGNIFICANCE = 0.01  # a p-value below it says "not the same distribution"
 
 
+def _p_value(fit: Fit | None) -> float | None:
+    return None if fit is None else fit.p_value
+
+
 def finish(lesson: Iterable):
     """Runs a lesson generator to its end; its last record."""
     last = None
@@ -199,25 +203,21 @@ class Distribution:
     @property
     def p_value(self) -> float | None:
         """Two-sample test, speculative against plain: a small value would say speculation changed the output."""
-        fit = self._two(self.speculative)
-        return None if fit is None else fit.p_value
+        return _p_value(self._two(self.speculative))
 
     @property
     def wrong_p_value(self) -> float | None:
-        fit = self._two(self.wrong)
-        return None if fit is None else fit.p_value
+        return _p_value(self._two(self.wrong))
 
     @property
     def exact_p_value(self) -> float | None:
         """Goodness of fit of the speculative runs against the target's exact probabilities (more power: no
         sampling noise on the reference side)."""
-        fit = self._fit(self.speculative)
-        return None if fit is None else fit.p_value
+        return _p_value(self._fit(self.speculative))
 
     @property
     def wrong_exact_p_value(self) -> float | None:
-        fit = self._fit(self.wrong)
-        return None if fit is None else fit.p_value
+        return _p_value(self._fit(self.wrong))
 
     @property
     def passed(self) -> bool | None:
