@@ -17,7 +17,7 @@ from .errors import InvalidSettingError
 from .models import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
 from .proposers import (METHODS, AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,
                         NgramProposer, PlainProposer, Proposer, RetrievalProposer)
-from .proposers.checkpoints import load_drafter, shipped_drafter_exists
+from .proposers.checkpoints import load_draft_model, load_drafter, shipped_drafter_exists
 from .records import RunResult
 from .settings import DecodeSettings, check_prompt_text
 
@@ -192,7 +192,7 @@ def resolve_models(target, draft, device=None, dtype=None, device_map=None, max_
     """Names (or loaded models) -> loaded target and drafter; the drafter sits on one device."""
     target_model = target if isinstance(target, LoadedModel) else load_model(target, device, dtype, device_map, max_memory)
     draft_model = draft if isinstance(draft, LoadedModel) or draft is None else \
-        load_model(draft, draft_device or str(target_model.device), dtype)
+        load_draft_model(draft, target_model, draft_device or str(target_model.device), dtype)
     return target_model, draft_model
 
 

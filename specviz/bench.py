@@ -19,6 +19,7 @@ from .errors import InvalidSettingError
 from .floor import describe_floor, weight_read_floor
 from .models import load_model
 from .proposers import METHODS, PlainProposer
+from .proposers.checkpoints import load_draft_model
 from .settings import DecodeSettings
 
 HF_BASELINES = ("hf-generate", "hf-prompt-lookup", "hf-assisted")
@@ -269,7 +270,7 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     prompts = load_prompts(prompts_file, limit, per_category)
     hf_subset = pick_subset(prompts, transformers_per_category, transformers_limit) if transformers else set()
     target_model = load_model(target, device, dtype, device_map, max_memory)
-    draft_model = load_model(draft, draft_device or str(target_model.device), dtype) if draft else None
+    draft_model = load_draft_model(draft, target_model, draft_device or str(target_model.device), dtype) if draft else None
     encoded = {p["prompt_id"]: encode(target_model, p["prompt"], chat) for p in prompts}
     widest = max([settings.gamma, *(s.gamma for _, s in entries.values())]) + 1
     biggest_tree = max([0, *(s.tree for _, s in entries.values())])

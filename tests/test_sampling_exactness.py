@@ -18,6 +18,7 @@ from specviz.datastore import Datastore
 from specviz.exactness import goodness_of_fit, sample_outputs, target_distribution
 from specviz.proposers import (AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,
                                NgramProposer, RetrievalProposer)
+from specviz.proposers.distilled import build_draft_model, draft_config, start_from_target
 from specviz.testing import perturbed_copy, tiny_causal_lm
 
 from stats import ALPHA
@@ -47,9 +48,12 @@ def makers(target):
     draft_vocab = torch.tensor([0, 2, 3, 5])  # q is zero on tokens 1 and 4: the residual must still reach them
     medusa = random_medusa(target, heads=3, seed=3, token_ids=draft_vocab)
     eagle = random_eagle(target, seed=3, token_ids=draft_vocab)
+    distilled = build_draft_model(target.model, draft_config(target.model.config, 1), draft_vocab)
+    start_from_target(distilled, target.model, [0])  # one of the target's two layers: q near p, not equal
     store = Datastore.from_texts([[1, 2, 4, 5], [2, 0, 3, 3], [3, 1, 1, 2, 5]], VOCAB)
     return {
         "draft": lambda: ModelDrafter(drafter.model, VOCAB),
+        "distilled": lambda: ModelDrafter(distilled, VOCAB),
         "ngram": lambda: NgramProposer(min_ngram=1),
         "retrieval": lambda: RetrievalProposer(store),
         "early-exit": lambda: EarlyExitDrafter(target.model, VOCAB, 1),
@@ -70,10 +74,10 @@ def fit_of(target, make, settings, verifier=None, exact_settings=None):
 
 
 SCENARIOS = [
-    *[(method, 0, "temperature") for method in ("draft", "ngram", "retrieval", "early-exit", "medusa", "eagle", "adaptive")],
+    *[(method, 0, "temperature") for method in ("draft", "distilled", "ngram", "retrieval", "early-exit", "medusa", "eagle", "adaptive")],
     *[(method, TREE, "temperature") for method in ("ngram", "retrieval", "medusa", "eagle", "adaptive")],
     ("draft", 0, "top-k"), ("medusa", 0, "top-k"), ("ngram", TREE, "top-k"), ("eagle", TREE, "top-k"),
-    ("draft", 0, "top-p"), ("eagle", 0, "top-p"), ("retrieval", 0, "top-p"), ("medusa", TREE, "top-p"),
+    ("draft", 0, "top-p"), ("distilled", 0, "top-p"), ("eagle", 0, "top-p"), ("retrieval", 0, "top-p"), ("medusa", TREE, "top-p"),
 ]
 
 

@@ -26,7 +26,8 @@ import torch
 from ..datastore import Datastore
 from ..errors import DrafterMismatchError, ModelLoadError, OfflineError
 from ..runners.onednn import pack_linears
-from ..models import DEFAULT_MODEL, LoadedModel
+from ..models import DEFAULT_MODEL, LoadedModel, load_model
+from .distilled import DISTILLED, is_distilled_folder, load_distilled
 from .draft_head import DraftHead, TargetParts
 from .eagle import EagleConfig, EagleDrafter, EagleNet
 from .medusa import MedusaDrafter, MedusaHeads
@@ -242,6 +243,31 @@ def load_drafter(method: str, target: LoadedModel, heads: str | None = None):
 
 def load_datastore(folder: Path, target: LoadedModel) -> Datastore:
     return Datastore.load(folder, target.vocab_size)
+
+
+def load_draft_model(name: str, target: LoadedModel, device: str | None = None,
+                     dtype: str | torch.dtype | None = None) -> LoadedModel:
+    """The `draft` method's drafter: 'distilled' (the draft model distilled for this target, shipped for the
+    default one), a folder written by `train-drafter --method draft-model`, or any model load_model reads (a
+    Hub id, a folder, a .gguf file, 'default'). A distilled draft model shares the target's embedding, so it
+    sits on the target's device in the target's dtype."""
+    path = Path(str(name)).expanduser()
+    if name == DISTILLED:
+        folder = shipped_folder(DISTILLED, target)
+        if folder is None:
+            raise ModelLoadError(f"no distilled draft model ships for target '{target.name}' (only for the default "
+                                 "model); make one with python -m specviz train-drafter --method draft-model "
+                                 f"--target {target.name} --out DIR, then use DIR as the drafter")
+    elif path.is_dir() and is_distilled_folder(path):
+        folder = path
+    else:
+        return load_model(name, device, dtype)
+    key = (DISTILLED, str(folder.resolve()), id(target.model), str(target.device), str(target.dtype))
+    with _lock:
+        if key not in _loaded:
+            _loaded[key] = LoadedModel(name=name, model=load_distilled(folder, target.model),
+                                       tokenizer=target.tokenizer, device=target.device, dtype=target.dtype)
+        return _loaded[key]
 
 
 def shipped_drafter_exists(method: str, target: LoadedModel) -> bool:

@@ -30,6 +30,13 @@ def fit_vocabulary(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return logits
 
 
+def spread_vocabulary(logits: torch.Tensor, token_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Logits over a draft vocabulary [..., V_d] (the scores of token_ids) -> [..., vocab_size], -inf for every
+    other id: q is zero outside the tokens the drafter scores."""
+    full = logits.new_full((*logits.shape[:-1], vocab_size), float("-inf"))
+    return full.index_copy_(-1, token_ids, logits)
+
+
 class ModelDrafter(Proposer):
     """Drafts autoregressively with a causal LM: gamma one-token forwards, sampling from q with the run's
     settings (argmax when greedy)."""
@@ -39,6 +46,8 @@ class ModelDrafter(Proposer):
     def __init__(self, model: torch.nn.Module, vocab_size: int):
         self.runner = make_runner(model)  # the fast path (static cache, CUDA graphs) where supported
         self.vocab_size = vocab_size  # the target's: q must cover the same ids as p
+        # a distilled draft model scores only some token ids (distilled.py); others score the whole vocabulary
+        self.token_ids = getattr(model, "draft_vocab", None)
         self.cached_ids: list[int] = []  # the tokens whose keys and values are in the runner's cache
         self.sequence: list[int] = []  # host mirror of the accepted sequence
 
@@ -59,6 +68,8 @@ class ModelDrafter(Proposer):
     def _feed(self, ids: list[int]) -> torch.Tensor:
         logits, _ = self.runner.forward(torch.tensor(ids, dtype=torch.long), logits_for="last")
         self.cached_ids.extend(ids)
+        if self.token_ids is not None:
+            return spread_vocabulary(logits[-1], self.token_ids.to(logits.device), self.vocab_size)
         return fit_vocabulary(logits[-1], self.vocab_size)
 
     def _accepted(self, tokens: torch.Tensor) -> list[int]:

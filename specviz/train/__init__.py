@@ -1,4 +1,4 @@
-"""`specviz train-drafter`: self-distilled Medusa heads or an EAGLE drafter for a target, from data the
+"""`specviz train-drafter`: self-distilled Medusa heads, an EAGLE drafter or a small draft model for a target, from data the
 target writes itself (data.py), trained by trainer.py; or, with --method retrieval, a datastore of those answers
 (datastore.py: nothing to train). Meant for one GPU and minutes; runs on a CPU too (slowly: fine for a smoke
 test)."""
@@ -14,8 +14,9 @@ from ..errors import InvalidSettingError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--method", required=True, choices=("eagle", "medusa", "retrieval"),
-                        help="retrieval: no training, a datastore of the target's own answers")
+    parser.add_argument("--method", required=True, choices=("eagle", "medusa", "draft-model", "retrieval"),
+                        help="draft-model: a small causal LM for the draft method (--draft FOLDER); "
+                        "retrieval: no training, a datastore of the target's own answers")
     parser.add_argument("--target", default="default", help="'default', a Hub id, a folder or a .gguf file")
     parser.add_argument("--out", required=True, help="folder for config.json, the weights, loss.png, checkpoint.pt")
     parser.add_argument("--data", default=None, help="dataset file: reused if it exists, else generated and saved "
@@ -43,7 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--ttt-steps", type=int, default=5, help="eagle: draft steps unrolled in training")
     group.add_argument("--feature-weight", type=float, default=1.0, help="eagle: feature regression weight")
     group.add_argument("--heads", type=int, default=5, help="medusa: number of heads")
-    group.add_argument("--layers", type=int, default=1, help="medusa: residual blocks per head")
+    group.add_argument("--layers", type=int, default=None, help="medusa: residual blocks per head (default 1); "
+                       "draft-model: decoder layers (default 2)")
+    group.add_argument("--init-layers", default="spread", help="draft-model: the target layers its layers start "
+                       "from: spread (the first, the last and evenly between), first, or ids such as 0,29")
+    group.add_argument("--chain", type=int, default=5, help="draft-model: draft length of the held-out tau estimate")
     group.add_argument("--eval-every", type=int, default=200)
     group.add_argument("--seed", type=int, default=0)
     group.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
@@ -105,7 +110,8 @@ def run(args) -> int:
     options = TrainOptions(
         method=args.method, steps=args.steps, minutes=args.minutes, batch_tokens=args.batch_tokens, lr=args.lr,
         draft_vocab=args.draft_vocab, ttt_steps=args.ttt_steps, feature_weight=args.feature_weight,
-        medusa_heads=args.heads, medusa_layers=args.layers, eval_every=args.eval_every, seed=args.seed,
+        medusa_heads=args.heads, medusa_layers=args.layers or 1, draft_layers=args.layers or 2,
+        init_layers=args.init_layers, chain=args.chain, eval_every=args.eval_every, seed=args.seed,
         command=command, save_every=args.eval_every, init=args.init,
     )
     meta = train(target, data, out, options, resume=args.resume, log=log)

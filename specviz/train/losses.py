@@ -14,6 +14,12 @@ s + m, each computed at step m (m = 1..k). `ttt_mask` says exactly that, over th
 by side. Tokens are teacher-forced: when a draft token differs from x_{i+1}, the target rejects it anyway.
 
 Medusa: head k reads f_t and predicts p_{t+k+1} (the token k + 2 places after t).
+
+A distilled draft model (proposers/distilled.py) reads the tokens x_0..x_j only and is fitted to p_j by the
+forward KL divergence KL(p_j || q_j). Sampled verification accepts with probability 1 - TV(p, q), and
+Pinsker's inequality bounds TV by sqrt(KL / 2), so a small KL means high acceptance when sampling; its
+minimiser q = p also picks p's argmax, which is what greedy verification accepts. Training on the target's
+own answers (on-policy data) is what DistillSpec (Zhou et al. 2023) found matters most.
 """
 from __future__ import annotations
 
@@ -104,3 +110,21 @@ def medusa_loss(heads, batch: dict, head_weight, step_decay: float):
         stats["acc"].append(float(acc.detach()))
     return total / weights, stats
 
+
+
+def forward_kl(student_logits, teacher_probs):
+    """KL(p || q) per position, p the teacher's distribution, q = softmax(student_logits): [..., K] -> [...].
+    Its cross-entropy part drives the training; the entropy of p only makes the number read as a divergence."""
+    entropy = -(teacher_probs * teacher_probs.clamp_min(1e-30).log()).sum(-1)
+    return soft_cross_entropy(student_logits, teacher_probs) - entropy
+
+
+def draft_model_loss(model, batch: dict):
+    """A token-only draft model reading x_0..x_j, against the target's p_j at every position that counts.
+    Returns (loss, {"kl": [kl], "acc": [share of positions where both pick the same token]})."""
+    ids, teacher, valid = batch["ids"], batch["teacher"], batch["valid"]
+    logits = model(input_ids=ids, use_cache=False).logits
+    mask = valid.float()
+    kl = masked_mean(forward_kl(logits, teacher), mask)
+    acc = masked_mean((logits.argmax(-1) == teacher.argmax(-1)).float(), mask)
+    return kl, {"kl": [float(kl.detach())], "acc": [float(acc.detach())]}

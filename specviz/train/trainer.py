@@ -14,18 +14,20 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..errors import InvalidSettingError
 from ..models import LoadedModel
 from ..proposers.checkpoints import read_medusa_blocks, save_eagle, save_medusa
+from ..proposers.distilled import build_draft_model, draft_config, save_distilled, spread_layers, start_from_target
 from ..proposers.draft_head import TargetParts
 from ..proposers.eagle import EagleConfig, EagleNet
 from ..proposers.medusa import MedusaHeads
-from .losses import eagle_loss, medusa_loss, ttt_forward
+from .losses import draft_model_loss, eagle_loss, medusa_loss, ttt_forward
 from .plot import save_loss_curve
 
 
 @dataclass
 class TrainOptions:
-    method: str  # "eagle" or "medusa"
+    method: str  # "eagle", "medusa" or "draft-model"
     steps: int | None = None  # optimizer steps; None = until `minutes`
     minutes: float | None = None  # time budget for training (the schedule follows whichever ends first)
     batch_tokens: int = 16384  # tokens per batch (sequences of similar length are batched together)
@@ -38,6 +40,9 @@ class TrainOptions:
     step_decay: float = 0.8  # weight of unrolled step / head k: decay ** k
     medusa_heads: int = 5
     medusa_layers: int = 1
+    draft_layers: int = 2  # draft-model: decoder layers
+    init_layers: str = "spread"  # draft-model: target layers to start from: spread, first, or ids "0,29"
+    chain: int = 5  # draft-model: draft length the held-out estimate of tau is computed for
     val_share: float = 0.02
     log_every: int = 10
     eval_every: int = 200
@@ -122,6 +127,19 @@ class Batches:
                 "valid": valid}
 
 
+def init_layer_ids(choice: str, target_layers: int, layers: int) -> list[int]:
+    """The target layers a draft model starts from: "spread" (first, last and evenly between), "first" (the
+    first `layers`), or explicit ids "0,29"."""
+    if choice == "spread":
+        return spread_layers(target_layers, layers)
+    if choice == "first":
+        return list(range(layers))
+    ids = [int(part) for part in choice.split(",")]
+    if len(ids) != layers or not all(0 <= i < target_layers for i in ids):
+        raise InvalidSettingError(f"--init-layers {choice}: give {layers} layer ids between 0 and {target_layers - 1}")
+    return ids
+
+
 def split_rows(data: dict, share: float) -> tuple[list[int], list[int]]:
     """Held-out rows: greedy answers to Magpie prompts (the decoding drafters are measured on). Training
     rows: all others, except long-context prompts that quote a held-out answer (that would leak it)."""
@@ -146,7 +164,7 @@ def evaluate(method: str, model, batches: Batches, parts: TargetParts, options: 
     """On held-out conversations: for each draft length k + 1, the share of draft chains whose first k + 1
     tokens all equal the target's greedy choice (what greedy verification accepts), and the tokens per step
     that implies. A chain starts wherever its first draft token belongs to an answer."""
-    depth = options.ttt_steps if method == "eagle" else options.medusa_heads
+    depth = {"eagle": options.ttt_steps, "medusa": options.medusa_heads}.get(method, options.chain)
     joint, starts_total = [0.0] * depth, 0.0
     for group in batches.groups:
         batch = batches.make(group)
@@ -161,6 +179,11 @@ def evaluate(method: str, model, batches: Batches, parts: TargetParts, options: 
                 for k, out in enumerate(outs):  # step k at position s + k
                     right = (F.linear(out, batches.head_weight).argmax(-1) == choice[:, 1:]) & starts
                     hits[k][:, : length - k] = right[:, k:]
+            elif method == "draft-model":  # teacher-forced: a chain reads the target's own (accepted) tokens
+                right = (model(input_ids=batch["ids"], use_cache=False).logits.argmax(-1) == choice) & valid
+                length = starts.shape[1]
+                for k in range(min(depth, length)):  # draft k + 1 of chain s comes from position s + 1 + k
+                    hits[k][:, : length - k] = right[:, 1 + k:]
             else:
                 length = valid.shape[1]
                 for k, block in enumerate(model.blocks):  # head k at position s predicts from p_{s+k+1}
@@ -205,13 +228,21 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
     if options.method == "eagle":
         config = EagleConfig.like_target(target.model.config)
         model = EagleNet(config)
+    elif options.method == "draft-model":
+        model = build_draft_model(target.model, draft_config(target.model.config, options.draft_layers),
+                                  token_ids.to(device) if token_ids is not None else None)
+        if checkpoint is None:
+            sources = init_layer_ids(options.init_layers, len(target.model.get_decoder().layers), options.draft_layers)
+            start_from_target(model, target.model, sources)
+            log(f"draft model of {options.draft_layers} layers, started from the target's layers {sources}")
     else:
         model = MedusaHeads(parts.hidden_size, options.medusa_heads, options.medusa_layers)
         if options.init and checkpoint is None:
             read_medusa_blocks(Path(options.init), model)
             log(f"started from the heads in {options.init}")
     model.to(device).float().train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=options.lr, betas=(0.9, 0.95),
+    trainable = [p for p in model.parameters() if p.requires_grad]  # a draft model's embedding and output rows are the target's
+    optimizer = torch.optim.AdamW(trainable, lr=options.lr, betas=(0.9, 0.95),
                                   weight_decay=options.weight_decay)
     step, elapsed, history, evals, commands = 0, 0.0, [], [], []
     if checkpoint is not None:
@@ -260,11 +291,13 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
                 cos, sin = parts.rotary(torch.arange(length, device=device))
                 loss, stats = eagle_loss(model, batch, head_weight, cos.float(), sin.float(), options.ttt_steps,
                                          options.feature_weight, options.step_decay)
+            elif options.method == "draft-model":
+                loss, stats = draft_model_loss(model, batch)
             else:
                 loss, stats = medusa_loss(model, batch, head_weight, options.step_decay)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         optimizer.step()
         step += 1
         if device.type == "cuda":
@@ -273,7 +306,7 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
         elapsed += spent
         bar.update(1 if options.steps else spent)
         if step % options.log_every == 0 or step == 1:
-            history.append({"step": step, "seconds": round(elapsed, 1), "loss": round(float(loss), 4), "lr": lr,
+            history.append({"step": step, "seconds": round(elapsed, 1), "loss": round(float(loss.detach()), 4), "lr": lr,
                             **{k: [round(v, 4) for v in vals] for k, vals in stats.items()}})
             bar.set_postfix(loss=f"{float(loss):.3f}", acc=" ".join(f"{a:.2f}" for a in stats["acc"][:3]))
         if step % options.eval_every == 0:
@@ -305,6 +338,8 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
     }
     if options.method == "eagle":
         save_eagle(out, model, token_ids, meta)
+    elif options.method == "draft-model":
+        save_distilled(out, model, token_ids, meta)
     else:
         save_medusa(out, model, token_ids, meta)
     save_loss_curve(history, evals, out / "loss.png", f"{options.method} drafter for {target.name}")

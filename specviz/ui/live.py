@@ -25,6 +25,7 @@ from ..engine import SpeculativeRun
 from ..errors import InvalidSettingError, SpecvizError
 from ..models import DEFAULT_MODEL, LoadedModel, load_model, unload_all
 from ..proposers import PlainProposer
+from ..proposers.checkpoints import load_draft_model
 from ..records import RunResult, StepRecord
 from ..settings import DecodeSettings
 
@@ -339,7 +340,7 @@ def load_models(request: RunRequest) -> tuple[LoadedModel, LoadedModel | None]:
     wanted = {DEFAULT_MODEL, request.target} | ({request.draft} if request.draft else set())
     unload_all(keep=wanted | models_in_use())
     target = load_model(request.target, device_map=PLACEMENT.device_map, max_memory=PLACEMENT.max_memory)
-    draft = load_model(request.draft, PLACEMENT.draft_device or str(target.device)) if request.draft else None
+    draft = load_draft_model(request.draft, target, PLACEMENT.draft_device or str(target.device)) if request.draft else None
     return target, draft
 
 
