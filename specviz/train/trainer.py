@@ -308,7 +308,7 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
         if step % options.log_every == 0 or step == 1:
             history.append({"step": step, "seconds": round(elapsed, 1), "loss": round(float(loss.detach()), 4), "lr": lr,
                             **{k: [round(v, 4) for v in vals] for k, vals in stats.items()}})
-            bar.set_postfix(loss=f"{float(loss):.3f}", acc=" ".join(f"{a:.2f}" for a in stats["acc"][:3]))
+            bar.set_postfix(loss=f"{float(loss.detach()):.3f}", acc=" ".join(f"{a:.2f}" for a in stats["acc"][:3]))
         if step % options.eval_every == 0:
             model.eval()
             evals.append({"step": step, **evaluate(options.method, model, val_batches, parts, options, autocast)})
