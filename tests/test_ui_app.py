@@ -154,7 +154,7 @@ def test_bad_input_gives_a_visible_message_and_the_app_stays_up(url, foreign_mod
     client = Client(url, verbose=False)
     cases = [
         (run_args(prompt="   "), "prompt is empty"),
-        (run_args(method="draft"), "needs a drafter"),
+        (run_args(method="draft", target=foreign_models["other_vocab"]), "needs a drafter"),
         (run_args(target="nobody-here/no-such-model-xyz"), "cannot be reached"),
         (run_args(target="/no/such/folder"), "neither a model folder"),
         (run_args(target=foreign_models["encoder"]), "not a causal language model"),

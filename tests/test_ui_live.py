@@ -169,3 +169,11 @@ def test_an_app_run_warms_up_once(monkeypatch):
     assert len(calls) == 1
     (positions, _, proposers), kwargs = calls[0]
     assert positions == 4 and kwargs["tree"] == 6 and proposers[0].name == "ngram"
+
+
+def test_the_draft_method_on_the_default_target_drafts_with_its_distilled_model():
+    assert live.drafter_for("draft", "default", "none") == "distilled"
+    assert live.drafter_for("draft", "default", "default") == "default"  # a chosen drafter stands
+    assert live.drafter_for("draft", "HuggingFaceTB/SmolLM2-1.7B-Instruct", "none") is None  # nothing ships for it
+    assert live.drafter_for("adaptive", "default", "none") is None  # adaptive drafts with EAGLE then
+    assert live.drafter_for("ngram", "default", "default") is None  # a method without a drafter ignores the field

@@ -46,8 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--heads", type=int, default=5, help="medusa: number of heads")
     group.add_argument("--layers", type=int, default=None, help="medusa: residual blocks per head (default 1); "
                        "draft-model: decoder layers (default 2)")
-    group.add_argument("--init-layers", default="spread", help="draft-model: the target layers its layers start "
-                       "from: spread (the first, the last and evenly between), first, or ids such as 0,29")
+    group.add_argument("--init-layers", default="first", help="draft-model: the target layers its layers start "
+                       "from: first (the default: the first N), spread (the first, the last and evenly between), or ids such as 0,29")
     group.add_argument("--chain", type=int, default=5, help="draft-model: draft length of the held-out tau estimate")
     group.add_argument("--eval-every", type=int, default=200)
     group.add_argument("--seed", type=int, default=0)

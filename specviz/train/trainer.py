@@ -41,7 +41,7 @@ class TrainOptions:
     medusa_heads: int = 5
     medusa_layers: int = 1
     draft_layers: int = 2  # draft-model: decoder layers
-    init_layers: str = "spread"  # draft-model: target layers to start from: spread, first, or ids "0,29"
+    init_layers: str = "first"  # draft-model: target layers to start from: spread, first, or ids "0,29"
     chain: int = 5  # draft-model: draft length the held-out estimate of tau is computed for
     val_share: float = 0.02
     log_every: int = 10

@@ -18,11 +18,12 @@ import gradio as gr
 from ..errors import SpecvizError
 from ..models import DEFAULT_MODEL
 from ..proposers import METHODS
+from ..proposers.distilled import DISTILLED
 from ..settings import check_prompt_text
 from . import charts, render, view
 from .endpoint import api_help, page_url, speculate
 from .gpu import gpu
-from .live import (MAX_NEW_TOKENS, USES_DRAFT_MODEL, LiveRun, RunRequest, end_session, load_models, model_name,
+from .live import (MAX_NEW_TOKENS, LiveRun, RunRequest, drafter_for, end_session, load_models, model_name,
                    session_key, session_of, settings_from_form)
 from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, run_header, status_of, step_story,
                        summary_of, token_text, tokens_of, trace_file)
@@ -41,7 +42,8 @@ TARGETS = [("default: SmolLM2-135M-Instruct (offline)", DEFAULT_MODEL),
            ("HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct"),
            ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct"),
            ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct")]
-DRAFTS = [("none", "none"), ("default: SmolLM2-135M-Instruct (offline)", DEFAULT_MODEL),
+DRAFTS = [("none", "none"), ("distilled: 2 layers distilled from the default target (offline)", DISTILLED),
+          ("default: SmolLM2-135M-Instruct (offline)", DEFAULT_MODEL),
           ("HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
           ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
           ("meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-1B-Instruct")]
@@ -175,7 +177,7 @@ class SpecvizApp:
             target_name = model_name(target)
             if target_name is None:
                 raise SpecvizError("choose a target model ('default' runs offline)")
-            draft_name = model_name(draft) if method in USES_DRAFT_MODEL else None
+            draft_name = drafter_for(method, target_name, draft)
             if method == "draft" and draft_name is None:
                 raise SpecvizError("the draft method needs a drafter: pick one (e.g. a pair preset) or type a Hub id, "
                                    "folder or .gguf file")

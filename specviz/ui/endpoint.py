@@ -11,7 +11,7 @@ from ..errors import SpecvizError
 from ..models import DEFAULT_MODEL
 from ..proposers import METHODS
 from ..settings import check_prompt_text
-from .live import ENGINE_LOCK, MAX_NEW_TOKENS, USES_DRAFT_MODEL, RunRequest, load_models, model_name, settings_from_form
+from .live import ENGINE_LOCK, MAX_NEW_TOKENS, RunRequest, drafter_for, load_models, model_name, settings_from_form
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +55,9 @@ def speculate(prompt: str, method: str = "ngram", max_new_tokens: int = 64, gamm
         if method not in METHODS:
             raise SpecvizError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
         check_prompt_text(prompt)
-        draft_name = model_name(draft) if method in USES_DRAFT_MODEL else None
-        target_model, draft_model = load_models(RunRequest(prompt, method, model_name(target) or DEFAULT_MODEL,
-                                                           draft_name, settings))
+        target_name = model_name(target) or DEFAULT_MODEL
+        target_model, draft_model = load_models(RunRequest(prompt, method, target_name,
+                                                           drafter_for(method, target_name, draft), settings))
         with ENGINE_LOCK:  # the whole comparison at once: its timings see no other user's steps
             report: Report = generate(prompt, method, target_model, draft_model, settings, compare_plain=True)
         return report.to_dict()

@@ -26,6 +26,7 @@ from ..errors import InvalidSettingError, SpecvizError
 from ..models import DEFAULT_MODEL, LoadedModel, load_model, unload_all
 from ..proposers import PlainProposer
 from ..proposers.checkpoints import load_draft_model
+from ..proposers.distilled import DISTILLED
 from ..records import RunResult, StepRecord
 from ..settings import DecodeSettings
 
@@ -311,6 +312,17 @@ def model_name(value) -> str | None:
     """A model field's value: None when empty (or 'none')."""
     text = str(value or "").strip()
     return None if text.lower() in ("", "none") else text
+
+
+def drafter_for(method: str, target_name: str, draft_value) -> str | None:
+    """The drafter a run loads: the one chosen, for the methods that take one; for `draft` on the default
+    target with none chosen, the draft model distilled from it (shipped in assets/drafters)."""
+    if method not in USES_DRAFT_MODEL:
+        return None
+    chosen = model_name(draft_value)
+    if chosen is None and method == "draft" and target_name == DEFAULT_MODEL:
+        return DISTILLED
+    return chosen
 
 
 # -- models shared by all sessions ------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from gradio.components.plot import PlotData
 
 from ..api import first_difference
 from ..models import DEFAULT_MODEL, default_source
+from ..proposers.distilled import DISTILLED
 from ..records import StepRecord, TokenRecord
 from . import render, view
 from .live import BASELINE, FAILED, PAUSED, READY, RUNNING, STOPPED, LiveRun, SteppedRun
@@ -140,6 +141,8 @@ def trace_file(run: LiveRun) -> str | None:
 def may_download(name: str) -> bool:
     """Whether loading the model can mean a download: not a file or folder here ("default" is one where the
     offline package is installed; on a Hugging Face Space it is a Hub id)."""
+    if name == DISTILLED:  # shipped in assets/drafters
+        return False
     try:
         source = default_source() if name == DEFAULT_MODEL else name
     except Exception:  # the load itself will say what is missing

@@ -14,7 +14,7 @@ from ..proposers import METHODS, PlainProposer
 from ..settings import check_prompt_text
 from . import charts, render, view
 from .gpu import gpu
-from .live import (ENGINE_LOCK, USES_DRAFT_MODEL, RunRequest, SteppedRun, load_models, model_name, prepare, session_of,
+from .live import (ENGINE_LOCK, RunRequest, drafter_for, SteppedRun, load_models, model_name, prepare, session_of,
                    settings_from_form)
 from .readouts import plot
 
@@ -74,7 +74,8 @@ class CompareTab:
             target_name = model_name(target)
             if target_name is None:
                 raise SpecvizError("choose a target model ('default' runs offline)")
-            draft_name = model_name(draft) if any(m in USES_DRAFT_MODEL for m in chosen) else None
+            draft_name = next((drafter_for(m, target_name, draft) for m in chosen if drafter_for(m, target_name, draft)),
+                              None)
             yield out(f"Loading {target_name}…")
             target_model, draft_model = load_models(RunRequest(prompt, chosen[0], target_name, draft_name, settings))
             prompt_ids = encode(target_model, prompt)
