@@ -14,10 +14,13 @@ from .errors import ModelLoadError
 
 PREFIX = "random:"
 
-# shapes of published models (their configs): SmolLM2-1.7B (with an untied output layer) and Llama 3.1 8B
+# shapes of published models (their configs): SmolLM2-1.7B (with an untied output layer), Llama 3.1 8B and
+# Vicuna-7B v1.3 (Llama 7B: multi-head attention, the target of the published EAGLE-1 and Medusa-1 drafters;
+# rope theta 10000, LlamaConfig's default)
 SHAPES = {
     "llama-1.7b": dict(hidden=2048, intermediate=8192, layers=24, heads=32, kv_heads=32, vocab=49152),
     "llama-8b": dict(hidden=4096, intermediate=14336, layers=32, heads=32, kv_heads=8, vocab=128256),
+    "vicuna-7b": dict(hidden=4096, intermediate=11008, layers=32, heads=32, kv_heads=32, vocab=32000),
     "llama-tiny": dict(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=512),
 }
 KEYS = ("hidden", "intermediate", "layers", "heads", "kv_heads", "vocab")

@@ -166,3 +166,16 @@ def test_averaged_heads_are_the_mean_of_two_sets_and_load(tiny_target, tmp_path)
     deeper = MedusaHeads(32, 3).state_dict_published()
     with pytest.raises(ModelLoadError, match="--init"):
         average_medusa_blocks(first.heads.state_dict_published(), deeper)
+
+
+def test_medusa_heads_are_counted_in_the_file_not_in_config_json(tiny_target, tmp_path):
+    """FasterDecoding's medusa-vicuna-7b-v1.3 says 2 heads in config.json and holds 5 in its file."""
+    write_medusa_published(tmp_path / "m", tiny_target, heads=3)
+    config = tmp_path / "m" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "medusa_num_heads": 2}))
+    assert make_proposer("medusa", tiny_target, heads=str(tmp_path / "m")).drafter.heads.num_heads == 3
+    write_medusa_published(tmp_path / "short", tiny_target, heads=3)  # another folder: loaded drafters are kept
+    config = tmp_path / "short" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "medusa_num_heads": 4}))
+    with pytest.raises(ModelLoadError, match="holds 3 heads, but config.json says 4"):
+        make_proposer("medusa", tiny_target, heads=str(tmp_path / "short"))

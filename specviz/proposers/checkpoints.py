@@ -186,11 +186,15 @@ def load_medusa(folder: Path, target: LoadedModel) -> MedusaDrafter:
             outputs[int(key.split(".")[0])] = value
         else:
             raise ModelLoadError(f"{file} has an unexpected key {key!r}: not Medusa-1 heads")
-    num_heads = int(data.get("medusa_num_heads", 0)) or 1 + max(int(k.split(".")[0]) for k in blocks)
     num_layers = int(data.get("medusa_num_layers", 1))
     first = blocks.get("0.0.linear.weight")
     if first is None:
         raise ModelLoadError(f"{file} has no 0.0.linear.weight: not Medusa-1 heads")
+    # the heads in the file: FasterDecoding/medusa-vicuna-7b-v1.3's config.json says 2 while its file holds 5
+    # (their loader hard-codes 5); fewer heads than config.json names is a damaged file
+    num_heads = 1 + max(int(k.split(".")[0]) for k in blocks)
+    if int(data.get("medusa_num_heads", 0)) > num_heads:
+        raise ModelLoadError(f"{file} holds {num_heads} heads, but config.json says {data['medusa_num_heads']}")
     vocab = next(iter(outputs.values())).shape[0] if outputs else None
     check_fits(what, target, first.shape[0], vocab)
     heads = MedusaHeads(first.shape[0], num_heads, num_layers)
