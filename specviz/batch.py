@@ -1,16 +1,16 @@
 """Batched speculative decoding: B prompts at once, each step one verify pass over B x (gamma + 1) positions,
 each row accepting its own number of drafts (a ragged batch: runners/batched.py keeps a length per row).
 
-Every row has its own proposer (its own n-gram index, its own datastore lookups) and its own random generator;
-verification is the same per row as at batch 1 (verify.verify_greedy, verify.verify_sampled), so each row's
-output is its batch-1 output (greedy) or has its batch-1 distribution (sampling). A row that reaches its token
-limit or an end-of-sequence token leaves the batch: from then on it costs nothing.
+Every row has its own random generator and its own draft: the lookups (plain, `ngram`, `retrieval`) keep one
+proposer a row on the host; a draft model (`draft`, `early-exit`) drafts for every row in one batched forward
+a token (batch_draft.py). Verification is the same per row as at batch 1 (verify.verify_greedy,
+verify.verify_sampled), so each row's output is its batch-1 output (greedy) or has its batch-1 distribution
+(sampling). A row that reaches its token limit or an end-of-sequence token leaves the batch, or, while prompts
+wait, hands its slot to the next one (a refill queue: the batch stays full).
 
 Plain decoding of a batch is the same loop with proposers that never draft, so a batch's speedup compares like
-with like: the same runner, the same batch, the same prompts. The drafters that batch are the lookups (plain,
-`ngram`, `retrieval`): their drafting is per row on the host and costs next to nothing. Drafters that run a
-model of their own (`draft`, `early-exit`, `medusa`, `eagle`) would need their own batched forward and do not
-batch here."""
+with like: the same runner, the same batch, the same prompts. Drafters that read the target's hidden states
+(`medusa`, `eagle`) and `adaptive` do not batch here."""
 from __future__ import annotations
 
 import time
@@ -21,15 +21,18 @@ import torch
 
 from . import verify as verification
 from .clock import device_clock
+from .api import make_proposer
+from .batch_draft import ModelDrafting, RowProposers
 from .engine import keep_tokens
 from .errors import InvalidSettingError
-from .models import LoadedModel
-from .proposers import Feedback, Proposer
+from .models import LoadedModel, check_same_vocabulary
+from .proposers import Draft, Feedback, Proposer
+from .proposers.early_exit import decoder_layers, default_exit_layer, truncated_view
 from .runners.batched import BatchedRunner
 from .sampling import make_generator, warp_probs
 from .settings import DecodeSettings
 
-BATCHED_METHODS = ("plain", "ngram", "retrieval")
+BATCHED_METHODS = ("plain", "ngram", "retrieval", "draft", "early-exit")
 
 
 @dataclass
@@ -73,95 +76,136 @@ class BatchRun:
 def check_batchable(method: str) -> None:
     if method not in BATCHED_METHODS:
         raise InvalidSettingError(f"{method} does not batch: batched decoding runs {', '.join(BATCHED_METHODS)} "
-                                  "(a drafter that runs a model of its own would need its own batched forward)")
+                                  "(a drafter that reads the target's hidden states would need them per row)")
+
+
+def batch_drafting(method: str, target: LoadedModel, draft: LoadedModel | None = None,
+                   exit_layer: int | None = None, heads: str | None = None) -> Callable[[], Proposer] | ModelDrafting:
+    """What decode_batch drafts with for `method`: a draft model for the whole batch (`draft`, `early-exit`),
+    else a factory of one lookup proposer a row."""
+    check_batchable(method)
+    if method == "early-exit":
+        layers = len(decoder_layers(target.model))
+        cut = default_exit_layer(layers) if exit_layer is None else exit_layer
+        return ModelDrafting(truncated_view(target.model, cut), target.vocab_size)
+    if method == "draft":
+        if draft is None:
+            raise InvalidSettingError("the draft method needs a draft model: --draft on the command line ('default' "
+                                      "drafts with the target itself)")
+        check_same_vocabulary(target, draft)
+        return ModelDrafting(draft.model, target.vocab_size)
+    return lambda: make_proposer(method, target, heads=heads)
 
 
 @torch.inference_mode()
-def decode_batch(target: LoadedModel, make_proposer: Callable[[], Proposer], prompts: list[list[int]],
-                 settings: DecodeSettings) -> BatchRun:
-    """Decode every prompt (token ids) in one batch. Row b's generator is seeded settings.seed + b, so that a
-    row samples as a batch-1 run of that seed does."""
+def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDrafting, prompts: list[list[int]],
+                 settings: DecodeSettings, batch_size: int | None = None) -> BatchRun:
+    """Decode every prompt (token ids), batch_size rows at a time (None: all at once). drafting: a factory of
+    one proposer a row (the lookups), or a draft model that drafts for the whole batch (batch_drafting picks).
+    A finished row's slot takes the next prompt waiting, so the batch stays full while prompts wait. Prompt b's
+    generator is seeded settings.seed + b, so that it samples as a batch-1 run of that seed does."""
     settings = settings.validate()
     if settings.tree:
         raise InvalidSettingError("batched decoding drafts chains; set tree to 0")
     if not prompts or any(not ids for ids in prompts):
         raise InvalidSettingError("the prompt is empty; type some text")
+    if batch_size is not None and batch_size < 1:
+        raise InvalidSettingError(f"the batch size must be at least 1, got {batch_size}")
     device = target.device
     capacity = max(len(ids) for ids in prompts) + settings.max_new_tokens + settings.gamma + 2
     if capacity > target.context_length:
         raise InvalidSettingError(f"the longest prompt and max-new-tokens {settings.max_new_tokens} go beyond the "
                                   f"model's context of {target.context_length}")
     eos_ids = target.eos_token_ids if settings.stop_at_eos else set()
-    runner = BatchedRunner(target.model, len(prompts), capacity)
-    start = device_clock(device)
-    for row, ids in enumerate(prompts):  # prompts differ in length: one row at a time
-        if len(ids) > 1:
-            runner.forward(torch.tensor(ids[:-1], dtype=torch.long)[None], "none", rows=slice(row, row + 1))
+    width = min(batch_size or len(prompts), len(prompts))
+    runner = BatchedRunner(target.model, width, capacity)
+    rows = drafting.open(width, capacity) if isinstance(drafting, ModelDrafting) else RowProposers(drafting)
     sequences = [list(ids) for ids in prompts]
+    tensors = [torch.tensor(ids) for ids in prompts]  # each sequence as a tensor: made once a step
     outputs: list[list[int]] = [[] for _ in prompts]
-    proposers = [make_proposer() for _ in prompts]
-    generators = [make_generator(None if settings.seed is None else settings.seed + row, device)
-                  for row in range(len(prompts))]
-    for row, proposer in enumerate(proposers):
-        proposer.reset(torch.tensor(sequences[row]), settings, generators[row])
-    prefill_seconds = device_clock(device) - start
-    active = list(range(len(prompts)))  # the runner's rows, in order: which prompt each holds
+    generators = [make_generator(None if settings.seed is None else settings.seed + b, device)
+                  for b in range(len(prompts))]
+
+    def start(row: int, prompt: int) -> None:
+        lengths = runner.lengths.clone()
+        lengths[row] = 0
+        runner.rollback(lengths)
+        ids = prompts[prompt]
+        if len(ids) > 1:  # prompts differ in length: one row at a time
+            runner.forward(torch.tensor(ids[:-1], dtype=torch.long)[None], "none", rows=slice(row, row + 1))
+        rows.start(row, ids, tensors[prompt], settings, generators[prompt])
+
+    start_time = device_clock(device)
+    for row in range(width):
+        start(row, row)
+    prefill_seconds = device_clock(device) - start_time
+    active = list(range(width))  # the runner's rows, in order: which prompt each holds
+    waiting = list(range(width, len(prompts)))  # prompts not started yet, in order
     forwards, row_forwards, drafted, accepted = 0, [0] * len(prompts), 0, 0
     stop_reasons = ["max_new_tokens"] * len(prompts)
     while active:
         step_start = time.perf_counter()
-        drafts = [_draft(proposers[row], sequences[row], outputs[row], settings, target.context_length)
-                  for row in active]
+        gammas = [draft_length(settings, len(sequences[p]), len(outputs[p]), target.context_length) for p in active]
+        drafts = (rows.propose([tensors[p] for p in active], gammas) if max(gammas) > 0
+                  else [Draft(torch.empty(0, dtype=torch.long), None) for _ in active])
         draft_end = time.perf_counter()
-        width = max(len(draft.token_ids) for draft in drafts) + 1
-        ids = torch.zeros((len(active), width), dtype=torch.long)
-        for i, (row, draft) in enumerate(zip(active, drafts)):
-            ids[i, 0] = sequences[row][-1]
+        span = max(len(draft.token_ids) for draft in drafts) + 1
+        ids = torch.zeros((len(active), span), dtype=torch.long)
+        for i, (prompt, draft) in enumerate(zip(active, drafts)):
+            ids[i, 0] = sequences[prompt][-1]
             ids[i, 1:1 + len(draft.token_ids)] = draft.token_ids  # the rest: padding, written over later
         cached = runner.lengths.clone()
         logits = runner.forward(ids)
         forwards += 1
-        lengths, still = cached.clone(), []
-        for i, (row, draft) in enumerate(zip(active, drafts)):
+        lengths, finished = cached.clone(), []
+        for i, (prompt, draft) in enumerate(zip(active, drafts)):
             size = len(draft.token_ids)
             row_logits = logits[i, :size + 1]
             if settings.greedy:
                 verdict = verification.verify_greedy(draft.token_ids.cpu(), row_logits)
             else:
                 verdict = verification.verify_sampled(draft.token_ids.to(device), draft.probs,
-                                                      warp_probs(row_logits, settings), generators[row])
+                                                      warp_probs(row_logits, settings), generators[prompt])
             n = verdict.n_accepted
-            kept = keep_tokens(draft.token_ids[:n].tolist() + [verdict.next_token], outputs[row],
+            kept = keep_tokens(draft.token_ids[:n].tolist() + [verdict.next_token], outputs[prompt],
                                settings.max_new_tokens, eos_ids)
-            sequences[row].extend(kept)
+            sequences[prompt].extend(kept)
+            tensors[prompt] = torch.tensor(sequences[prompt])
             lengths[i] += 1 + n  # the fed token and the accepted drafts
-            row_forwards[row] += 1
+            row_forwards[prompt] += 1
             drafted += size
             accepted += min(n, len(kept))
             verify_end = time.perf_counter()
-            proposers[row].observe(Feedback(tokens=torch.tensor(sequences[row]), drafted=size, n_accepted=n,
-                                            draft_seconds=draft_end - step_start,
-                                            verify_seconds=verify_end - draft_end, target_hidden=None,
-                                            new_ids=kept))
+            rows.observe(i, Feedback(tokens=tensors[prompt], drafted=size, n_accepted=n,
+                                     draft_seconds=draft_end - step_start, verify_seconds=verify_end - draft_end,
+                                     target_hidden=None, new_ids=kept))
             if kept and kept[-1] in eos_ids:
-                stop_reasons[row] = "eos"
-            elif len(outputs[row]) < settings.max_new_tokens:
-                still.append(i)
+                stop_reasons[prompt] = "eos"
+                finished.append(i)
+            elif len(outputs[prompt]) >= settings.max_new_tokens:
+                finished.append(i)
         runner.rollback(lengths)
-        if len(still) < len(active):  # finished rows leave the batch
+        leaving = []
+        for i in finished:  # a finished row's slot takes the next prompt waiting, else the row leaves
+            if waiting:
+                active[i] = waiting.pop(0)
+                start(i, active[i])
+            else:
+                leaving.append(i)
+        if leaving:  # finished rows stop costing
+            still = [i for i in range(len(active)) if i not in leaving]
             runner.keep(still)
+            rows.keep(still)
             active = [active[i] for i in still]
-    wall = device_clock(device) - start
+    wall = device_clock(device) - start_time
     return BatchRun(token_ids=outputs, forwards=forwards, row_forwards=row_forwards, drafted=drafted,
                     accepted=accepted, wall_seconds=wall, prefill_seconds=prefill_seconds, stop_reasons=stop_reasons)
 
 
-def _draft(proposer: Proposer, sequence: list[int], output: list[int], settings: DecodeSettings, context: int):
-    room = min(settings.max_new_tokens - len(output) - 1, context - len(sequence) - 1)
-    gamma = min(settings.gamma, room)
-    if gamma <= 0:
-        return proposer.empty_draft("cpu")
-    return proposer.propose(torch.tensor(sequence), gamma)
+def draft_length(settings: DecodeSettings, length: int, produced: int, context: int) -> int:
+    """How many drafts a row may verify this step: gamma, fewer near its token limit or the model's context."""
+    room = min(settings.max_new_tokens - produced - 1, context - length - 1)
+    return max(0, min(settings.gamma, room))
 
 
 @torch.inference_mode()

@@ -8,11 +8,10 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from .api import encode, make_proposer
-from .batch import check_batchable, decode_batch
+from .api import encode, make_proposer, resolve_models
+from .batch import BatchRun, batch_drafting, check_batchable, decode_batch
 from .bench import device_info, load_prompts, parse_method
 from .errors import InvalidSettingError
-from .models import load_model
 from .settings import DecodeSettings
 
 
@@ -28,6 +27,16 @@ def batches_of(items: list, size: int) -> list[list]:
     every batch has `size` rows (a batch of 64 from 26 prompts repeats some)."""
     count = max(1, -(-len(items) // size))
     return [[items[(b * size + i) % len(items)] for i in range(size)] for b in range(count)]
+
+
+def row_of(run: BatchRun, plain: BatchRun, method: str, batch_size: int) -> dict:
+    """One measured batch, as summarize_batches reads it; identical_rows counts the rows whose output is the
+    same row's in plain decoding of the batch."""
+    return {"method": method, "batch_size": batch_size, "rows": len(run.token_ids), "new_tokens": run.new_tokens,
+            "wall_seconds": run.wall_seconds, "prefill_seconds": run.prefill_seconds,
+            "ms_per_token": run.ms_per_token, "row_forwards": sum(run.row_forwards), "forwards": run.forwards,
+            "drafted": run.drafted, "accepted": run.accepted,
+            "identical_rows": sum(a == b for a, b in zip(run.token_ids, plain.token_ids))}
 
 
 def summarize_batches(rows: list[dict]) -> list[dict]:
@@ -73,15 +82,18 @@ def format_batches(summary: list[dict]) -> str:
 def run_batch_bench(prompts_file: str, methods: list[str], batch_sizes: list[int], settings: DecodeSettings,
                     out: str, target: str = "default", device: str | None = None, dtype: str | None = None,
                     chat: bool = True, limit: int | None = None, per_category: int | None = None,
-                    progress=None) -> dict:
-    """Greedy or sampled; each row's output is compared with the same row's in plain decoding of the batch."""
+                    progress=None, draft: str | None = None, exit_layer: int | None = None) -> dict:
+    """Greedy or sampled; each row's output is compared with the same row's in plain decoding of the batch.
+    draft: the draft model for `draft` ('default': the target drafting for itself)."""
     entries = {spec: parse_method(spec, settings) for spec in methods if spec != "plain"}
     for method, method_settings in entries.values():
         check_batchable(method)
         if method_settings.tree:
             raise InvalidSettingError("batched decoding drafts chains: write METHOD or METHOD:GAMMA")
     prompts = load_prompts(prompts_file, limit, per_category)
-    target_model = load_model(target, device, dtype)
+    target_model, draft_model = resolve_models(target, draft, device, dtype)
+    drafting = {spec: batch_drafting(method, target_model, draft_model, exit_layer)
+                for spec, (method, _) in entries.items()}
     encoded = [encode(target_model, p["prompt"], chat) for p in prompts]
     decode_batch(target_model, lambda: make_proposer("plain", target_model), encoded[:1],
                  DecodeSettings(max_new_tokens=4))  # untimed: first calls
@@ -90,19 +102,14 @@ def run_batch_bench(prompts_file: str, methods: list[str], batch_sizes: list[int
     for size, batch in plan:
         plain = decode_batch(target_model, lambda: make_proposer("plain", target_model), batch, settings)
         for spec, (method, method_settings) in [("plain", ("plain", settings)), *entries.items()]:
-            run = plain if spec == "plain" else decode_batch(
-                target_model, lambda: make_proposer(method, target_model), batch, method_settings)
-            rows.append({"method": spec, "batch_size": size, "rows": len(batch), "new_tokens": run.new_tokens,
-                         "wall_seconds": run.wall_seconds, "prefill_seconds": run.prefill_seconds,
-                         "ms_per_token": run.ms_per_token, "row_forwards": sum(run.row_forwards),
-                         "forwards": run.forwards, "drafted": run.drafted, "accepted": run.accepted,
-                         "identical_rows": sum(a == b for a, b in zip(run.token_ids, plain.token_ids))})
+            run = plain if spec == "plain" else decode_batch(target_model, drafting[spec], batch, method_settings)
+            rows.append(row_of(run, plain, spec, size))
             done += 1
             if progress:
                 progress(done, total, f"{spec} at batch {size}")
     summary = summarize_batches(rows)
     report = {"device": device_info(target_model.device),
-              "config": {"target": target, "methods": ["plain", *entries], "batch_sizes": batch_sizes,
+              "config": {"target": target, "draft": draft, "methods": ["plain", *entries], "batch_sizes": batch_sizes,
                          "prompts_file": prompts_file, "prompts": len(prompts), "chat": chat,
                          "dtype": str(target_model.dtype).replace("torch.", ""), **settings.__dict__},
               "results": rows, "summary": summary,

@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="at most N prompts for transformers, spread over the categories")
     bench.add_argument("--batch-sizes", default="", help="decode batches of these sizes, e.g. 1,2,4,8,16: per method "
                        "and batch size, tokens/s, latency a token, tau and the speedup over plain decoding of the "
-                       "same batches (plain, ngram and retrieval batch)")
+                       "same batches (plain, ngram, retrieval, draft and early-exit batch)")
     bench.add_argument("--out", required=True, help="where to write the results JSON")
 
     check = commands.add_parser("check-exactness", help="test that a method's sampled output is the target's distribution")
@@ -190,9 +190,9 @@ def bench_batches(args, methods: list[str]) -> int:
     from .batch_bench import parse_batch_sizes, run_batch_bench
 
     sizes = parse_batch_sizes(args.batch_sizes)
-    if args.transformers or args.draft or args.heads or args.device_map:
-        raise SpecvizError("--batch-sizes runs plain, ngram and retrieval on one device: drop --transformers, "
-                           "--draft, --heads and --device-map")
+    if args.transformers or args.heads or args.device_map:
+        raise SpecvizError("--batch-sizes runs plain, ngram, retrieval, draft and early-exit on one device: drop "
+                           "--transformers, --heads and --device-map")
     with tqdm(desc="batches", unit="run", file=sys.stderr) as bar:
         def progress(done: int, total: int, what: str) -> None:
             bar.total = total
@@ -201,7 +201,8 @@ def bench_batches(args, methods: list[str]) -> int:
 
         run_batch_bench(args.prompts, methods, sizes, settings_from(args), args.out, target=args.target,
                         device=args.device, dtype=args.dtype, chat=not args.raw_prompt, limit=args.limit,
-                        per_category=args.per_category, progress=progress)
+                        per_category=args.per_category, progress=progress, draft=args.draft,
+                        exit_layer=args.exit_layer)
     return 0
 
 

@@ -9,8 +9,8 @@ import torch
 
 from specviz import DecodeSettings
 from specviz.api import encode, make_proposer, run_once
-from specviz.batch import decode_batch
-from specviz.batch_bench import batches_of, crossover, parse_batch_sizes, summarize_batches
+from specviz.batch import BatchRun, decode_batch
+from specviz.batch_bench import batches_of, crossover, parse_batch_sizes, row_of, summarize_batches
 from specviz.errors import InvalidSettingError
 from specviz.runners.batched import BatchedRunner
 
@@ -107,17 +107,30 @@ def test_the_summary_marks_where_speculation_stops_paying():
     assert crossover(summarize_batches(rows[:2]), "ngram") is None
 
 
+@pytest.mark.quick
+def test_a_measured_batch_becomes_one_row_that_counts_rows_identical_to_plain():
+    def run(outputs):
+        return BatchRun(token_ids=outputs, forwards=3, row_forwards=[3, 2], drafted=4, accepted=2, wall_seconds=2.0,
+                        prefill_seconds=0.5)
+
+    plain = run([[1, 2, 3], [4, 5]])
+    row = row_of(run([[1, 2, 3], [4, 6]]), plain, "ngram", 2)
+    assert row["identical_rows"] == 1 and row["rows"] == 2 and row["new_tokens"] == 5
+    assert row_of(plain, plain, "plain", 2)["identical_rows"] == 2  # control: plain against itself
+    assert summarize_batches([row_of(plain, plain, "plain", 2), row])[1]["identical_share"] == 0.5
+
+
 def test_bench_at_several_batch_sizes(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [text]}) + "\n"
                                for i, text in enumerate(["Count from 1 to 9.", "Name three colours."])))
     out = tmp_path / "batches.json"
-    proc = run_cli("bench", "--prompts", str(prompts), "--methods", "ngram", "--batch-sizes", "1,2",
-                   "--max-new-tokens", "12", "--out", str(out))
+    proc = run_cli("bench", "--prompts", str(prompts), "--methods", "ngram,draft", "--draft", "default",
+                   "--batch-sizes", "1,2", "--max-new-tokens", "12", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
     assert {(s["method"], s["batch_size"]) for s in report["summary"]} == {
-        ("plain", 1), ("plain", 2), ("ngram", 1), ("ngram", 2)}
+        ("plain", 1), ("plain", 2), ("ngram", 1), ("ngram", 2), ("draft", 1), ("draft", 2)}
     assert all(s["identical_share"] == 1.0 for s in report["summary"])
     assert "stops paying" in proc.stdout or "every batch size" in proc.stdout
     refused = run_cli("bench", "--prompts", str(prompts), "--methods", "eagle", "--batch-sizes", "2",

@@ -7,7 +7,7 @@ import gradio as gr
 
 from ..api import encode, make_proposer
 from ..batch import decode_batch, forward_cost
-from ..batch_bench import batches_of, crossover, parse_batch_sizes, summarize_batches
+from ..batch_bench import batches_of, crossover, parse_batch_sizes, row_of, summarize_batches
 from ..errors import SpecvizError
 from ..models import DEFAULT_MODEL, load_model
 from ..settings import DecodeSettings
@@ -97,11 +97,7 @@ class BatchTab:
                     with ENGINE_LOCK:  # a batch at a time, so that other users' runs interleave
                         run = decode_batch(model, lambda: make_proposer(spec, model), batch, settings)
                     plain = plain or run
-                    rows.append({"method": spec, "batch_size": size, "rows": len(batch), "new_tokens": run.new_tokens,
-                                 "wall_seconds": run.wall_seconds, "ms_per_token": run.ms_per_token,
-                                 "row_forwards": sum(run.row_forwards), "drafted": run.drafted,
-                                 "accepted": run.accepted,
-                                 "identical_rows": sum(a == b for a, b in zip(run.token_ids, plain.token_ids))})
+                    rows.append(row_of(run, plain, spec, size))
             with ENGINE_LOCK:  # why: a verify pass of gamma + 1 positions against a plain step, this batch
                 costs.append({"batch_size": size, "ratio": forward_cost(model, size, settings.gamma + 1)
                               / forward_cost(model, size, 1)})
