@@ -1,5 +1,6 @@
 """The Learn tab's measurements (specviz.lessons): each on the tiny random models, with a control that must fail
 where a lesson claims something; the distribution lesson and the cost floor also on the offline default model."""
+import re
 from collections import Counter
 
 import pytest
@@ -45,6 +46,17 @@ def test_expected_curve_is_the_theorem_and_literature_names_its_sources():
         assert row.source and row.targets and row.speedup
     assert lessons.literature_for("eagle").source.startswith("Li et al.")
     assert lessons.literature_for("plain") is None
+
+
+@pytest.mark.quick
+def test_every_literature_row_cites_its_paper_and_a_distilled_draft_is_among_them():
+    for row in lessons.LITERATURE:
+        assert re.search(r"arXiv \d{4}\.\d{5}: ", row.source), row.source  # the id, then the part that says it
+    assert "distilled draft model" in {row.drafter for row in lessons.LITERATURE}
+    assert lessons.literature_for("retrieval").source.startswith("He et al.")
+    assert lessons.literature_for("ngram").source.startswith("Fu et al.")
+    assert len(lessons.literature_lines()) == len(lessons.LITERATURE)  # the kinds no method ships included
+    assert lessons.literature_for("no-such-method") is None
 
 
 class ArgmaxDrafter(Proposer):

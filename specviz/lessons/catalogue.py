@@ -11,6 +11,7 @@ from ..errors import InvalidSettingError
 from ..models import LoadedModel
 from . import batch_size, drafters, exactness, forward_cost, speedup, steps
 from .common import PROMPTS
+from .literature import literature_lines
 
 SETTINGS = {  # what each lesson runs with; the Learn tab's "Open in the Run tab" copies them there
     "mechanic": dict(prompt="Explain what a cache is in one sentence.", method="eagle", gamma=4, temperature=0.0,
@@ -34,6 +35,7 @@ class Lesson:
     headers: Callable[[object], list[str]]
     rows: Callable[[object], list[list]]
     sentence: Callable[[object], str]  # markdown: the measured figure in **bold**
+    sources: tuple[str, ...] = ()  # what the lesson quotes rather than measures, one line each
 
 
 def _mechanic(target: LoadedModel) -> Iterator:
@@ -66,7 +68,8 @@ LESSONS = [
     Lesson(3, "cost", "Checking K costs about one", forward_cost.CLAIM, forward_cost.verify_cost,
            lambda r: forward_cost.HEADERS, forward_cost.verify_cost_rows, forward_cost.verify_cost_sentence),
     Lesson(4, "acceptance", "Acceptance decides the win", speedup.CLAIM, speedup.acceptance,
-           lambda r: speedup.HEADERS, speedup.acceptance_rows, speedup.acceptance_sentence),
+           lambda r: speedup.HEADERS, speedup.acceptance_rows, speedup.acceptance_sentence,
+           tuple(literature_lines())),
     Lesson(5, "batch", "Where it stops paying: batch size", batch_size.CLAIM, batch_size.batch_sizes,
            lambda r: batch_size.HEADERS, batch_size.batch_rows, _batch_sentence),
     Lesson(6, "drafters", "What each drafter costs", drafters.CLAIM, drafters.drafter_costs,
