@@ -100,3 +100,25 @@ def test_distribution_endpoint_returns_both_histograms_and_p_values(default_targ
         assert 0 <= result["p_value"] <= 1 and 0 <= result["wrong_exact_p_value"] <= 1
         with pytest.raises(Exception, match="runs must be between"):
             Client(url, verbose=False).predict(prompt="x", runs=5, api_name="/distribution")
+
+
+def _selects_a_tab(with_tabs: bool) -> list:
+    """The events of a built Learn tab whose output is the app's gr.Tabs, and what they select."""
+    import gradio as gr
+
+    with gr.Blocks() as demo:
+        with gr.Tabs() as tabs:
+            with gr.Tab("Run", id=learn.RUN_TAB):
+                fields = [gr.Textbox(), gr.Textbox(), gr.Number(), gr.Number(), gr.Number(), gr.Number()]
+                target = gr.Textbox()
+            with gr.Tab("Learn", id="learn"):
+                learn.LearnTab().build(target, fields, {}, ["a prompt"], tabs if with_tabs else None)
+    return [fn for dep, fn in zip(demo.config["dependencies"], demo.fns.values()) if dep["outputs"] == [tabs._id]]
+
+
+@pytest.mark.quick
+def test_open_in_the_run_tab_selects_the_run_tab_by_its_id():
+    selectors = _selects_a_tab(True)
+    assert len(selectors) == 5  # one "Open in the Run tab" a lesson with a frame (lesson 5 has the Batch tab's)
+    assert all(fn.fn().selected == learn.RUN_TAB for fn in selectors)
+    assert _selects_a_tab(False) == []  # control: without the app's tabs, nothing selects one

@@ -129,8 +129,7 @@ DRAFTER_HEADERS = lessons.drafters.HEADERS
 # the tab --------------------------------------------------------------------------------------------------------
 
 LESSONS = lessons.SETTINGS  # the settings each lesson runs with; "Open in the Run tab" copies them there
-SWITCH_TO_RUN = ("() => { for (const b of document.querySelectorAll('button[role=\"tab\"]')) "
-                 "{ if (b.textContent.trim() === 'Run') { b.click(); break; } } }")
+RUN_TAB = "run"  # the Run tab's id in the app's gr.Tabs: "Open in the Run tab" selects it by id, not by its label
 
 
 def distribution_api(prompt: str = LESSONS["exact"]["prompt"], method: str = "medusa", runs: int = 150,
@@ -152,11 +151,12 @@ def distribution_api(prompt: str = LESSONS["exact"]["prompt"], method: str = "me
 class LearnTab:
     """Six short lessons."""
 
-    def build(self, target, run_fields: list, engine: dict, batch_prompts: list[str]) -> list:
+    def build(self, target, run_fields: list, engine: dict, batch_prompts: list[str], tabs: gr.Tabs | None = None) -> list:
         """target: the Run tab's target; run_fields: its prompt, method, gamma, temperature, max new tokens, seed
-        (what "Open in the Run tab" fills in); batch_prompts: what lesson 5 decodes in batches. Returns the
-        lessons' events, for the Run tab's Stop to cancel."""
-        self.target, self.run_fields, self.engine = target, run_fields, engine
+        (what "Open in the Run tab" fills in); batch_prompts: what lesson 5 decodes in batches; tabs: the app's
+        gr.Tabs, whose tab RUN_TAB "Open in the Run tab" selects (None: it fills the fields in only). Returns
+        the lessons' events, for the Run tab's Stop to cancel."""
+        self.target, self.run_fields, self.engine, self.tabs = target, run_fields, engine, tabs
         self.events = []
         gr.Markdown("Short lessons, each a claim, a measurement made now on this machine and model, and one "
                     "sentence on what it showed. Each runs in under a minute on a 2-core CPU.")
@@ -185,9 +185,11 @@ class LearnTab:
             link = gr.Button("Open in the Run tab", elem_id=f"sv-learn-{key}-link")
         status = gr.HTML(label=f"{key} status", elem_id=f"sv-learn-{key}-status")
         settings = LESSONS[key]
-        link.click(lambda: [settings[k] for k in ("prompt", "method", "gamma", "temperature", "max_new", "seed")],
-                   None, self.run_fields, api_visibility="private", concurrency_limit=None).then(
-            None, None, None, js=SWITCH_TO_RUN)
+        filled = link.click(lambda: [settings[k] for k in ("prompt", "method", "gamma", "temperature", "max_new", "seed")],
+                            None, self.run_fields, api_visibility="private", concurrency_limit=None)
+        if self.tabs is not None:
+            filled.then(lambda: gr.Tabs(selected=RUN_TAB), None, self.tabs, api_visibility="private",
+                        concurrency_limit=None)
         return run, stop, status
 
     def _wire(self, run, stop, status, handler, inputs, outputs, api_name=None):
