@@ -59,6 +59,24 @@ def test_every_literature_row_cites_its_paper_and_a_distilled_draft_is_among_the
     assert lessons.literature_for("no-such-method") is None
 
 
+@pytest.mark.quick
+def test_lesson_6_lists_what_loads_offline_a_new_drafter_folder_included(tmp_path):
+    from types import SimpleNamespace
+
+    from specviz.models import DEFAULT_MODEL
+    from specviz.proposers.checkpoints import SHIPPED, shipped_methods
+
+    default, other = SimpleNamespace(name=DEFAULT_MODEL), SimpleNamespace(name="someone/else")
+    assert lessons.offline_methods(default) == ["ngram", "retrieval", "early-exit", "medusa", "eagle"]
+    assert lessons.offline_methods(other) == ["ngram", "early-exit"]  # control: nothing ships for it
+    for folder in ("medusa", "notes"):  # a drafter folder, and one without a config (not a drafter)
+        (tmp_path / SHIPPED[DEFAULT_MODEL] / folder).mkdir(parents=True)
+    (tmp_path / SHIPPED[DEFAULT_MODEL] / "medusa" / "config.json").write_text("{}")
+    shipped = shipped_methods(default, root=tmp_path)
+    assert shipped == ["medusa"]
+    assert lessons.offline_methods(default, shipped) == ["ngram", "early-exit", "medusa"]
+
+
 class ArgmaxDrafter(Proposer):
     """Drafts the target's own favourite token with no distribution (one-hot q, as n-gram lookup and Medusa's
     argmax heads do): the correct verifier keeps the output exact; the wrong one gives the favourite a second

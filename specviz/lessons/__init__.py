@@ -20,7 +20,8 @@ from .speedup import AcceptanceRow, acceptance, acceptance_rows, acceptance_sent
 from .batch_size import BatchSizes, batch_rows, batch_sentence, batch_sizes
 from .catalogue import LESSONS, SETTINGS, Lesson, lessons_to_run
 from .common import PROMPTS, finish
-from .drafters import DrafterCost, drafter_costs, drafter_rows, drafter_sentence, extra_bytes, extra_parameters
+from .drafters import (DrafterCost, drafter_costs, drafter_rows, drafter_sentence, extra_bytes, extra_parameters,
+                       offline_methods)
 from .exactness import (SIGNIFICANCE, Distribution, Histogram, SideBySide, Unchanged, distribution,
                         distribution_sentence, greedy_side_by_side, second_token_probs, side_by_side_sentence,
                         two_sample_test, unchanged)
@@ -35,6 +36,6 @@ __all__ = [
     "batch_sizes", "distribution", "distribution_sentence", "drafter_costs", "drafter_rows", "drafter_sentence",
     "expected_curve", "expected_speedup", "extra_bytes", "extra_parameters", "finish", "greedy_side_by_side",
     "lessons_to_run", "literature_for", "literature_lines", "make_proposer", "mechanic", "mechanic_rows", "mechanic_sentence",
-    "mechanic_step", "second_token_probs", "side_by_side_sentence", "two_sample_test", "unchanged", "verify_cost",
+    "mechanic_step", "offline_methods", "second_token_probs", "side_by_side_sentence", "two_sample_test", "unchanged", "verify_cost",
     "verify_cost_rows", "verify_cost_sentence", "weight_bytes",
 ]

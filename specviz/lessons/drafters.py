@@ -11,13 +11,22 @@ import torch
 from ..api import make_proposer
 from ..floor import weight_bytes
 from ..models import LoadedModel
-from ..proposers import Proposer
+from ..proposers import METHODS, Proposer
+from ..proposers.checkpoints import shipped_methods
 from ..settings import DecodeSettings
 from .common import PROMPTS, megabytes, prompt_ids, run_once
 
 CLAIM = ("Drafters differ in what they add to memory: a second model, extra heads, a layer, a datastore, or nothing. "
          "Measured from the loaded objects.")
 HEADERS = ["method", "extra parameters", "extra memory", "share of the target's memory", "α", "τ"]
+NEEDS_NOTHING = ("ngram", "early-exit")  # drafters made of the sequence or of the target itself: no files
+
+
+def offline_methods(target: LoadedModel, shipped: Sequence[str] | None = None) -> list[str]:
+    """The drafters that load here without a network or a second model: those that need nothing, and those
+    whose files ship for this target (specviz.proposers.checkpoints.shipped_methods), in METHODS' order."""
+    available = set(NEEDS_NOTHING) | set(shipped_methods(target) if shipped is None else shipped)
+    return [m for m in METHODS if m in available]
 
 
 _SKIP = {"runners", "cache", "trees", "tree_workspaces", "_finalizer", "target", "sequence", "cached_ids",
@@ -108,10 +117,12 @@ class DrafterCost:
     tau: float
 
 
-def drafter_costs(target: LoadedModel, methods: Sequence[str] = ("ngram", "retrieval", "early-exit", "medusa", "eagle"),
-                  prompt: str = PROMPTS["code"], gamma: int = 4, max_new_tokens: int = 32,
+def drafter_costs(target: LoadedModel, methods: Sequence[str] | None = None, prompt: str = PROMPTS["code"],
+                  gamma: int = 4, max_new_tokens: int = 32,
                   make: Callable[[str], Proposer] | None = None) -> Iterator[list[DrafterCost]]:
-    """Per method: what the loaded drafter adds to memory, and its acceptance on one prompt."""
+    """Per method (default: every drafter that loads offline for this target): what the loaded drafter adds to
+    memory, and its acceptance on one prompt."""
+    methods = offline_methods(target) if methods is None else methods
     make = make or (lambda method: make_proposer(method, target))
     settings = DecodeSettings(max_new_tokens=max_new_tokens, gamma=gamma, temperature=0.0, stop_at_eos=False).validate()
     ids = prompt_ids(target, prompt, True)
