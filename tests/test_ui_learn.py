@@ -6,6 +6,7 @@ import plotly.graph_objects as go
 import pytest
 
 from specviz import lessons
+from specviz.lessons.common import p_text
 from specviz.records import TokenKind, TokenRecord
 from specviz.ui import learn
 
@@ -32,7 +33,7 @@ def test_distribution_widgets_say_pass_and_caught():
     assert "&lt;dog&gt;" in fig["data"][0]["x"][1]  # token text shown as characters
     sentence = learn.distribution_sentence(record)
     assert record.passed and record.caught
-    assert learn._p(record.p_value) in sentence and "**caught**" in sentence
+    assert p_text(record.p_value) in sentence and "**caught**" in sentence
     # a p-value of exactly 0 (a token the target never writes) is a failure, not a missing value
     record.exact = {1: 1.0}
     assert record.exact_p_value == 0.0 and not record.passed and record.caught

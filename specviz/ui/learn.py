@@ -1,6 +1,7 @@
 """The Learn tab: short lessons, each a claim, a measurement made now on this machine's model (specviz.lessons),
-and one sentence on what it showed. Records become widget values through small pure functions (*_figure,
-*_rows, *_sentence), so that tests can check them without a browser; LearnTab wires them to buttons."""
+and one sentence on what it showed. Records become widget values through small pure functions (*_figure and
+*_html here; *_rows and *_sentence are the lessons' own, shared with the command line), so that tests can check
+them without a browser; LearnTab wires them to buttons."""
 from __future__ import annotations
 
 import html
@@ -10,10 +11,10 @@ from collections.abc import Callable, Iterator
 import gradio as gr
 
 from .. import lessons
-from ..lessons import (acceptance_rows, acceptance_sentence, distribution_sentence, drafter_rows, drafter_sentence,
-                       mechanic_rows, mechanic_sentence, side_by_side_sentence, verify_cost_sentence)
-from ..lessons.common import megabytes as _mb, p_text as _p
 from ..errors import SpecvizError
+from ..lessons import (acceptance_rows, acceptance_sentence, distribution_sentence, drafter_rows, drafter_sentence,  # noqa: F401
+                       mechanic_rows, mechanic_sentence, side_by_side_sentence, verify_cost_sentence)
+from ..lessons.common import megabytes as _mb
 from ..models import DEFAULT_MODEL, load_model
 from ..theory import expected_speedup
 from . import charts, render
