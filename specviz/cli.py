@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz generate | bench | check-exactness | train-drafter ...`.
+"""Command line: `python -m specviz generate | bench | check-exactness | learn | train-drafter ...`.
 
 Bad input ends with exit code 2 and one line on stderr, never a traceback."""
 from __future__ import annotations
@@ -111,6 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
     # --seed (below): run i uses seed SEED + i (default 0), the control the seeds after them
     add_model_options(check)
     check.set_defaults(temperature=1.0)
+
+    learn = commands.add_parser("learn", help="run the Learn tab's lessons here: each claim, its measured figures "
+                                "and the sentence they support")
+    learn.add_argument("lesson", nargs="?", default="all", help="a lesson's number (1-6) or all (default)")
+    learn.add_argument("--target", default="default", help="the model the lessons measure (as generate's --target)")
+    learn.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    learn.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16")
+    learn.add_argument("--json", default=None, metavar="FILE", help="also write every lesson's results to FILE")
 
     from .train import add_arguments as add_train_arguments
 
@@ -254,6 +262,53 @@ def cmd_check_exactness(args) -> int:
     return 0 if report.passed(args.alpha) else 1
 
 
+def text_table(headers: list[str], rows: list[list]) -> str:
+    """Columns padded to their widest cell; a column of numbers (its header too) to the right."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    numeric = [bool(rows) and all(isinstance(row[i], (int, float)) for row in rows) for i in range(len(headers))]
+    line = lambda row: "  ".join(cell.rjust(w) if right else cell.ljust(w)  # noqa: E731
+                                 for cell, w, right in zip(row, widths, numeric)).rstrip()
+    return "\n".join([line(cells[0]), line(["-" * w for w in widths])] + [line(row) for row in cells[1:]])
+
+
+def plain_sentence(markdown: str) -> str:
+    """A lesson's sentence without its markdown emphasis."""
+    return markdown.replace("**", "")
+
+
+def cmd_learn(args) -> int:
+    from .lessons import lessons_to_run
+    from .lessons.catalogue import plain
+    from .models import load_model
+
+    chosen = lessons_to_run(args.lesson)  # a wrong number fails here, before the model loads
+    print(f"loading {args.target}…", file=sys.stderr)
+    target = load_model(args.target, args.device, args.dtype)
+    results = []
+    for lesson in chosen:
+        print(f"lesson {lesson.number} · {lesson.title}: measuring on {target.device}…", file=sys.stderr)
+        record = None
+        for updates, record in enumerate(lesson.run(target), start=1):
+            print(f"\r  {updates} measurements", end="", file=sys.stderr, flush=True)
+        print(file=sys.stderr)
+        headers, rows, sentence = lesson.headers(record), lesson.rows(record), plain_sentence(lesson.sentence(record))
+        print(f"\n{lesson.number} · {lesson.title}\nClaim: {plain_sentence(lesson.claim)}\n")
+        if rows:
+            print(text_table(headers, rows) + "\n")
+        print(f"Measured: {sentence}", flush=True)
+        if lesson.sources:
+            print("\nThe papers' own figures, on other models and machines:\n" + "\n".join(f"  {line}" for line in lesson.sources))
+        results.append({"lesson": lesson.number, "key": lesson.key, "title": lesson.title, "claim": lesson.claim,
+                        "headers": headers, "rows": rows, "sentence": sentence, "sources": list(lesson.sources),
+                        "record": plain(record)})
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"target": args.target, "device": str(target.device), "lessons": results}, out,
+                      ensure_ascii=False, indent=1)
+    return 0
+
+
 def cmd_train(args) -> int:
     from .train import run
 
@@ -264,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         commands = {"generate": cmd_generate, "bench": cmd_bench, "check-exactness": cmd_check_exactness,
-                    "train-drafter": cmd_train}
+                    "learn": cmd_learn, "train-drafter": cmd_train}
         return commands[args.command](args)
     except SpecvizError as error:
         print(f"specviz: error: {error}", file=sys.stderr)

@@ -1,5 +1,6 @@
 """The Learn tab's measurements (specviz.lessons): each on the tiny random models, with a control that must fail
 where a lesson claims something; the distribution lesson and the cost floor also on the offline default model."""
+import re
 from collections import Counter
 
 import pytest
@@ -45,6 +46,35 @@ def test_expected_curve_is_the_theorem_and_literature_names_its_sources():
         assert row.source and row.targets and row.speedup
     assert lessons.literature_for("eagle").source.startswith("Li et al.")
     assert lessons.literature_for("plain") is None
+
+
+@pytest.mark.quick
+def test_every_literature_row_cites_its_paper_and_a_distilled_draft_is_among_them():
+    for row in lessons.LITERATURE:
+        assert re.search(r"arXiv \d{4}\.\d{5}: ", row.source), row.source  # the id, then the part that says it
+    assert "distilled draft model" in {row.drafter for row in lessons.LITERATURE}
+    assert lessons.literature_for("retrieval").source.startswith("He et al.")
+    assert lessons.literature_for("ngram").source.startswith("Fu et al.")
+    assert len(lessons.literature_lines()) == len(lessons.LITERATURE)  # the kinds no method ships included
+    assert lessons.literature_for("no-such-method") is None
+
+
+@pytest.mark.quick
+def test_lesson_6_lists_what_loads_offline_a_new_drafter_folder_included(tmp_path):
+    from types import SimpleNamespace
+
+    from specviz.models import DEFAULT_MODEL
+    from specviz.proposers.checkpoints import SHIPPED, shipped_methods
+
+    default, other = SimpleNamespace(name=DEFAULT_MODEL), SimpleNamespace(name="someone/else")
+    assert lessons.offline_methods(default) == ["ngram", "retrieval", "early-exit", "medusa", "eagle"]
+    assert lessons.offline_methods(other) == ["ngram", "early-exit"]  # control: nothing ships for it
+    for folder in ("medusa", "notes"):  # a drafter folder, and one without a config (not a drafter)
+        (tmp_path / SHIPPED[DEFAULT_MODEL] / folder).mkdir(parents=True)
+    (tmp_path / SHIPPED[DEFAULT_MODEL] / "medusa" / "config.json").write_text("{}")
+    shipped = shipped_methods(default, root=tmp_path)
+    assert shipped == ["medusa"]
+    assert lessons.offline_methods(default, shipped) == ["ngram", "early-exit", "medusa"]
 
 
 class ArgmaxDrafter(Proposer):

@@ -6,6 +6,7 @@ import plotly.graph_objects as go
 import pytest
 
 from specviz import lessons
+from specviz.lessons.common import p_text
 from specviz.records import TokenKind, TokenRecord
 from specviz.ui import learn
 
@@ -32,7 +33,7 @@ def test_distribution_widgets_say_pass_and_caught():
     assert "&lt;dog&gt;" in fig["data"][0]["x"][1]  # token text shown as characters
     sentence = learn.distribution_sentence(record)
     assert record.passed and record.caught
-    assert learn._p(record.p_value) in sentence and "**caught**" in sentence
+    assert p_text(record.p_value) in sentence and "**caught**" in sentence
     # a p-value of exactly 0 (a token the target never writes) is a failure, not a missing value
     record.exact = {1: 1.0}
     assert record.exact_p_value == 0.0 and not record.passed and record.caught
@@ -100,3 +101,25 @@ def test_distribution_endpoint_returns_both_histograms_and_p_values(default_targ
         assert 0 <= result["p_value"] <= 1 and 0 <= result["wrong_exact_p_value"] <= 1
         with pytest.raises(Exception, match="runs must be between"):
             Client(url, verbose=False).predict(prompt="x", runs=5, api_name="/distribution")
+
+
+def _selects_a_tab(with_tabs: bool) -> list:
+    """The events of a built Learn tab whose output is the app's gr.Tabs, and what they select."""
+    import gradio as gr
+
+    with gr.Blocks() as demo:
+        with gr.Tabs() as tabs:
+            with gr.Tab("Run", id=learn.RUN_TAB):
+                fields = [gr.Textbox(), gr.Textbox(), gr.Number(), gr.Number(), gr.Number(), gr.Number()]
+                target = gr.Textbox()
+            with gr.Tab("Learn", id="learn"):
+                learn.LearnTab().build(target, fields, {}, ["a prompt"], tabs if with_tabs else None)
+    return [fn for dep, fn in zip(demo.config["dependencies"], demo.fns.values()) if dep["outputs"] == [tabs._id]]
+
+
+@pytest.mark.quick
+def test_open_in_the_run_tab_selects_the_run_tab_by_its_id():
+    selectors = _selects_a_tab(True)
+    assert len(selectors) == 5  # one "Open in the Run tab" a lesson with a frame (lesson 5 has the Batch tab's)
+    assert all(fn.fn().selected == learn.RUN_TAB for fn in selectors)
+    assert _selects_a_tab(False) == []  # control: without the app's tabs, nothing selects one

@@ -100,4 +100,6 @@ def test_open_in_the_run_tab_fills_it_in(page):
     prompt.wait_for(state="visible", timeout=10_000)
     page.wait_for_function("p => document.querySelector('#sv-prompt textarea').value === p",
                            arg=LESSONS["mechanic"]["prompt"], timeout=10_000)
+    assert page.get_by_role("tab", name="Run", exact=True).get_attribute("aria-selected") == "true"
+    assert page.get_by_role("tab", name="Learn").get_attribute("aria-selected") == "false"
     page.get_by_role("tab", name="Learn").click()  # back, for any later test

@@ -278,6 +278,16 @@ def shipped_drafter_exists(method: str, target: LoadedModel) -> bool:
     return shipped_folder(method, target) is not None
 
 
+def shipped_methods(target: LoadedModel, root: Path = ASSETS) -> list[str]:
+    """The methods whose drafter ships for this target: every folder with a config.json under
+    assets/drafters/<the target's folder>/, named after its method, so that a new one needs no list edited."""
+    name = SHIPPED.get(target.name)
+    folder = root / name if name else None
+    if folder is None or not folder.is_dir():
+        return []
+    return sorted(child.name for child in folder.iterdir() if (child / "config.json").is_file())
+
+
 def save_config(folder: Path, data: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(data, indent=1) + "\n")

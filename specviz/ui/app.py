@@ -28,7 +28,7 @@ from .live import (MAX_NEW_TOKENS, LiveRun, RunRequest, drafter_for, end_session
 from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, run_header, status_of, step_story,
                        summary_of, token_text, tokens_of, trace_file)
 from .batch_tab import BatchTab
-from .learn import LearnTab, distribution_api
+from .learn import RUN_TAB, LearnTab, distribution_api
 from .tabs import CompareTab, CostTab
 
 log = logging.getLogger(__name__)
@@ -348,88 +348,91 @@ class SpecvizApp:
             gr.HTML('<div class="sv-intro"><h1>specviz</h1><span>A drafter guesses the next few tokens; the target '
                     'model checks them all in one pass, keeps what it agrees with and writes the next one itself. '
                     'Measured live, on this machine.</span></div>')
-            with gr.Tab("Run"):
-                with gr.Row(elem_id="sv-top"):
-                    self.prompt = gr.Textbox(label="Prompt", lines=2, max_lines=6, value=example_prompts()[0],
-                                             elem_id="sv-prompt", scale=6, min_width=240)
-                    self.method = gr.Dropdown(list(METHODS), value="ngram", label="Method", elem_id="sv-method",
-                                              scale=1, min_width=120)
-                    self.run_button = gr.Button("Run", variant="primary", elem_id="sv-run", scale=1, min_width=90)
-                with gr.Accordion("Settings: models, γ, sampling, length, examples", open=False, elem_id="sv-settings"):
-                    gr.Examples([[e["prompt"], e["method"]] for e in examples()], inputs=[self.prompt, self.method],
-                                example_labels=[e["label"] for e in examples()], label="Example prompts")
+            # tabs by id: a button elsewhere selects one (gr.Tabs(selected=...)) whatever its label says
+            with gr.Tabs(elem_id="sv-tabs") as self.tabs:
+                with gr.Tab("Run", id=RUN_TAB):
+                    with gr.Row(elem_id="sv-top"):
+                        self.prompt = gr.Textbox(label="Prompt", lines=2, max_lines=6, value=example_prompts()[0],
+                                                 elem_id="sv-prompt", scale=6, min_width=240)
+                        self.method = gr.Dropdown(list(METHODS), value="ngram", label="Method", elem_id="sv-method",
+                                                  scale=1, min_width=120)
+                        self.run_button = gr.Button("Run", variant="primary", elem_id="sv-run", scale=1, min_width=90)
+                    with gr.Accordion("Settings: models, γ, sampling, length, examples", open=False, elem_id="sv-settings"):
+                        gr.Examples([[e["prompt"], e["method"]] for e in examples()], inputs=[self.prompt, self.method],
+                                    example_labels=[e["label"] for e in examples()], label="Example prompts")
+                        with gr.Row():
+                            self.pair = gr.Dropdown(list(PAIRS), value=None, label="Preset pair (Hub)", min_width=260)
+                            self.target = gr.Dropdown(TARGETS, value=DEFAULT_MODEL, allow_custom_value=True,
+                                                      label="Target (or any Hub id, folder, .gguf)", elem_id="sv-target",
+                                                      min_width=260)
+                            self.draft = gr.Dropdown(DRAFTS, value="none", allow_custom_value=True,
+                                                     label="Drafter (draft, adaptive)", elem_id="sv-draft", min_width=260)
+                        with gr.Row():
+                            self.gamma = gr.Slider(1, 16, value=4, step=1, label="γ (draft tokens per step)",
+                                                   elem_id="sv-gamma", min_width=200)
+                            self.tree = gr.Slider(0, 64, value=0, step=1, elem_id="sv-tree", min_width=200,
+                                                  label="draft tree: tokens verified at once (0 = a chain of γ)",
+                                                  info="ngram, retrieval, medusa, eagle, adaptive on eagle: several candidates, depth γ")
+                            self.max_new = gr.Slider(8, MAX_NEW_TOKENS, value=96, step=8, label="max new tokens",
+                                                     elem_id="sv-max-new", min_width=200)
+                        with gr.Row():
+                            self.temperature = gr.Slider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)",
+                                                         min_width=200)
+                            self.top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p", min_width=200)
+                            self.seed = gr.Number(value=0, precision=0, label="seed", minimum=0, min_width=120)
+                        with gr.Row():
+                            self.compare_plain = gr.Checkbox(value=True, label="also run plain decoding (race, speedup)")
+                            self.step_mode = gr.Checkbox(value=False, label="step mode (start paused)")
+                            self.present = gr.Checkbox(value=False, label="presentation: large type, thick marks",
+                                                       elem_id="sv-present")
+                            self.replay_speed = gr.Slider(0.1, 2, value=0.5, step=0.1, label="replay: seconds per step",
+                                                          elem_id="sv-replay-speed", min_width=200)
+                    with gr.Row(elem_id="sv-controls"):
+                        self.stop_button = gr.Button("Stop", variant="stop", elem_id="sv-stop", size="sm", min_width=70)
+                        self.pause_button = gr.Button("Pause", elem_id="sv-pause", size="sm", min_width=70)
+                        self.next_button = gr.Button("Next step", elem_id="sv-next", size="sm", min_width=90)
+                        self.resume_button = gr.Button("Resume", elem_id="sv-resume", size="sm", min_width=80)
+                        self.replay_button = gr.Button("Replay", elem_id="sv-replay", size="sm", min_width=80)
+                        self.mode = gr.Radio(READING_MODES, value="answer", show_label=False, elem_id="sv-mode",
+                                             container=False, min_width=290, scale=3)
+                    self.status = gr.HTML(render.status_html("Type a prompt and press Run.", "info"), label="status",
+                                          elem_id="sv-status")
+                    self.tokens = gr.HTML(render.token_view_html([]), label="tokens", elem_id="sv-tokens")
+                    gr.HTML(render.legend_html(), elem_id="sv-legend")
+                    with gr.Row(elem_id="sv-charts"):
+                        with gr.Column(min_width=320):
+                            self.summary = gr.HTML(label="summary", elem_id="sv-summary")
+                        with gr.Column(min_width=320):
+                            self.race_plot = gr.Plot(label="Race", elem_id="sv-race-plot")
                     with gr.Row():
-                        self.pair = gr.Dropdown(list(PAIRS), value=None, label="Preset pair (Hub)", min_width=260)
-                        self.target = gr.Dropdown(TARGETS, value=DEFAULT_MODEL, allow_custom_value=True,
-                                                  label="Target (or any Hub id, folder, .gguf)", elem_id="sv-target",
-                                                  min_width=260)
-                        self.draft = gr.Dropdown(DRAFTS, value="none", allow_custom_value=True,
-                                                 label="Drafter (draft, adaptive)", elem_id="sv-draft", min_width=260)
-                    with gr.Row():
-                        self.gamma = gr.Slider(1, 16, value=4, step=1, label="γ (draft tokens per step)",
-                                               elem_id="sv-gamma", min_width=200)
-                        self.tree = gr.Slider(0, 64, value=0, step=1, elem_id="sv-tree", min_width=200,
-                                              label="draft tree: tokens verified at once (0 = a chain of γ)",
-                                              info="ngram, retrieval, medusa, eagle, adaptive on eagle: several candidates, depth γ")
-                        self.max_new = gr.Slider(8, MAX_NEW_TOKENS, value=96, step=8, label="max new tokens",
-                                                 elem_id="sv-max-new", min_width=200)
-                    with gr.Row():
-                        self.temperature = gr.Slider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)",
-                                                     min_width=200)
-                        self.top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p", min_width=200)
-                        self.seed = gr.Number(value=0, precision=0, label="seed", minimum=0, min_width=120)
-                    with gr.Row():
-                        self.compare_plain = gr.Checkbox(value=True, label="also run plain decoding (race, speedup)")
-                        self.step_mode = gr.Checkbox(value=False, label="step mode (start paused)")
-                        self.present = gr.Checkbox(value=False, label="presentation: large type, thick marks",
-                                                   elem_id="sv-present")
-                        self.replay_speed = gr.Slider(0.1, 2, value=0.5, step=0.1, label="replay: seconds per step",
-                                                      elem_id="sv-replay-speed", min_width=200)
-                with gr.Row(elem_id="sv-controls"):
-                    self.stop_button = gr.Button("Stop", variant="stop", elem_id="sv-stop", size="sm", min_width=70)
-                    self.pause_button = gr.Button("Pause", elem_id="sv-pause", size="sm", min_width=70)
-                    self.next_button = gr.Button("Next step", elem_id="sv-next", size="sm", min_width=90)
-                    self.resume_button = gr.Button("Resume", elem_id="sv-resume", size="sm", min_width=80)
-                    self.replay_button = gr.Button("Replay", elem_id="sv-replay", size="sm", min_width=80)
-                    self.mode = gr.Radio(READING_MODES, value="answer", show_label=False, elem_id="sv-mode",
-                                         container=False, min_width=290, scale=3)
-                self.status = gr.HTML(render.status_html("Type a prompt and press Run.", "info"), label="status",
-                                      elem_id="sv-status")
-                self.tokens = gr.HTML(render.token_view_html([]), label="tokens", elem_id="sv-tokens")
-                gr.HTML(render.legend_html(), elem_id="sv-legend")
-                with gr.Row(elem_id="sv-charts"):
-                    with gr.Column(min_width=320):
-                        self.summary = gr.HTML(label="summary", elem_id="sv-summary")
-                    with gr.Column(min_width=320):
-                        self.race_plot = gr.Plot(label="Race", elem_id="sv-race-plot")
-                with gr.Row():
-                    with gr.Column(scale=2, min_width=320):
-                        self.step_plot = gr.Plot(label="Steps", elem_id="sv-step-plot")
-                    with gr.Column(scale=1, min_width=320):
-                        self.theory_plot = gr.Plot(label="Theory", elem_id="sv-theory-plot")
-                gr.Markdown("### Step inspector\nFor each drafted position the verifier reached: the target's p "
-                            "against the drafter's q over their most probable tokens, then the distribution the "
-                            "step's last token was drawn from (the residual after a rejection).")
-                self.step_slider = gr.Slider(0, 1, value=0, step=1, label="step", interactive=False,
-                                             elem_id="sv-step-slider")
-                self.inspector = gr.Plot(label="Inspector", elem_id="sv-inspector")
-                self.trace = gr.File(label="trace JSON (every step, token, p, q, u and timing)", elem_id="sv-trace")
-                gr.Markdown("Charts: the camera icon in each chart's toolbar saves it as a PNG image.")
-            engine = dict(concurrency_id="engine", concurrency_limit=CONCURRENCY)
-            free = dict(concurrency_limit=None)
-            settings = [self.target, self.draft, self.gamma, self.temperature, self.top_p, self.max_new, self.seed,
-                        self.tree]
-            with gr.Tab("Compare methods"):
-                compare_event = CompareTab().build([self.prompt, *settings], engine)
-            with gr.Tab("Cost curve"):
-                cost_event = CostTab().build(self.target, engine)
-            with gr.Tab("Batch"):
-                batch_event = BatchTab().build(self.target, example_prompts(), engine)
-            with gr.Tab("Learn"):
-                learn_events = LearnTab().build(self.target, [self.prompt, self.method, self.gamma, self.temperature,
-                                                              self.max_new, self.seed], engine, example_prompts())
-            with gr.Tab("API"):
-                api_text = gr.Markdown(api_help("http://127.0.0.1:7860/"), elem_id="sv-api-help")
+                        with gr.Column(scale=2, min_width=320):
+                            self.step_plot = gr.Plot(label="Steps", elem_id="sv-step-plot")
+                        with gr.Column(scale=1, min_width=320):
+                            self.theory_plot = gr.Plot(label="Theory", elem_id="sv-theory-plot")
+                    gr.Markdown("### Step inspector\nFor each drafted position the verifier reached: the target's p "
+                                "against the drafter's q over their most probable tokens, then the distribution the "
+                                "step's last token was drawn from (the residual after a rejection).")
+                    self.step_slider = gr.Slider(0, 1, value=0, step=1, label="step", interactive=False,
+                                                 elem_id="sv-step-slider")
+                    self.inspector = gr.Plot(label="Inspector", elem_id="sv-inspector")
+                    self.trace = gr.File(label="trace JSON (every step, token, p, q, u and timing)", elem_id="sv-trace")
+                    gr.Markdown("Charts: the camera icon in each chart's toolbar saves it as a PNG image.")
+                engine = dict(concurrency_id="engine", concurrency_limit=CONCURRENCY)
+                free = dict(concurrency_limit=None)
+                settings = [self.target, self.draft, self.gamma, self.temperature, self.top_p, self.max_new, self.seed,
+                            self.tree]
+                with gr.Tab("Compare methods", id="compare"):
+                    compare_event = CompareTab().build([self.prompt, *settings], engine)
+                with gr.Tab("Cost curve", id="cost"):
+                    cost_event = CostTab().build(self.target, engine)
+                with gr.Tab("Batch", id="batch"):
+                    batch_event = BatchTab().build(self.target, example_prompts(), engine)
+                with gr.Tab("Learn", id="learn"):
+                    learn_events = LearnTab().build(self.target, [self.prompt, self.method, self.gamma, self.temperature,
+                                                                  self.max_new, self.seed], engine, example_prompts(),
+                                                    self.tabs)
+                with gr.Tab("API", id="api"):
+                    api_text = gr.Markdown(api_help("http://127.0.0.1:7860/"), elem_id="sv-api-help")
 
             run_inputs = [self.prompt, self.method, self.target, self.draft, self.gamma, self.temperature, self.top_p,
                           self.max_new, self.seed, self.compare_plain, self.step_mode, self.tree]

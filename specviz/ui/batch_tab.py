@@ -7,8 +7,9 @@ import gradio as gr
 
 from ..api import encode, make_proposer
 from ..batch import decode_batch, forward_cost
-from ..batch_bench import batches_of, crossover, parse_batch_sizes, row_of, summarize_batches
+from ..batch_bench import batches_of, parse_batch_sizes, row_of, summarize_batches
 from ..errors import SpecvizError
+from ..lessons.batch_size import batch_sentence as verdict_line
 from ..models import DEFAULT_MODEL, load_model
 from ..settings import DecodeSettings
 from . import charts, render
@@ -19,19 +20,6 @@ from .tabs import stop_tab
 
 BATCH_METHODS = ["retrieval", "ngram"]
 MAX_BATCH = 64
-
-
-def verdict_line(summary: list[dict], method: str) -> str:
-    """One sentence on what the measurement shows."""
-    ours = [s for s in summary if s["method"] == method]
-    if not ours:
-        return ""
-    first, last = ours[0], ours[-1]
-    turn = crossover(summary, method)
-    where = (f"it stops paying at batch {turn}" if turn is not None
-             else f"it still pays at batch {last['batch_size']}, the largest measured")
-    return (f"{method}: {first['speedup']:.2f}x plain at batch {first['batch_size']}, {last['speedup']:.2f}x at batch "
-            f"{last['batch_size']}; {where}. Each row's output is its batch-1 output.")
 
 
 class BatchTab:

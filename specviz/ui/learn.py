@@ -1,6 +1,7 @@
 """The Learn tab: short lessons, each a claim, a measurement made now on this machine's model (specviz.lessons),
-and one sentence on what it showed. Records become widget values through small pure functions (*_figure,
-*_rows, *_sentence), so that tests can check them without a browser; LearnTab wires them to buttons."""
+and one sentence on what it showed. Records become widget values through small pure functions (*_figure and
+*_html here; *_rows and *_sentence are the lessons' own, shared with the command line), so that tests can check
+them without a browser; LearnTab wires them to buttons."""
 from __future__ import annotations
 
 import html
@@ -11,6 +12,9 @@ import gradio as gr
 
 from .. import lessons
 from ..errors import SpecvizError
+from ..lessons import (acceptance_rows, acceptance_sentence, distribution_sentence, drafter_rows, drafter_sentence,  # noqa: F401
+                       mechanic_rows, mechanic_sentence, side_by_side_sentence, verify_cost_sentence)
+from ..lessons.common import megabytes as _mb
 from ..models import DEFAULT_MODEL, load_model
 from ..theory import expected_speedup
 from . import charts, render
@@ -25,32 +29,11 @@ COLOURS = {"plain": charts.COLOURS["plain"], "speculative": charts.COLOURS["acce
 HISTOGRAM_BARS = 12  # the most frequent tested tokens shown; the rest are summed in "other"
 
 
-def _p(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2g}" if value >= 1e-4 else f"{value:.1e}"
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
-
-
 # lesson 1 -------------------------------------------------------------------------------------------------------
 
 def mechanic_html(record: lessons.Mechanic) -> str:
     """The token view in its steps layout (one lane per target forward), whatever the Run tab's reading mode."""
     return f'<div class="sv-lesson-steps">{render.token_view_html(record.tokens, record.prompt)}</div>'
-
-
-def mechanic_rows(record: lessons.Mechanic) -> list[list]:
-    return [[s.index, " | ".join(repr(t) for t in s.drafted) or "–", f"{s.accepted} of {len(s.drafted)}",
-             repr(s.own_token), s.bought, round(s.verify_ms, 1)] for s in record.steps]
-
-
-def mechanic_sentence(record: lessons.Mechanic) -> str:
-    if not record.steps:
-        return ""
-    return (f"{record.forwards} forwards of the target wrote {record.new_tokens} tokens: "
-            f"**{record.tokens_per_forward:.2f} tokens per forward** with {record.method}, where plain decoding "
-            f"writes exactly 1.")
 
 
 # lesson 2 -------------------------------------------------------------------------------------------------------
@@ -62,12 +45,6 @@ def side_by_side_html(record: lessons.SideBySide) -> str:
 
     return (f'<div class="sv-lesson-pair">{column(f"with {html.escape(record.method)}", record.speculative)}'
             f'{column("plain decoding", record.plain)}</div>')
-
-
-def side_by_side_sentence(record: lessons.SideBySide) -> str:
-    if record.identical:
-        return f"Greedy: the two outputs are **identical, all {len(record.plain)} tokens**."
-    return f"Greedy: the outputs **differ at token {record.first_difference}** (a bug, or float rounding on this device)."
 
 
 def distribution_figure(record: lessons.Distribution | None) -> dict:
@@ -97,20 +74,6 @@ def distribution_figure(record: lessons.Distribution | None) -> dict:
     return fig
 
 
-def distribution_sentence(record: lessons.Distribution | None, done: bool = True) -> str:
-    if record is None or not record.speculative.runs:
-        return ""
-    alpha = lessons.SIGNIFICANCE
-    text = (f"With {record.method}: two-sample p = **{_p(record.p_value)}** against plain decoding, "
-            f"p = {_p(record.exact_p_value)} against the exact probabilities: "
-            + ("no difference found" if record.passed else f"**below {alpha}: a difference**") + ".")
-    if record.wrong is not None and record.wrong.runs:
-        text += (f" The wrong verifier: p = **{_p(record.wrong_p_value)}** and {_p(record.wrong_exact_p_value)}: "
-                 + (f"**caught** (below {alpha})" if record.caught else
-                    "not caught at this many runs (more runs give the test more power)") + ".")
-    return text if done else text + " (still running)"
-
-
 # lesson 3 -------------------------------------------------------------------------------------------------------
 
 def verify_cost_figure(record: lessons.VerifyCost | None) -> dict:
@@ -128,40 +91,9 @@ def verify_cost_figure(record: lessons.VerifyCost | None) -> dict:
     return fig
 
 
-def verify_cost_sentence(record: lessons.VerifyCost | None) -> str:
-    if record is None or len(record.points) < 2:
-        return ""
-    k = max(p.x for p in record.points)
-    ratio = record.ratio(k)
-    one, many = record.points[0].ms, record.points[0].ms * ratio
-    text = (f"One forward of {k} positions took {many:.1f} ms, **{ratio:.2f}× the time of one** ({one:.1f} ms), "
-            f"where {k} forwards of one position take {k * one:.0f} ms. ")
-    if ratio < 2:
-        text += "The time barely grows with K: reading the weights, not the arithmetic, dominates a forward. "
-    else:
-        text += "The time grows with K: here the arithmetic, not the weight reads, dominates a forward, so each checked draft costs. "
-    text += (f"The weights are {_mb(record.weight_bytes)}: at {record.bandwidth_gbs:g} GB/s "
-             f"({record.bandwidth_source}) no forward can beat {record.floor_ms:.1f} ms")
-    implied = record.implied_bandwidth_gbs
-    if implied and implied > record.bandwidth_gbs:
-        text += (f"; the fastest one took {min(p.ms for p in record.points):.1f} ms, so this machine streams at "
-                 f"least {implied:.0f} GB/s (or keeps part of the weights in cache): the assumption was too low")
-    return text + "."
-
-
 # lesson 4 -------------------------------------------------------------------------------------------------------
 
-ACCEPTANCE_HEADERS = ["prompt", "method", "α", "τ", "c", "measured speedup", "expected speedup", "literature (other models)"]
-
-
-def acceptance_rows(rows: list[lessons.AcceptanceRow]) -> list[list]:
-    def lit(method):
-        ref = lessons.literature_for(method)
-        return "–" if ref is None else f"{ref.speedup}; {ref.targets} ({ref.source})"
-
-    return [[r.kind, r.method, "–" if r.alpha is None else round(r.alpha, 2), round(r.tau, 2),
-             "–" if r.c is None else round(r.c, 3), f"{r.measured_speedup:.2f}×",
-             "–" if r.expected_speedup is None else f"{r.expected_speedup:.2f}×", lit(r.method)] for r in rows]
+ACCEPTANCE_HEADERS = lessons.speedup.HEADERS
 
 
 def what_if_figure(rows: list[lessons.AcceptanceRow], alpha: float, gamma: int, c: float) -> dict:
@@ -190,58 +122,15 @@ def what_if_figure(rows: list[lessons.AcceptanceRow], alpha: float, gamma: int, 
     return fig
 
 
-def acceptance_sentence(rows: list[lessons.AcceptanceRow]) -> str:
-    if not rows:
-        return ""
-    best = max(rows, key=lambda r: r.measured_speedup)
-    worst = min(rows, key=lambda r: r.measured_speedup)
-    return (f"The same machine and model gave **{best.measured_speedup:.2f}×** ({best.method} on {best.kind}, "
-            f"α {best.alpha if best.alpha is None else round(best.alpha, 2)}) and **{worst.measured_speedup:.2f}×** "
-            f"({worst.method} on {worst.kind}, α {worst.alpha if worst.alpha is None else round(worst.alpha, 2)}): "
-            f"acceptance, which depends on the prompt and the drafter, decides the win.")
-
-
 # lesson 6 -------------------------------------------------------------------------------------------------------
 
-DRAFTER_HEADERS = ["method", "extra parameters", "extra memory", "share of the target's memory", "α", "τ"]
-
-
-def drafter_rows(rows: list[lessons.DrafterCost]) -> list[list]:
-    return [[r.method, f"{r.parameters:,}", _mb(r.bytes), f"{100 * r.bytes / r.target_bytes:.1f}%",
-             "–" if r.alpha is None else round(r.alpha, 2), round(r.tau, 2)] for r in rows]
-
-
-def drafter_sentence(rows: list[lessons.DrafterCost]) -> str:
-    if not rows:
-        return ""
-    best = max(rows, key=lambda r: r.tau)
-    share = lambda r: f"{100 * r.bytes / r.target_bytes:.1f}% of the target"  # noqa: E731
-    nothing = [r.method for r in rows if r.bytes == 0]
-    data_only = [r for r in rows if r.parameters == 0 and r.bytes > 0]
-    text = (f"Target: {rows[0].target_parameters / 1e6:.0f}M parameters, {_mb(rows[0].target_bytes)}. Most tokens "
-            f"per forward: {best.method} (**τ {best.tau:.2f}**), for {_mb(best.bytes)} extra ({share(best)}). ")
-    if nothing:
-        text += f"Nothing extra at all: {', '.join(nothing)}. "
-    for r in data_only:
-        text += f"{r.method} holds no weights but {_mb(r.bytes)} of data ({share(r)}). "
-    return text + ("A separate draft model would add a whole model of its own (not measured here: no offline "
-                   "drafter); heads and a layer that read the target's own features add a fraction of the target, "
-                   "which is why self-speculative methods spread.")
+DRAFTER_HEADERS = lessons.drafters.HEADERS
 
 
 # the tab --------------------------------------------------------------------------------------------------------
 
-LESSONS = {  # the settings each lesson runs with; "Open in the Run tab" copies them there
-    "mechanic": dict(prompt="Explain what a cache is in one sentence.", method="eagle", gamma=4, temperature=0.0,
-                     max_new=24, seed=0),
-    "exact": dict(prompt="Once upon a time, there was a", method="medusa", gamma=1, temperature=0.7, max_new=32,
-                  seed=0),
-    "cost": dict(prompt=lessons.PROMPTS["code"], method="eagle", gamma=4, temperature=0.0, max_new=64, seed=0),
-    "acceptance": dict(prompt=lessons.PROMPTS["code"], method="ngram", gamma=4, temperature=0.0, max_new=32, seed=0),
-    "drafters": dict(prompt=lessons.PROMPTS["code"], method="eagle", gamma=4, temperature=0.0, max_new=32, seed=0),
-}
-SWITCH_TO_RUN = ("() => { for (const b of document.querySelectorAll('button[role=\"tab\"]')) "
-                 "{ if (b.textContent.trim() === 'Run') { b.click(); break; } } }")
+LESSONS = lessons.SETTINGS  # the settings each lesson runs with; "Open in the Run tab" copies them there
+RUN_TAB = "run"  # the Run tab's id in the app's gr.Tabs: "Open in the Run tab" selects it by id, not by its label
 
 
 def distribution_api(prompt: str = LESSONS["exact"]["prompt"], method: str = "medusa", runs: int = 150,
@@ -263,11 +152,12 @@ def distribution_api(prompt: str = LESSONS["exact"]["prompt"], method: str = "me
 class LearnTab:
     """Six short lessons."""
 
-    def build(self, target, run_fields: list, engine: dict, batch_prompts: list[str]) -> list:
+    def build(self, target, run_fields: list, engine: dict, batch_prompts: list[str], tabs: gr.Tabs | None = None) -> list:
         """target: the Run tab's target; run_fields: its prompt, method, gamma, temperature, max new tokens, seed
-        (what "Open in the Run tab" fills in); batch_prompts: what lesson 5 decodes in batches. Returns the
-        lessons' events, for the Run tab's Stop to cancel."""
-        self.target, self.run_fields, self.engine = target, run_fields, engine
+        (what "Open in the Run tab" fills in); batch_prompts: what lesson 5 decodes in batches; tabs: the app's
+        gr.Tabs, whose tab RUN_TAB "Open in the Run tab" selects (None: it fills the fields in only). Returns
+        the lessons' events, for the Run tab's Stop to cancel."""
+        self.target, self.run_fields, self.engine, self.tabs = target, run_fields, engine, tabs
         self.events = []
         gr.Markdown("Short lessons, each a claim, a measurement made now on this machine and model, and one "
                     "sentence on what it showed. Each runs in under a minute on a 2-core CPU.")
@@ -281,10 +171,7 @@ class LearnTab:
             with gr.Tab("4 · Acceptance decides the win"):
                 self._acceptance()
             with gr.Tab("5 · Where it stops paying: batch size"):
-                gr.Markdown("**Claim.** Speculation pays at batch 1 because a forward is bound by reading the "
-                            "weights: checking a few more positions costs about nothing. Serving many sequences at "
-                            "once fills the device, extra positions start to cost, and at some batch size "
-                            "speculation stops paying.")
+                gr.Markdown(f"**Claim.** {lessons.batch_size.CLAIM}")
                 self.events.append(BatchTab("sv-learn-batch", api_name=None).build(target, batch_prompts, engine))
             with gr.Tab("6 · What each drafter costs"):
                 self._drafters()
@@ -299,9 +186,11 @@ class LearnTab:
             link = gr.Button("Open in the Run tab", elem_id=f"sv-learn-{key}-link")
         status = gr.HTML(label=f"{key} status", elem_id=f"sv-learn-{key}-status")
         settings = LESSONS[key]
-        link.click(lambda: [settings[k] for k in ("prompt", "method", "gamma", "temperature", "max_new", "seed")],
-                   None, self.run_fields, api_visibility="private", concurrency_limit=None).then(
-            None, None, None, js=SWITCH_TO_RUN)
+        filled = link.click(lambda: [settings[k] for k in ("prompt", "method", "gamma", "temperature", "max_new", "seed")],
+                            None, self.run_fields, api_visibility="private", concurrency_limit=None)
+        if self.tabs is not None:
+            filled.then(lambda: gr.Tabs(selected=RUN_TAB), None, self.tabs, api_visibility="private",
+                        concurrency_limit=None)
         return run, stop, status
 
     def _wire(self, run, stop, status, handler, inputs, outputs, api_name=None):
@@ -311,12 +200,9 @@ class LearnTab:
         self.events.append(event)
 
     def _mechanic(self):
-        run, stop, status = self._frame("mechanic", "A drafter guesses a few tokens; one forward of the target "
-                                        "checks them all, keeps the ones it agrees with and writes one more itself. "
-                                        "So one forward can write several tokens.")
+        run, stop, status = self._frame("mechanic", lessons.steps.CLAIM)
         view = gr.HTML(elem_id="sv-learn-mechanic-view")
-        table = gr.Dataframe(headers=["step", "drafted", "kept", "target's own token", "tokens written", "verify ms"],
-                             interactive=False)
+        table = gr.Dataframe(headers=lessons.steps.HEADERS, interactive=False)
         sentence = gr.Markdown(elem_id="sv-learn-mechanic-sentence")
 
         def handler(target, request: gr.Request = None):
@@ -329,8 +215,7 @@ class LearnTab:
         self._wire(run, stop, status, handler, [self.target], [view, table, sentence])
 
     def _exact(self):
-        run, stop, status = self._frame("exact", "Speculative decoding does not change the output. Greedy: the "
-                                        "same tokens. Sampling: the same distribution, whatever the drafter.")
+        run, stop, status = self._frame("exact", lessons.exactness.CLAIM)
         with gr.Row():
             runs = gr.Slider(30, 300, value=150, step=10, label="seeds per histogram (more: more power, longer)",
                              elem_id="sv-learn-exact-runs")
@@ -361,8 +246,7 @@ class LearnTab:
         self._wire(run, stop, status, handler, [self.target, runs, temperature], [pair, greedy, figure, sentence])
 
     def _cost(self):
-        run, stop, status = self._frame("cost", "Checking K drafted tokens costs about as much as writing one: "
-                                        "a forward reads every weight once, however many positions it scores.")
+        run, stop, status = self._frame("cost", lessons.forward_cost.CLAIM)
         figure = gr.Plot(label="forward time against K", elem_id="sv-learn-cost-plot")
         sentence = gr.Markdown(elem_id="sv-learn-cost-sentence")
 
@@ -373,14 +257,13 @@ class LearnTab:
         self._wire(run, stop, status, handler, [self.target], [figure, sentence])
 
     def _acceptance(self):
-        run, stop, status = self._frame("acceptance", "How much speculation wins depends on how often the target "
-                                        "accepts the drafts (α), more than on anything else: "
-                                        "speedup = (1 − α^(γ+1)) / ((1 − α)(γc + 1)).")
+        run, stop, status = self._frame("acceptance", lessons.speedup.CLAIM)
         table = gr.Dataframe(headers=ACCEPTANCE_HEADERS, interactive=False, wrap=True)
         sentence = gr.Markdown(elem_id="sv-learn-acceptance-sentence")
         gr.Markdown("**What if.** Move α, γ and c (the drafter's time per token over the target's forward): the "
                     "curve is the expected speedup, the points are the runs measured above. The literature column "
-                    "quotes the papers' own figures, measured on 7B-137B targets on GPUs, not here.")
+                    "quotes the papers' own figures, measured on other targets (7B-70B where stated) on GPUs and TPUs, not here; all of them:\n\n"
+                    + "\n".join(f"- {line}" for line in lessons.literature_lines()))
         with gr.Row():
             alpha = gr.Slider(0, 0.99, value=0.7, step=0.01, label="α")
             gamma = gr.Slider(1, 12, value=4, step=1, label="γ")
@@ -400,8 +283,7 @@ class LearnTab:
                           api_visibility="private", concurrency_limit=None, show_progress="hidden")
 
     def _drafters(self):
-        run, stop, status = self._frame("drafters", "Drafters differ in what they add to memory: a second model, "
-                                        "extra heads, a layer, a datastore, or nothing. Measured from the loaded objects.")
+        run, stop, status = self._frame("drafters", lessons.drafters.CLAIM)
         table = gr.Dataframe(headers=DRAFTER_HEADERS, interactive=False)
         sentence = gr.Markdown(elem_id="sv-learn-drafters-sentence")
 

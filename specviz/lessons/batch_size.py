@@ -1,0 +1,77 @@
+"""Lesson 5, where speculation stops paying: the same prompts decoded in batches of growing size, plain and with a
+lookup drafter (the drafters that batch, specviz.batch), beside what a verify pass costs over a plain step at each
+size (the forward fills the device as the batch grows)."""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from ..api import make_proposer
+from ..batch import decode_batch, forward_cost
+from ..batch_bench import batches_of, crossover, summarize_batches
+from ..models import LoadedModel
+from ..settings import DecodeSettings
+from .common import PROMPTS, prompt_ids
+
+CLAIM = ("Speculation pays at batch 1 because a forward is bound by reading the weights: checking a few more "
+         "positions costs about nothing. Serving many sequences at once fills the device, extra positions start to "
+         "cost, and at some batch size speculation stops paying.")
+HEADERS = ["method", "batch", "tokens/s", "τ", "α", "speedup over plain", "verify pass / plain step"]
+
+
+@dataclass
+class BatchSizes:
+    device: str
+    method: str
+    rows: list[dict] = field(default_factory=list)  # one per decoded batch (specviz.batch_bench's row)
+    costs: list[dict] = field(default_factory=list)  # batch_size, ratio: a verify pass's forward over a plain step's
+
+    @property
+    def summary(self) -> list[dict]:
+        return summarize_batches(self.rows) if self.rows else []
+
+
+def batch_sizes(target: LoadedModel, method: str = "retrieval", sizes: Sequence[int] = (1, 2, 4, 8),
+                prompts: Sequence[str] | None = None, max_new_tokens: int = 32, gamma: int = 4,
+                chat: bool = True) -> Iterator[BatchSizes]:
+    """Every size decodes the same prompts (as many as the largest batch, repeated where there are fewer), plain
+    and with the method; yields after each size."""
+    settings = DecodeSettings(max_new_tokens=max_new_tokens, gamma=gamma).validate()
+    ids = [prompt_ids(target, p, chat) for p in (prompts or list(PROMPTS.values()))]
+    record = BatchSizes(f"{target.device.type} ({target.describe()})", method)
+    chosen = batches_of(ids, max(sizes))[0]
+    for size in sorted(sizes):
+        for batch in batches_of(chosen, size):
+            plain = None
+            for spec in ("plain", method):
+                run = decode_batch(target, lambda: make_proposer(spec, target), batch, settings)
+                plain = plain or run
+                record.rows.append({"method": spec, "batch_size": size, "rows": len(batch), "new_tokens": run.new_tokens,
+                                    "wall_seconds": run.wall_seconds, "ms_per_token": run.ms_per_token,
+                                    "row_forwards": sum(run.row_forwards), "drafted": run.drafted,
+                                    "accepted": run.accepted,
+                                    "identical_rows": sum(a == b for a, b in zip(run.token_ids, plain.token_ids))})
+        record.costs.append({"batch_size": size, "ratio": forward_cost(target, size, gamma + 1)
+                             / forward_cost(target, size, 1)})
+        yield record
+
+
+def batch_rows(record: BatchSizes) -> list[list]:
+    ratio = {c["batch_size"]: c["ratio"] for c in record.costs}
+    return [[s["method"], s["batch_size"], round(s["tokens_per_second"], 1), round(s["mean_accepted_length"], 2),
+             "–" if s["acceptance_rate"] is None else round(s["acceptance_rate"], 2), f"{s['speedup']:.2f}×",
+             "–" if s["batch_size"] not in ratio else f"{ratio[s['batch_size']]:.2f}×"]
+            for s in record.summary if s["method"] != "plain"]
+
+
+def batch_sentence(summary: list[dict], method: str) -> str:
+    """One sentence on what the measurement shows."""
+    ours = [s for s in summary if s["method"] == method]
+    if not ours:
+        return ""
+    first, last = ours[0], ours[-1]
+    turn = crossover(summary, method)
+    where = (f"it stops paying at batch {turn}" if turn is not None
+             else f"it still pays at batch {last['batch_size']}, the largest measured")
+    return (f"{method}: {first['speedup']:.2f}x plain at batch {first['batch_size']}, {last['speedup']:.2f}x at batch "
+            f"{last['batch_size']}; {where}. Each row's output is its batch-1 output.")

@@ -1,0 +1,77 @@
+"""Lesson 4, acceptance decides the win: each method on prompts of different kinds, greedy, beside plain decoding
+of the same prompt: alpha, tau, c, the measured speedup and the one Leviathan et al.'s formula expects."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from ..api import make_proposer, warm_up
+from ..models import LoadedModel
+from ..proposers import PlainProposer, Proposer
+from ..settings import DecodeSettings
+from ..theory import expected_speedup
+from .common import PROMPTS, prompt_ids, run_once
+from .literature import literature_for
+
+CLAIM = ("How much speculation wins depends on how often the target accepts the drafts (α), more than on anything "
+         "else: speedup = (1 − α^(γ+1)) / ((1 − α)(γc + 1)).")
+HEADERS = ["prompt", "method", "α", "τ", "c", "measured speedup", "expected speedup", "literature (other models)"]
+
+
+@dataclass
+class AcceptanceRow:
+    kind: str  # the prompt's kind
+    method: str
+    gamma: int
+    alpha: float | None  # accepted / drafted
+    tau: float  # tokens per target forward
+    c: float | None  # drafter time per token / target forward time
+    measured_speedup: float  # plain wall time / the method's, same prompt and settings
+    expected_speedup: float | None  # (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1))
+    new_tokens: int
+
+
+def expected_curve(alpha: float, c: float, gammas: Sequence[int] = tuple(range(0, 13))) -> list[tuple[int, float]]:
+    """The expected speedup at each gamma (Leviathan et al. 2023, theorem 3.8)."""
+    return [(g, expected_speedup(alpha, g, c)) for g in gammas]
+
+
+def acceptance(target: LoadedModel, methods: Sequence[str] = ("ngram", "retrieval", "early-exit", "medusa", "eagle"),
+               prompts: dict[str, str] | None = None, gamma: int = 4, max_new_tokens: int = 32,
+               make: Callable[[str], Proposer] | None = None) -> Iterator[list[AcceptanceRow]]:
+    """Each method on each prompt, greedy, beside plain decoding of the same prompt; yields the table so far."""
+    make = make or (lambda method: make_proposer(method, target))
+    settings = DecodeSettings(max_new_tokens=max_new_tokens, gamma=gamma, temperature=0.0, stop_at_eos=False).validate()
+    warm_up(target)
+    rows: list[AcceptanceRow] = []
+    for kind, prompt in (prompts or PROMPTS).items():
+        ids = prompt_ids(target, prompt, True)
+        plain = run_once(target, PlainProposer(), ids, settings, prompt, detail=False)
+        for method in methods:
+            result = run_once(target, make(method), ids, settings, prompt, detail=False)
+            m = result.metrics
+            expected = None if m.acceptance_rate is None else expected_speedup(m.acceptance_rate, gamma, m.cost_ratio or 0.0)
+            rows.append(AcceptanceRow(kind, result.method, gamma, m.acceptance_rate, m.mean_accepted_length, m.cost_ratio,
+                                      plain.metrics.wall_seconds / m.wall_seconds, expected, m.new_tokens))
+            yield list(rows)
+
+
+def acceptance_rows(rows: list[AcceptanceRow]) -> list[list]:
+    def lit(method):
+        ref = literature_for(method)
+        return "–" if ref is None else f"{ref.speedup}; {ref.targets} ({ref.source})"
+
+    return [[r.kind, r.method, "–" if r.alpha is None else round(r.alpha, 2), round(r.tau, 2),
+             "–" if r.c is None else round(r.c, 3), f"{r.measured_speedup:.2f}×",
+             "–" if r.expected_speedup is None else f"{r.expected_speedup:.2f}×", lit(r.method)] for r in rows]
+
+
+def acceptance_sentence(rows: list[AcceptanceRow]) -> str:
+    if not rows:
+        return ""
+    best = max(rows, key=lambda r: r.measured_speedup)
+    worst = min(rows, key=lambda r: r.measured_speedup)
+    return (f"The same machine and model gave **{best.measured_speedup:.2f}×** ({best.method} on {best.kind}, "
+            f"α {best.alpha if best.alpha is None else round(best.alpha, 2)}) and **{worst.measured_speedup:.2f}×** "
+            f"({worst.method} on {worst.kind}, α {worst.alpha if worst.alpha is None else round(worst.alpha, 2)}): "
+            f"acceptance, which depends on the prompt and the drafter, decides the win.")

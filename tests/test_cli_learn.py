@@ -1,0 +1,39 @@
+"""`python -m specviz learn`: a lesson run from the command line prints its claim, its measured figures as a table
+and the sentence that quotes them; a lesson that does not exist is bad input (exit code 2, one line)."""
+import json
+import re
+
+import pytest
+
+from specviz.cli import EXIT_BAD_INPUT, main, text_table
+
+
+@pytest.mark.quick
+def test_text_table_pads_columns_and_puts_numbers_right():
+    table = text_table(["method", "τ", "note"], [["ngram", 1.5, "a"], ["eagle", 12.25, "longer"]]).splitlines()
+    assert table[0] == "method      τ  note"
+    assert table[2] == "ngram     1.5  a"  # a number to the right, a word to the left, no trailing spaces
+    assert table[3] == "eagle   12.25  longer"
+    assert table[1] == "------  -----  ------"
+
+
+def test_learn_one_lesson_prints_the_measured_figure(default_target, tmp_path, capsys):
+    out = tmp_path / "lesson.json"
+    assert main(["learn", "1", "--device", "cpu", "--dtype", "float32", "--json", str(out)]) == 0
+    printed = capsys.readouterr()
+    record = json.loads(out.read_text())["lessons"][0]["record"]
+    assert "Claim: A drafter guesses a few tokens" in printed.out
+    measured = next(line for line in printed.out.splitlines() if line.startswith("Measured: "))
+    forwards, per = re.search(r"(\d+) forwards of the target wrote \d+ tokens: ([\d.]+) tokens per forward",
+                              measured).groups()
+    assert float(per) == pytest.approx(record["tokens_per_forward"], abs=0.005)
+    assert int(forwards) == record["forwards"] == len(record["steps"])
+    assert "**" not in measured  # the tab's markdown emphasis is the tab's
+    assert "lesson 1" in printed.err and "lesson 1" not in printed.out  # progress goes to stderr
+
+
+def test_learn_a_lesson_that_does_not_exist_is_bad_input(capsys):
+    assert main(["learn", "7"]) == EXIT_BAD_INPUT
+    printed = capsys.readouterr()
+    assert printed.err.strip() == "specviz: error: no lesson '7': choose 1 to 6, or all"
+    assert printed.out == ""  # nothing ran
