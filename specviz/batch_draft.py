@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from .proposers import Draft, Feedback, Proposer
-from .proposers.draft_model import common_prefix_length, fit_vocabulary
+from .proposers.draft_model import common_prefix_length, to_target_vocabulary
 from .runners.batched import BatchedRunner
 from .sampling import draw, warp_probs
 from .settings import DecodeSettings
@@ -91,6 +91,7 @@ class BatchedModelDrafter:
     def __init__(self, model: torch.nn.Module, vocab_size: int, batch: int, capacity: int):
         self.runner = BatchedRunner(model, batch, capacity)
         self.vocab_size = vocab_size
+        self.token_ids = getattr(model, "draft_vocab", None)  # a distilled draft model's draft vocabulary
         self.cached: list[list[int]] = []  # each row's tokens whose keys and values are in the runner's cache
         self.generators: list[torch.Generator] = []
         self.settings: DecodeSettings | None = None
@@ -120,7 +121,7 @@ class BatchedModelDrafter:
         self.runner.rollback(torch.tensor(keeps) + counts)
         self.cached = [list(sequence) for sequence in sequences]
         last = logits[torch.arange(len(sequences)), (counts - 1).to(logits.device)]
-        return fit_vocabulary(last, self.vocab_size)
+        return to_target_vocabulary(last, self.token_ids, self.vocab_size)
 
     def propose(self, sequences: list[torch.Tensor], gammas: list[int]) -> list[Draft]:
         logits = self._catch_up([sequence.tolist() for sequence in sequences])
@@ -138,8 +139,8 @@ class BatchedModelDrafter:
                     raw[row].append(logits[row])
             if step + 1 < longest:
                 fed = self.runner.lengths.clone()
-                logits = fit_vocabulary(self.runner.forward(torch.tensor(chosen, dtype=torch.long)[:, None])[:, -1],
-                                        self.vocab_size)
+                logits = to_target_vocabulary(self.runner.forward(torch.tensor(chosen, dtype=torch.long)[:, None])[:, -1],
+                                              self.token_ids, self.vocab_size)
                 for row, draws in enumerate(drawing):
                     if draws:  # the draft's keys and values are right: a later step keeps them if accepted
                         self.cached[row].append(chosen[row])

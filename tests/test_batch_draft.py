@@ -40,6 +40,22 @@ def test_a_draft_model_batch_samples_each_row_as_its_batch_one_run(tiny_target, 
     assert other.token_ids != run.token_ids  # control: the seed matters, so equality above says something
 
 
+def test_a_distilled_draft_batch_spreads_its_draft_vocabulary_as_batch_one_does(tiny_target):
+    """A distilled draft model scores some token ids only: its q must reach each row over the target's ids, as
+    in its batch-1 run (sampled, where a wrong spread of the scores would change what is drawn)."""
+    from specviz.models import LoadedModel
+    from specviz.proposers.distilled import build_draft_model, draft_config, start_from_target
+
+    model = build_draft_model(tiny_target.model, draft_config(tiny_target.model.config, 1),
+                              torch.tensor([0, 1, 3, 4, 7, 9, 12, 15, 20, 21, 30]))
+    start_from_target(model, tiny_target.model, [1])
+    draft = LoadedModel("distilled-tiny", model.eval(), None, tiny_target.device, tiny_target.dtype)
+    settings = DecodeSettings(max_new_tokens=12, gamma=3, temperature=0.9, seed=2, stop_at_eos=False)
+    run = decode_batch(tiny_target, batch_drafting("draft", tiny_target, draft), TINY, settings)
+    assert run.token_ids == [batch_one(tiny_target, "draft", ids, settings, b, draft) for b, ids in enumerate(TINY)]
+    assert 0 < run.accepted < run.drafted
+
+
 @pytest.mark.parametrize("method", ["draft", "early-exit"])
 def test_the_default_model_drafting_for_itself_matches_plain_greedy(default_target, method):
     ids = [encode(default_target, p) for p in PROMPTS[1:]]

@@ -12,7 +12,8 @@ from ..api import make_proposer
 from ..floor import weight_bytes
 from ..models import LoadedModel
 from ..proposers import METHODS, Proposer
-from ..proposers.checkpoints import shipped_methods
+from ..proposers.checkpoints import load_draft_model, shipped_methods
+from ..proposers.distilled import DISTILLED
 from ..settings import DecodeSettings
 from .common import PROMPTS, megabytes, prompt_ids, run_once
 
@@ -20,13 +21,21 @@ CLAIM = ("Drafters differ in what they add to memory: a second model, extra head
          "Measured from the loaded objects.")
 HEADERS = ["method", "extra parameters", "extra memory", "share of the target's memory", "α", "τ"]
 NEEDS_NOTHING = ("ngram", "early-exit")  # drafters made of the sequence or of the target itself: no files
+SHIPPED_AS = {DISTILLED: "draft"}  # a shipped folder named otherwise than the method that uses it
 
 
 def offline_methods(target: LoadedModel, shipped: Sequence[str] | None = None) -> list[str]:
     """The drafters that load here without a network or a second model: those that need nothing, and those
     whose files ship for this target (specviz.proposers.checkpoints.shipped_methods), in METHODS' order."""
-    available = set(NEEDS_NOTHING) | set(shipped_methods(target) if shipped is None else shipped)
+    shipped = shipped_methods(target) if shipped is None else shipped
+    available = set(NEEDS_NOTHING) | {SHIPPED_AS.get(name, name) for name in shipped}
     return [m for m in METHODS if m in available]
+
+
+def offline_proposer(method: str, target: LoadedModel) -> Proposer:
+    """The method's proposer with what ships for the target: `draft` drafts with the distilled draft model."""
+    draft = load_draft_model(DISTILLED, target) if method == "draft" else None
+    return make_proposer(method, target, draft)
 
 
 _SKIP = {"runners", "cache", "trees", "tree_workspaces", "_finalizer", "target", "sequence", "cached_ids",
@@ -123,7 +132,7 @@ def drafter_costs(target: LoadedModel, methods: Sequence[str] | None = None, pro
     """Per method (default: every drafter that loads offline for this target): what the loaded drafter adds to
     memory, and its acceptance on one prompt."""
     methods = offline_methods(target) if methods is None else methods
-    make = make or (lambda method: make_proposer(method, target))
+    make = make or (lambda method: offline_proposer(method, target))
     settings = DecodeSettings(max_new_tokens=max_new_tokens, gamma=gamma, temperature=0.0, stop_at_eos=False).validate()
     ids = prompt_ids(target, prompt, True)
     target_params = sum(p.numel() for p in target.model.parameters())
@@ -156,6 +165,8 @@ def drafter_sentence(rows: list[DrafterCost]) -> str:
         text += f"Nothing extra at all: {', '.join(nothing)}. "
     for r in data_only:
         text += f"{r.method} holds no weights but {megabytes(r.bytes)} of data ({share(r)}). "
-    return text + ("A separate draft model would add a whole model of its own (not measured here: no offline "
-                   "drafter); heads and a layer that read the target's own features add a fraction of the target, "
-                   "which is why self-speculative methods spread.")
+    if not any(r.method == "draft" for r in rows):
+        text += "A separate draft model would add a whole model of its own (not measured here: none ships for this target). "
+    return text + ("Heads and a layer that read the target's own features add a fraction of the target, and a draft "
+                   "model must be trained to agree with the target from tokens alone: this is why self-speculative "
+                   "methods spread.")

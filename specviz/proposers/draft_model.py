@@ -37,6 +37,14 @@ def spread_vocabulary(logits: torch.Tensor, token_ids: torch.Tensor, vocab_size:
     return full.index_copy_(-1, token_ids, logits)
 
 
+def to_target_vocabulary(logits: torch.Tensor, token_ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor:
+    """A draft model's logits over the target's vocabulary: a draft vocabulary's scores spread to their ids
+    (a distilled draft model, distilled.py), else the output layer's rows fitted to the target's size."""
+    if token_ids is not None:
+        return spread_vocabulary(logits, token_ids.to(logits.device), vocab_size)
+    return fit_vocabulary(logits, vocab_size)
+
+
 class ModelDrafter(Proposer):
     """Drafts autoregressively with a causal LM: gamma one-token forwards, sampling from q with the run's
     settings (argmax when greedy)."""
@@ -68,9 +76,7 @@ class ModelDrafter(Proposer):
     def _feed(self, ids: list[int]) -> torch.Tensor:
         logits, _ = self.runner.forward(torch.tensor(ids, dtype=torch.long), logits_for="last")
         self.cached_ids.extend(ids)
-        if self.token_ids is not None:
-            return spread_vocabulary(logits[-1], self.token_ids.to(logits.device), self.vocab_size)
-        return fit_vocabulary(logits[-1], self.vocab_size)
+        return to_target_vocabulary(logits[-1], self.token_ids, self.vocab_size)
 
     def _accepted(self, tokens: torch.Tensor) -> list[int]:
         if len(self.sequence) != tokens.shape[0]:  # a caller that skipped observe()
