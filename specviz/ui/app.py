@@ -24,8 +24,8 @@ from .endpoint import api_help, page_url, speculate
 from .gpu import gpu
 from .live import (MAX_NEW_TOKENS, USES_DRAFT_MODEL, LiveRun, RunRequest, end_session, load_models, model_name,
                    session_key, session_of, settings_from_form)
-from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, run_header, status_of, step_story,
-                       summary_of, token_text, tokens_of, trace_file)
+from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, status_of, step_story, summary_of,
+                       token_text, token_view, trace_file)
 from .batch_tab import BatchTab
 from .learn import LearnTab, distribution_api
 from .tabs import CompareTab, CostTab
@@ -87,9 +87,7 @@ class SpecvizApp:
         out = {self.status: status_of(run, cursor)}
         if "text" in parts:
             story = step_story(steps[shown], sampling) if shown is not None and shown < len(steps) else ""
-            out[self.tokens] = render.token_view_html(tokens_of(steps, run.tokenizer), run.request.prompt,
-                                                      run_header(run), current_step=cursor, upto_step=upto,
-                                                      sampling=sampling, story=story)
+            out[self.tokens] = token_view(run, cursor, upto, story)
             out[self.summary] = summary_of(run)
         if "slider" in parts:
             out[self.step_slider] = gr.Slider(minimum=0, maximum=max(len(steps) - 1, 1), value=shown or 0,
@@ -317,9 +315,7 @@ class SpecvizApp:
         steps = run.speculative.steps
         sampling = not run.request.settings.greedy
         return {
-            self.tokens: render.token_view_html(tokens_of(steps, run.tokenizer), run.request.prompt, run_header(run),
-                                                current_step=k, sampling=sampling,
-                                                story=step_story(steps[k], sampling)),
+            self.tokens: token_view(run, k, story=step_story(steps[k], sampling)),
             self.inspector: plot(charts.inspector_figure(steps[k], token_text(run.tokenizer),
                                                          not run.request.settings.greedy)),
             self.step_plot: plot(charts.step_figure(steps, k)),
