@@ -24,6 +24,7 @@ from .endpoint import api_help, page_url, speculate
 from .gpu import gpu
 from .live import (MAX_NEW_TOKENS, USES_DRAFT_MODEL, LiveRun, RunRequest, end_session, load_models, model_name,
                    session_key, session_of, settings_from_form)
+from .pacing import Pacer
 from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, status_of, step_story, summary_of,
                        token_text, token_view, trace_file)
 from .batch_tab import BatchTab
@@ -33,8 +34,8 @@ from .tabs import CompareTab, CostTab
 log = logging.getLogger(__name__)
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
-TOKEN_INTERVAL = 0.2  # seconds between token-view updates while streaming
-CHART_INTERVAL = 1.5  # seconds between chart updates while streaming
+TOKEN_INTERVAL = 0.5  # seconds between token-view updates while streaming (each costs the browser a slice of a core)
+CHART_INTERVAL = 2.0  # seconds between chart updates while streaming
 CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "4"))  # runs at once; their engine steps interleave
 
 TARGETS = [("default: SmolLM2-135M-Instruct (offline)", DEFAULT_MODEL),
@@ -126,31 +127,15 @@ class SpecvizApp:
         return charts.race_figure(spec_points, plain_points, run.request.method, current)
 
     def stream(self, run: LiveRun, follow_cursor: bool = False):
-        """Frames while a worker advances the run, throttled: the token view at most every TOKEN_INTERVAL and
-        only when the speculative run moved on, the step charts and the race at most every CHART_INTERVAL (the
-        theory and the inspector wait for the end); then one complete frame. follow_cursor highlights the
-        newest step (step mode)."""
-        last_text, last_charts = 0.0, time.monotonic()  # first charts after CHART_INTERVAL: a short run draws them once
-        seen_version, text_steps, chart_steps = -1, -1, -1
+        """Frames while a worker advances the run, as few as pacing.Pacer lets through (the theory and the
+        inspector wait for the end, except in step mode); then one complete frame. follow_cursor highlights
+        the newest step (step mode)."""
+        pacer = Pacer(TOKEN_INTERVAL, CHART_INTERVAL, time.monotonic(), follow_cursor)
         while run.active:
-            now = time.monotonic()
-            if run.version != seen_version and now - last_text >= TOKEN_INTERVAL:
-                seen_version, last_text = run.version, now
-                n = len(run.speculative.steps)
-                parts = set()
-                if n != text_steps:
-                    parts.add("text")
-                    text_steps = n
-                if now - last_charts >= CHART_INTERVAL:
-                    parts.add("race")  # the baseline moves it too
-                    if n != chart_steps:
-                        parts |= {"charts", "slider"}
-                        chart_steps = n
-                    last_charts = now
-                if follow_cursor and "text" in parts:
-                    parts |= {"detail", "slider"}  # step mode: the inspector follows the step just taken
-                cursor = n - 1 if follow_cursor and n else None
-                yield self.frame(run, cursor=cursor, parts=frozenset(parts))
+            n = len(run.speculative.steps)
+            parts = pacer.parts(time.monotonic(), run.version, n, run.phase)
+            if parts is not None:
+                yield self.frame(run, cursor=n - 1 if follow_cursor and n else None, parts=parts)
             time.sleep(0.03)
         n = len(run.speculative.steps)
         yield self.frame(run, cursor=n - 1 if follow_cursor and n else None)
