@@ -183,8 +183,9 @@ class SpecvizApp:
         yield self.blank(render.status_html(loading_message([target_name, draft_name], 0, False), "info"))
         while job.is_alive():
             job.join(0.5)
-            message = loading_message([target_name, draft_name], time.monotonic() - started, "models" in loaded)
-            yield {self.status: render.status_html(message, "info")}
+            if job.is_alive():  # a load that ends within the wait sends no update: each costs the browser
+                message = loading_message([target_name, draft_name], time.monotonic() - started, "models" in loaded)
+                yield {self.status: render.status_html(message, "info")}
         try:
             if "error" in loaded:
                 raise loaded["error"]

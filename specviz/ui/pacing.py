@@ -2,7 +2,8 @@
 
 Every update costs a browser on the same machine a roughly fixed slice of a core, whatever it carries
 (docs/app.md, "What the UI costs"), and on a 2-core machine that slice is taken from the engine. So the pacer
-sends few updates: the token view at most every token_interval and only when the speculative run took a new
+sends few updates: the token view at most every token_interval (the first time one token_interval after the
+start: the view the run starts from is on the screen already) and only when the speculative run took a new
 step; the race and the step charts at most every chart_interval (the first time one chart_interval after the
 start, so that a short run draws them once, at its end); and nothing in between. While plain decoding runs
 for the baseline, only the race moves, and the status line's count moves with it.
@@ -20,7 +21,7 @@ class Pacer:
     follow_cursor: bool = False  # step mode: the inspector follows the step just taken
     _version: int = field(default=-1, init=False)
     _phase: str | None = field(default=None, init=False)
-    _last_text: float = field(default=float("-inf"), init=False)
+    _last_text: float | None = field(default=None, init=False)
     _last_charts: float | None = field(default=None, init=False)
     _text_steps: int = field(default=-1, init=False)
     _chart_steps: int = field(default=-1, init=False)
@@ -28,7 +29,8 @@ class Pacer:
     def parts(self, now: float, version: int, steps: int, phase: str) -> frozenset | None:
         """The parts to redraw now ("text", "race", "charts", "slider", "detail"; the status goes with any
         update), or None: no update. version: the run's change counter; steps: the speculative run's steps."""
-        if version == self._version or now - self._last_text < self.token_interval:
+        last_text = self.started if self._last_text is None else self._last_text
+        if version == self._version or now - last_text < self.token_interval:
             return None
         last_charts = self.started if self._last_charts is None else self._last_charts
         parts = set()
