@@ -141,6 +141,10 @@ class SpecvizApp:
         yield self.frame(run, cursor=n - 1 if follow_cursor and n else None)
 
     # ---- handlers ---------------------------------------------------------------------------------------
+    def on_clear(self):
+        """The view emptied for a new run (the run itself follows, in its own event)."""
+        return self.blank(render.status_html("Starting…", "info"))
+
     def on_run(self, prompt, method, target, draft, gamma, temperature, top_p, max_new_tokens, seed, compare_plain,
                step_mode, tree=0, request: gr.Request = None):
         state = session_of(request)
@@ -415,10 +419,14 @@ class SpecvizApp:
                           self.max_new, self.seed, self.compare_plain, self.step_mode, self.tree]
             view_outputs = [self.status, self.tokens, self.summary, self.step_plot, self.race_plot, self.theory_plot,
                             self.inspector, self.step_slider, self.trace]
-            run_event = self.run_button.click(gpu(self.on_run), run_inputs, view_outputs, api_name="run",
-                                              show_progress="hidden", **engine)
-            submit_event = self.prompt.submit(gpu(self.on_run), run_inputs, view_outputs, api_visibility="private",
-                                              show_progress="hidden", **engine)
+            # the page clears the previous run first, and only then asks for the new one: the clearing (its
+            # charts taken down) does not land on the new run's first steps
+            clear = dict(fn=self.on_clear, outputs=view_outputs, api_visibility="private", show_progress="hidden",
+                         **free)
+            run_event = self.run_button.click(**clear).then(gpu(self.on_run), run_inputs, view_outputs, api_name="run",
+                                                            show_progress="hidden", **engine)
+            submit_event = self.prompt.submit(**clear).then(gpu(self.on_run), run_inputs, view_outputs,
+                                                            api_visibility="private", show_progress="hidden", **engine)
             resume_event = self.resume_button.click(gpu(self.on_resume), None, view_outputs, api_name="resume",
                                                     show_progress="hidden", **engine)
             next_event = self.next_button.click(gpu(self.on_next), None, view_outputs, api_name="next_step",
