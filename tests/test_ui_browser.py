@@ -207,6 +207,12 @@ CONTRAST_JS = """(selectors) => {
 OWN_TEXT = ("#sv-status *, #sv-tokens *, #sv-summary *, #sv-legend *, .sv-intro *")
 
 
+def step_lines(page) -> int:
+    """Visible tokens drawn with a line beside them (the drafts mode's step boundary)."""
+    return page.evaluate("[...document.querySelectorAll('#sv-tokens .sv-output .tok')].filter(e => "
+                         "e.getClientRects().length && getComputedStyle(e).boxShadow !== 'none').length")
+
+
 def lanes(page):
     """The top of each step's lane in the token view, in order."""
     return page.evaluate("() => [...document.querySelectorAll('#sv-tokens .sv-step')]"
@@ -254,11 +260,14 @@ def test_answer_mode_hides_rejected_drafts_and_drafts_mode_shows_them(screens):
     tab = screens["projector"]
     rejected = tab.locator("#sv-tokens .sv-output .tok-rejected")
     assert rejected.count() > 0 and not any(rejected.nth(i).is_visible() for i in range(rejected.count()))
+    assert step_lines(tab) == 0  # the answer reads as one text: no line where a step begins
     tab.locator("#sv-mode").get_by_text("drafts").click()
     tab.wait_for_function("document.body.dataset.svMode === 'drafts'")
     assert all(rejected.nth(i).is_visible() for i in range(rejected.count()))
+    assert step_lines(tab) > 0
     tab.locator("#sv-mode").get_by_text("answer").click()
     tab.wait_for_function("document.body.dataset.svMode === 'answer'")
+    assert step_lines(tab) == 0
 
 
 def test_steps_mode_gives_each_step_its_own_lane(screens):
