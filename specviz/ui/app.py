@@ -2,8 +2,9 @@
 
 Handlers never hold models (they live in specviz.models' process-wide registry) or engine state in gr.State
 (it is deep-copied per session): a session's run lives in live.py's session table, keyed by gradio's
-session hash. Streaming handlers poll a worker thread and send at most one token update every
-TOKEN_INTERVAL and one chart update every CHART_INTERVAL (docs/design.md, "Pitfalls")."""
+session hash. Streaming handlers poll a worker thread and send as few updates as pacing.Pacer lets
+through: a token update at most every TOKEN_INTERVAL, a chart update every CHART_INTERVAL (docs/design.md,
+"Pitfalls")."""
 from __future__ import annotations
 
 import json
