@@ -5,6 +5,8 @@ run nothing. Then what a class sees: the run in the first screen of a 1280x720 p
 a 400 px phone without horizontal scroll, and text contrast in the light and the dark theme. One server and
 one browser for the module; each screen size runs the prompt once."""
 
+import re
+
 import pytest
 
 from specviz import DecodeSettings
@@ -97,6 +99,44 @@ def test_run_shows_every_kind_a_chart_and_a_tooltip(page, default_target, tmp_pa
     assert shot.stat().st_size > 20_000
 
 
+def shown_tip(token) -> str:
+    """The tip the page shows on a focused token: the stylesheet's ::after content, its CSS escapes decoded."""
+    token.focus()
+    content = token.evaluate("el => getComputedStyle(el, '::after').content")
+    assert content.startswith('"') and content.endswith('"'), content
+    text = re.sub(r"\\([0-9a-fA-F]{1,6}) ?", lambda m: chr(int(m.group(1), 16)), content[1:-1])
+    return re.sub(r"\\(.)", r"\1", text)
+
+
+@pytest.mark.parametrize("sampling", [True, False])
+def test_the_stylesheet_words_every_tip_as_token_tip_does(browser, sampling):
+    """The tips are composed in the page from each token's numbers: the same text as render.token_tip, for every
+    kind, a one-hot drafter, a draft the verifier never tested and a missing number."""
+    from specviz.records import TokenKind, TokenRecord
+    from specviz.ui import render
+    from specviz.ui.app import css
+
+    def token(kind, step, p=0.61234, q=None, accept_prob=None, u=None):
+        return TokenRecord(id=1, text=" tok", kind=TokenKind(kind), step=step, p=p, q=q, accept_prob=accept_prob, u=u)
+
+    tokens = [token("accepted", 0, 0.8, 0.5, 1.0, 0.3), token("accepted", 0, 0.7, None, 0.7, 0.2),
+              token("rejected", 0, 0.1, 0.5, 0.2, 0.9), token("rejected", 0, 0.05, 0.4, 0.125),
+              token("resampled", 0), token("accepted", 1, 0.9, None, 0.9, None), token("bonus", 1),
+              token("target", 2), token("target", 3, p=None)]
+    reached = [True, True, True, False, True, True, True, True, True]
+    context = browser.new_context()
+    tab = context.new_page()
+    tab.set_content(f"<style>{css()}</style><body data-sv-mode='drafts'>"
+                    f"{render.token_view_html(tokens, sampling=sampling)}</body>")
+    spans = tab.locator(".sv-output .tok")
+    assert spans.count() == len(tokens)
+    shown = [shown_tip(spans.nth(i)) for i in range(len(tokens))]
+    context.close()
+    expected = [render.token_tip(t, sampling, r) for t, r in zip(tokens, reached)]
+    assert shown == expected
+    assert len(set(shown)) == len(shown)  # control: every case words its tip differently
+
+
 def test_closing_the_tab_ends_its_session(browser, url):
     import time
 
@@ -167,6 +207,12 @@ CONTRAST_JS = """(selectors) => {
 OWN_TEXT = ("#sv-status *, #sv-tokens *, #sv-summary *, #sv-legend *, .sv-intro *")
 
 
+def step_lines(page) -> int:
+    """Visible tokens drawn with a line beside them (the drafts mode's step boundary)."""
+    return page.evaluate("[...document.querySelectorAll('#sv-tokens .sv-output .tok')].filter(e => "
+                         "e.getClientRects().length && getComputedStyle(e).boxShadow !== 'none').length")
+
+
 def lanes(page):
     """The top of each step's lane in the token view, in order."""
     return page.evaluate("() => [...document.querySelectorAll('#sv-tokens .sv-step')]"
@@ -214,11 +260,14 @@ def test_answer_mode_hides_rejected_drafts_and_drafts_mode_shows_them(screens):
     tab = screens["projector"]
     rejected = tab.locator("#sv-tokens .sv-output .tok-rejected")
     assert rejected.count() > 0 and not any(rejected.nth(i).is_visible() for i in range(rejected.count()))
+    assert step_lines(tab) == 0  # the answer reads as one text: no line where a step begins
     tab.locator("#sv-mode").get_by_text("drafts").click()
     tab.wait_for_function("document.body.dataset.svMode === 'drafts'")
     assert all(rejected.nth(i).is_visible() for i in range(rejected.count()))
+    assert step_lines(tab) > 0
     tab.locator("#sv-mode").get_by_text("answer").click()
     tab.wait_for_function("document.body.dataset.svMode === 'answer'")
+    assert step_lines(tab) == 0
 
 
 def test_steps_mode_gives_each_step_its_own_lane(screens):

@@ -112,24 +112,58 @@ def test_escape_text_round_trips():
         assert html.unescape(escaped) == text
 
 
+def tips_of(steps, sampling=True):
+    """Each token's tip, with the verifier's reach as the view marks it (tok-untested)."""
+    parsed = parse(render.token_view_html(tokens_of(steps), sampling=sampling))
+    return [render.token_tip(token, sampling, reached="tok-untested" not in classes)
+            for token, (classes, _, _) in zip(tokens_of(steps), parsed.spans)]
+
+
 def test_tooltip_gives_kind_step_p_q_ratio_and_u(steps):
-    parsed = parse(render.token_view_html(tokens_of(steps), sampling=True))
-    tips = [attrs["data-tip"] for _, attrs, _ in parsed.spans]
+    tips = tips_of(steps)
     accepted_tip = tips[0]
     assert accepted_tip.startswith("accepted · step 0")
     assert "p = 0.800" in accepted_tip and "q = 0.500" in accepted_tip
     assert "min(1, p/q) = 1.000" in accepted_tip and "u = 0.300" in accepted_tip
     first_rejected, second_rejected = tips[2], tips[3]
     assert "rejected · step 0" in first_rejected and "min(1, p/q) = 0.200" in first_rejected and "u = 0.900" in first_rejected
-    assert "not tested" in second_rejected  # after the first rejection
+    assert "not tested" in second_rejected and "not tested" not in first_rejected  # after the first rejection
     assert tips[4].startswith("resampled · step 0") and "residual" in tips[4]
     assert tips[9].startswith("bonus · step 1")
 
 
+def test_a_tokens_numbers_are_its_data_attributes(steps):
+    """The stylesheet composes the tip from them: p, q, min(1, p/q) as a, u; a number the token lacks is left out."""
+    spans = parse(render.token_view_html(tokens_of(steps))).spans
+    assert {k: spans[0][1].get(k) for k in ("data-p", "data-q", "data-a", "data-u")} == {
+        "data-p": "0.800", "data-q": "0.500", "data-a": "1.000", "data-u": "0.300"}
+    assert "data-u" not in spans[3][1] and "data-u" in spans[2][1]  # the untested draft was never drawn against
+    resampled = spans[4][1]
+    assert resampled["data-p"] == "0.600" and "data-q" not in resampled and "data-tip" not in resampled
+
+
 def test_greedy_tooltip_explains_the_argmax_test(steps):
-    tips = [attrs["data-tip"] for _, attrs, _ in parse(render.token_view_html(tokens_of(steps), sampling=False)).spans]
+    tips = tips_of(steps, sampling=False)
     assert "greedy" in tips[0] and "u =" not in tips[0]
     assert tips[4].startswith("resampled") and "most probable" in tips[4] and "residual" not in tips[4]
+    assert 'class="sv-output sv-greedy"' in render.token_view_html(tokens_of(steps), sampling=False)
+    assert "sv-greedy" not in render.token_view_html(tokens_of(steps), sampling=True)
+
+
+def test_step_groups_render_each_step_once_and_equal_a_full_render(steps):
+    tokens = tokens_of(steps)
+    groups = render.StepGroups()
+    groups.add(steps[0].tokens)
+    assert groups.html() == render.token_spans(tokens_of(steps[:1]))  # a run still going
+    for step in steps[1:]:
+        groups.add(step.tokens)
+    assert len(groups) == len(steps)
+    assert groups.html() == render.token_spans(tokens)
+    assert groups.html(current_step=1) == render.token_spans(tokens, current_step=1)
+    assert groups.html(current_step=1) != groups.html(current_step=2)  # control: the highlight moves
+    cut = render.token_view_html([], spans=groups.html(current_step=1, upto_step=1))
+    assert cut == render.token_view_html(tokens, current_step=1, upto_step=1)
+    assert 'data-step="2"' not in cut and 'data-step="2"' in render.token_view_html(tokens)
 
 
 def test_one_hot_drafter_tooltip():

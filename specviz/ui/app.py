@@ -2,8 +2,9 @@
 
 Handlers never hold models (they live in specviz.models' process-wide registry) or engine state in gr.State
 (it is deep-copied per session): a session's run lives in live.py's session table, keyed by gradio's
-session hash. Streaming handlers poll a worker thread and send at most one token update every
-TOKEN_INTERVAL and one chart update every CHART_INTERVAL (docs/design.md, "Pitfalls")."""
+session hash. Streaming handlers poll a worker thread and send as few updates as pacing.Pacer lets
+through: a token update at most every TOKEN_INTERVAL, a chart update every CHART_INTERVAL (docs/design.md,
+"Pitfalls")."""
 from __future__ import annotations
 
 import json
@@ -25,8 +26,9 @@ from .endpoint import api_help, page_url, speculate
 from .gpu import gpu
 from .live import (MAX_NEW_TOKENS, LiveRun, RunRequest, drafter_for, end_session, load_models, model_name,
                    session_key, session_of, settings_from_form)
-from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, run_header, status_of, step_story,
-                       summary_of, token_text, tokens_of, trace_file)
+from .pacing import Pacer
+from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, status_of, step_story, summary_of,
+                       token_text, token_view, trace_file)
 from .batch_tab import BatchTab
 from .learn import RUN_TAB, LearnTab, distribution_api
 from .tabs import CompareTab, CostTab
@@ -34,8 +36,8 @@ from .tabs import CompareTab, CostTab
 log = logging.getLogger(__name__)
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
-TOKEN_INTERVAL = 0.2  # seconds between token-view updates while streaming
-CHART_INTERVAL = 1.5  # seconds between chart updates while streaming
+TOKEN_INTERVAL = 0.5  # seconds between token-view updates while streaming (each costs the browser a slice of a core)
+CHART_INTERVAL = 2.0  # seconds between chart updates while streaming
 CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "4"))  # runs at once; their engine steps interleave
 
 TARGETS = [("default: SmolLM2-135M-Instruct (offline)", DEFAULT_MODEL),
@@ -89,9 +91,7 @@ class SpecvizApp:
         out = {self.status: status_of(run, cursor)}
         if "text" in parts:
             story = step_story(steps[shown], sampling) if shown is not None and shown < len(steps) else ""
-            out[self.tokens] = render.token_view_html(tokens_of(steps, run.tokenizer), run.request.prompt,
-                                                      run_header(run), current_step=cursor, upto_step=upto,
-                                                      sampling=sampling, story=story)
+            out[self.tokens] = token_view(run, cursor, upto, story)
             out[self.summary] = summary_of(run)
         if "slider" in parts:
             out[self.step_slider] = gr.Slider(minimum=0, maximum=max(len(steps) - 1, 1), value=shown or 0,
@@ -130,36 +130,24 @@ class SpecvizApp:
         return charts.race_figure(spec_points, plain_points, run.request.method, current)
 
     def stream(self, run: LiveRun, follow_cursor: bool = False):
-        """Frames while a worker advances the run, throttled: the token view at most every TOKEN_INTERVAL and
-        only when the speculative run moved on, the step charts and the race at most every CHART_INTERVAL (the
-        theory and the inspector wait for the end); then one complete frame. follow_cursor highlights the
-        newest step (step mode)."""
-        last_text, last_charts = 0.0, time.monotonic()  # first charts after CHART_INTERVAL: a short run draws them once
-        seen_version, text_steps, chart_steps = -1, -1, -1
+        """Frames while a worker advances the run, as few as pacing.Pacer lets through (the theory and the
+        inspector wait for the end, except in step mode); then one complete frame. follow_cursor highlights
+        the newest step (step mode)."""
+        pacer = Pacer(TOKEN_INTERVAL, CHART_INTERVAL, time.monotonic(), follow_cursor)
         while run.active:
-            now = time.monotonic()
-            if run.version != seen_version and now - last_text >= TOKEN_INTERVAL:
-                seen_version, last_text = run.version, now
-                n = len(run.speculative.steps)
-                parts = set()
-                if n != text_steps:
-                    parts.add("text")
-                    text_steps = n
-                if now - last_charts >= CHART_INTERVAL:
-                    parts.add("race")  # the baseline moves it too
-                    if n != chart_steps:
-                        parts |= {"charts", "slider"}
-                        chart_steps = n
-                    last_charts = now
-                if follow_cursor and "text" in parts:
-                    parts |= {"detail", "slider"}  # step mode: the inspector follows the step just taken
-                cursor = n - 1 if follow_cursor and n else None
-                yield self.frame(run, cursor=cursor, parts=frozenset(parts))
+            n = len(run.speculative.steps)
+            parts = pacer.parts(time.monotonic(), run.version, n, run.phase)
+            if parts is not None:
+                yield self.frame(run, cursor=n - 1 if follow_cursor and n else None, parts=parts)
             time.sleep(0.03)
         n = len(run.speculative.steps)
         yield self.frame(run, cursor=n - 1 if follow_cursor and n else None)
 
     # ---- handlers ---------------------------------------------------------------------------------------
+    def on_clear(self):
+        """The view emptied for a new run (the run itself follows, in its own event)."""
+        return self.blank(render.status_html("Starting…", "info"))
+
     def on_run(self, prompt, method, target, draft, gamma, temperature, top_p, max_new_tokens, seed, compare_plain,
                step_mode, tree=0, request: gr.Request = None):
         state = session_of(request)
@@ -202,8 +190,9 @@ class SpecvizApp:
         yield self.blank(render.status_html(loading_message([target_name, draft_name], 0, False), "info"))
         while job.is_alive():
             job.join(0.5)
-            message = loading_message([target_name, draft_name], time.monotonic() - started, "models" in loaded)
-            yield {self.status: render.status_html(message, "info")}
+            if job.is_alive():  # a load that ends within the wait sends no update: each costs the browser
+                message = loading_message([target_name, draft_name], time.monotonic() - started, "models" in loaded)
+                yield {self.status: render.status_html(message, "info")}
         try:
             if "error" in loaded:
                 raise loaded["error"]
@@ -319,9 +308,7 @@ class SpecvizApp:
         steps = run.speculative.steps
         sampling = not run.request.settings.greedy
         return {
-            self.tokens: render.token_view_html(tokens_of(steps, run.tokenizer), run.request.prompt, run_header(run),
-                                                current_step=k, sampling=sampling,
-                                                story=step_story(steps[k], sampling)),
+            self.tokens: token_view(run, k, story=step_story(steps[k], sampling)),
             self.inspector: plot(charts.inspector_figure(steps[k], token_text(run.tokenizer),
                                                          not run.request.settings.greedy)),
             self.step_plot: plot(charts.step_figure(steps, k)),
@@ -438,10 +425,14 @@ class SpecvizApp:
                           self.max_new, self.seed, self.compare_plain, self.step_mode, self.tree]
             view_outputs = [self.status, self.tokens, self.summary, self.step_plot, self.race_plot, self.theory_plot,
                             self.inspector, self.step_slider, self.trace]
-            run_event = self.run_button.click(gpu(self.on_run), run_inputs, view_outputs, api_name="run",
-                                              show_progress="hidden", **engine)
-            submit_event = self.prompt.submit(gpu(self.on_run), run_inputs, view_outputs, api_visibility="private",
-                                              show_progress="hidden", **engine)
+            # the page clears the previous run first, and only then asks for the new one: the clearing (its
+            # charts taken down) does not land on the new run's first steps
+            clear = dict(fn=self.on_clear, outputs=view_outputs, api_visibility="private", show_progress="hidden",
+                         **free)
+            run_event = self.run_button.click(**clear).then(gpu(self.on_run), run_inputs, view_outputs, api_name="run",
+                                                            show_progress="hidden", **engine)
+            submit_event = self.prompt.submit(**clear).then(gpu(self.on_run), run_inputs, view_outputs,
+                                                            api_visibility="private", show_progress="hidden", **engine)
             resume_event = self.resume_button.click(gpu(self.on_resume), None, view_outputs, api_name="resume",
                                                     show_progress="hidden", **engine)
             next_event = self.next_button.click(gpu(self.on_next), None, view_outputs, api_name="next_step",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+import weakref
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,6 +35,22 @@ def tokens_of(steps: list[StepRecord], tokenizer=None) -> list[TokenRecord]:
                 token = replace(token, text=tokenizer.convert_ids_to_tokens(token.id))
             tokens.append(token)
     return tokens
+
+
+_step_groups: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a run's rendered steps, while it lives
+
+
+def token_view(run: LiveRun, cursor: int | None = None, upto: int | None = None, story: str = "") -> str:
+    """The token view of the run: each step's tokens rendered once, when the step is new (render.StepGroups),
+    so that a streamed update costs the engine's thread only the steps it has not seen."""
+    groups = _step_groups.get(run)
+    if groups is None:
+        groups = _step_groups[run] = render.StepGroups()
+    steps = run.speculative.steps
+    for step in steps[len(groups):]:
+        groups.add(tokens_of([step], run.tokenizer))
+    return render.token_view_html([], run.request.prompt, run_header(run), sampling=not run.request.settings.greedy,
+                                  story=story, spans=groups.html(current_step=cursor, upto_step=upto))
 
 
 def token_text(tokenizer):

@@ -31,7 +31,8 @@ def _number(value: float | None, digits: int = 3) -> str:
 
 
 def token_tip(token: TokenRecord, sampling: bool = True, reached: bool = True) -> str:
-    """The hover text of one token: kind, step, p, q, min(1, p/q) and the draw u (plain text, escaped later).
+    """The hover text of one token: kind, step, p, q, min(1, p/q) and the draw u. The page shows it composed
+    by the stylesheet from the token's data attributes (assets/specviz.css, "the tip"); this is its text.
     reached=False: a draft after the step's first rejection, which the verifier never tested."""
     lines = [f"{token.kind.value} · step {token.step}"]
     if token.kind in (TokenKind.ACCEPTED, TokenKind.REJECTED):
@@ -65,47 +66,102 @@ def shown_text(token: TokenRecord) -> str:
     return text.replace("\n", "⏎" if token.kind == TokenKind.REJECTED else "⏎\n")
 
 
-def _token_span(token: TokenRecord, current_step: int | None, sampling: bool, reached: bool) -> str:
+def _attribute(name: str, value: float | None) -> str:
+    return "" if value is None else f' data-{name}="{_number(value)}"'
+
+
+def _token_span(token: TokenRecord, current: bool, reached: bool) -> str:
+    """One token as a span whose data attributes hold the numbers of its tip (p, q, min(1, p/q) as a, u); the
+    stylesheet composes the tip's sentences from them (token_tip gives the same text), so that the markup a
+    streamed update re-sends stays small. A number the token lacks is left out and shown as –."""
     classes = ["tok", f"tok-{token.kind.value}"]
     if not token.text.strip():
         classes.append("tok-ws")
-    if current_step is not None and token.step == current_step:
+    if not reached:
+        classes.append("tok-untested")
+    if current:
         classes.append("sv-current")
-    return (f'<span class="{" ".join(classes)}" data-step="{token.step}" '
-            f'data-tip="{escape_text(token_tip(token, sampling, reached))}" tabindex="0">'
+    numbers = _attribute("p", token.p)
+    if token.kind in (TokenKind.ACCEPTED, TokenKind.REJECTED):
+        numbers += _attribute("q", token.q) + _attribute("a", token.accept_prob) + _attribute("u", token.u)
+    return (f'<span class="{" ".join(classes)}" data-step="{token.step}"{numbers} tabindex="0">'
             f'{escape_text(shown_text(token))}</span>')
 
 
-def token_spans(tokens: list[TokenRecord], current_step: int | None = None, sampling: bool = True) -> str:
-    """The tokens, each step's in one group (a lane in the steps reading mode): its drafts in order, each
-    accepted or rejected, then the target's own token. Tabbing to a token (or tapping it) shows its tip."""
-    groups: list[tuple[int, list[str]]] = []
-    rejected_in_step = 0
+def step_group_html(step: int, tokens: list[TokenRecord], current: bool = False) -> str:
+    """One step's tokens as one group (a lane in the steps reading mode): its drafts in order, each accepted or
+    rejected, then the target's own token. Drafts after the step's first rejection were never tested."""
+    spans = []
+    rejected = 0
+    for token in tokens:
+        spans.append(_token_span(token, current, reached=token.kind != TokenKind.REJECTED or rejected == 0))
+        rejected += token.kind == TokenKind.REJECTED
+    return f'<span class="sv-step" data-step="{step}">{"".join(spans)}</span>'
+
+
+def _by_step(tokens: list[TokenRecord]) -> list[tuple[int, list[TokenRecord]]]:
+    groups: list[tuple[int, list[TokenRecord]]] = []
     for token in tokens:
         if not groups or groups[-1][0] != token.step:
             groups.append((token.step, []))
-            rejected_in_step = 0
-        reached = token.kind != TokenKind.REJECTED or rejected_in_step == 0
-        if token.kind == TokenKind.REJECTED:
-            rejected_in_step += 1
-        groups[-1][1].append(_token_span(token, current_step, sampling, reached))
-    return "".join(f'<span class="sv-step" data-step="{step}">{"".join(spans)}</span>' for step, spans in groups)
+        groups[-1][1].append(token)
+    return groups
+
+
+def token_spans(tokens: list[TokenRecord], current_step: int | None = None) -> str:
+    """The tokens, each step's in one group. Tabbing to a token (or tapping it) shows its tip."""
+    return "".join(step_group_html(step, group, step == current_step) for step, group in _by_step(tokens))
+
+
+class StepGroups:
+    """The token view's groups of one run, each step's rendered once: a finished step's tokens never change,
+    so a streamed update renders only the steps that are new since the last one, and the highlighted step
+    again. html() equals token_spans() of the same tokens."""
+
+    def __init__(self):
+        self._tokens: list[tuple[int, list[TokenRecord]]] = []
+        self._html: list[str] = []
+        self._steps = 0
+
+    def __len__(self) -> int:
+        """Steps added so far."""
+        return self._steps
+
+    def add(self, step_tokens: list[TokenRecord]) -> None:
+        """The next step's tokens (a step with none adds no group)."""
+        self._steps += 1
+        for step, group in _by_step(step_tokens):
+            self._tokens.append((step, group))
+            self._html.append(step_group_html(step, group))
+
+    def html(self, current_step: int | None = None, upto_step: int | None = None) -> str:
+        parts = []
+        for (step, group), rendered in zip(self._tokens, self._html):
+            if upto_step is not None and step > upto_step:
+                break
+            parts.append(step_group_html(step, group, True) if step == current_step else rendered)
+        return "".join(parts)
 
 
 def token_view_html(tokens: list[TokenRecord], prompt: str = "", header: str = "",
                     current_step: int | None = None, upto_step: int | None = None, sampling: bool = True,
-                    story: str = "") -> str:
+                    story: str = "", spans: str | None = None) -> str:
     """The live token view: a line on the current step, the run's header and prompt, then every shown token
     coloured by kind, with a tip. upto_step hides later steps (replay); current_step highlights one step. The
-    reading mode (answer, drafts, steps) is a class on the page, applied by the stylesheet."""
-    if upto_step is not None:
-        tokens = [t for t in tokens if t.step <= upto_step]
+    reading mode (answer, drafts, steps) is a class on the page, applied by the stylesheet; greedy decoding is
+    a class on the output, which words the tips. spans: the tokens already rendered (StepGroups.html()), in
+    place of tokens, current_step and upto_step."""
+    if spans is None:
+        if upto_step is not None:
+            tokens = [t for t in tokens if t.step <= upto_step]
+        spans = token_spans(tokens, current_step)
     story_html = f'<div class="sv-story">{escape_text(story)}</div>' if story else ""
     head = f'<div class="sv-run-header">{escape_text(header)}</div>' if header else ""
     prompt_html = (f'<div class="sv-prompt" title="{escape_text(prompt)}"><span class="sv-label">Prompt</span>'
                    f'{escape_text(prompt)}</div>' if prompt else "")
-    body = token_spans(tokens, current_step, sampling) or '<span class="sv-muted">(no tokens yet)</span>'
-    return f'<div class="sv-tokens">{story_html}<div class="sv-output">{body}</div>{prompt_html}{head}</div>'
+    body = spans or '<span class="sv-muted">(no tokens yet)</span>'
+    output = "sv-output" if sampling else "sv-output sv-greedy"
+    return f'<div class="sv-tokens">{story_html}<div class="{output}">{body}</div>{prompt_html}{head}</div>'
 
 
 def legend_html() -> str:
