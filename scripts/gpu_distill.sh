@@ -3,9 +3,10 @@
 # warm machine (/root/dm survives between them); run from the carried copy of the repo with the default model
 # staged (docs/gpu.md) and Spec-Bench's prompts in data/spec_bench/ (evaluation only):
 #   STAGE=data  bash scripts/gpu_distill.sh     the target writes its data set (Magpie prompts, its answers)
-#   STAGE=train VARIANTS="l2-first:2:first l2-spread:2:spread" bash scripts/gpu_distill.sh
-#                                             variants side by side (name:layers:init), each under its own
-#                                             timeout (LIMIT, default 500 s) after MINUTES of training
+#   STAGE=train VARIANTS="l2-first:2:first" MINUTES=3 bash scripts/gpu_distill.sh
+#                                             each variant (name:layers:init) in turn, under its own timeout
+#                                             (LIMIT, default 500 s): one a call is the safe way (three side by
+#                                             side in one call wrote nothing in 9 minutes on 2026-11-27)
 #   STAGE=bench VARIANT=l2-first METHODS=... bash scripts/gpu_distill.sh   all 480 prompts, bf16 (PER_CATEGORY=N: fewer)
 # Results and the weights come back under $OUT.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
@@ -22,9 +23,8 @@ case ${STAGE:-data} in
       IFS=: read -r name layers init <<< "$spec"
       timeout ${LIMIT:-500} python3 -m specviz train-drafter --method draft-model --target default --out "$WORK/$name" \
           --data "$WORK/data.pt" --layers "$layers" --init-layers "$init" --draft-vocab ${VOCAB:-8192} \
-          --minutes ${MINUTES:-5} --eval-every 1000 ${LR:+--lr "$LR"} > "$WORK/$name.log" 2>&1 &
+          --minutes ${MINUTES:-3} --eval-every 1000 ${LR:+--lr "$LR"} > "$WORK/$name.log" 2>&1
     done
-    wait
     for spec in ${VARIANTS:-l2-first:2:first}; do
       name=${spec%%:*}
       echo "== $name"; quiet < "$WORK/$name.log" | grep "held-out\|vocabulary\|started from\|conversations\|Error\|error" | tail -8

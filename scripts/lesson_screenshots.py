@@ -1,0 +1,84 @@
+"""The Learn tab's screenshots, one a lesson, taken from a live app on this machine, and how long each lesson
+took in the browser (from pressing Run lesson to its sentence).
+
+    python scripts/lesson_screenshots.py [--out assets/screenshots] [--only mechanic,exact,cost,acceptance,batch,drafters]
+        [--timings results/DIR/lessons.json]
+
+Each lesson runs with its defaults on the offline default model; its panel is saved as learn-KEY.png. The app is
+served in this process on a free loopback port; the browser is Debian's chromium through Playwright (setup.sh
+--dev installs both). Figures in the pictures are this machine's, measured live.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from screenshots import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+
+LESSON_KEYS = ("mechanic", "exact", "cost", "acceptance", "batch", "drafters")
+
+
+def run_lesson(page, key: str, title: str) -> float:
+    """Open the lesson's sub-tab, press Run lesson, wait for its result: seconds it took."""
+    page.get_by_role("tab", name=title).click()
+    started = time.monotonic()
+    page.click(f"#sv-learn-{key}")
+    page.wait_for_selector(f"#sv-learn-{key}-status .sv-ok", timeout=600_000)
+    seconds = time.monotonic() - started
+    page.wait_for_timeout(800)  # the charts' transitions
+    return seconds
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(ROOT / "assets" / "screenshots"))
+    parser.add_argument("--only", default=",".join(LESSON_KEYS))
+    parser.add_argument("--timings", default=None, help="write each lesson's seconds to this JSON file")
+    args = parser.parse_args(argv)
+    keys = [key for key in args.only.split(",") if key]
+    unknown = set(keys) - set(LESSON_KEYS)
+    if unknown:
+        parser.error(f"unknown lessons: {', '.join(sorted(unknown))}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    from playwright.sync_api import sync_playwright
+
+    from specviz.lessons.catalogue import LESSONS
+    from specviz.ui.app import build_demo, launch
+
+    titles = {lesson.key: f"{lesson.number} · {lesson.title}" for lesson in LESSONS}
+    demo = build_demo()
+    _, url, _ = launch(demo, server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    timings = {}
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+            page.goto(url)
+            page.wait_for_selector("#sv-run", timeout=120_000)
+            page.get_by_role("tab", name="Learn").click()
+            for key in keys:
+                timings[key] = round(run_lesson(page, key, titles[key]), 1)
+                page.mouse.move(0, 0)
+                path = out / f"learn-{key}.png"
+                # the lesson's own panel: the innermost tab panel holding its Run button
+                page.locator(f"[role=tabpanel]:has(#sv-learn-{key})").last.screenshot(path=str(path))
+                print(f"{path}: {timings[key]} s", flush=True)
+            browser.close()
+    finally:
+        demo.close()
+    if args.timings:
+        Path(args.timings).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.timings).write_text(json.dumps({"seconds": timings}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
