@@ -112,7 +112,7 @@ def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024,
     (device_loop.py: runs without detail, as the bench's). Graphs already captured are kept, so calling it again
     is cheap."""
     if id(target.model) not in _warmed:
-        ids = list(range(1, 9))
+        ids = [1 + i % (target.vocab_size - 1) for i in range(8)]  # any 8 ids of the vocabulary, however small
         for _ in SpeculativeRun(target, PlainProposer(), ids, DecodeSettings(max_new_tokens=4, stop_at_eos=False)):
             pass
         _warmed.add(id(target.model))

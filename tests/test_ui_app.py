@@ -291,11 +291,27 @@ def test_plain_is_not_compared_with_itself(url):
     assert [trace["name"] for trace in plot(final[RACE_PLOT])["data"]] == ["plain"]
 
 
-def test_compare_keeps_a_skipped_method_in_sight(url):
-    client = Client(url, verbose=False)
-    status, table, _ = client.predict(PROMPT, ["draft", "ngram"], "default", "none", 4, 0, 1, 8, 0, api_name="/compare")
-    assert "Done" in status and "Skipped draft" in status
+def test_compare_keeps_a_skipped_method_in_sight(url, foreign_models):
+    client = Client(url, verbose=False)  # a drafter of another vocabulary: draft is skipped, the rest runs
+    status, table, _ = client.predict(PROMPT, ["draft", "ngram"], "default", foreign_models["other_vocab"], 4, 0, 1, 8, 0,
+                                      api_name="/compare")
+    assert "Done" in status and "Skipped draft" in status and "vocabulary" in status
     assert {row[0] for row in table["data"]} == {"plain", "ngram"}
+
+
+def test_compare_on_a_target_of_eight_words_skips_draft_and_runs_the_rest(url, foreign_models):
+    client = Client(url, verbose=False)  # its warm-up once fed token ids past its vocabulary
+    status, table, _ = client.predict(PROMPT, ["draft", "ngram"], foreign_models["other_vocab"], "none", 4, 0, 1, 8, 0,
+                                      api_name="/compare")
+    assert "Done" in status and "Skipped draft: it needs a drafter" in status
+    assert {row[0] for row in table["data"]} == {"plain", "ngram"}
+
+
+def test_compare_drafts_with_the_distilled_model_on_the_default_target(url):
+    client = Client(url, verbose=False)
+    status, table, _ = client.predict(PROMPT, ["draft"], "default", "none", 4, 0, 1, 8, 0, api_name="/compare")
+    assert "Done" in status and "Skipped" not in status
+    assert {row[0] for row in table["data"]} == {"plain", "draft"}
 
 
 def test_replay_ends_with_its_last_frame(url):
