@@ -1,4 +1,5 @@
 """The app's renderer and chart functions on hand-built step records: no model, no server."""
+import math
 from html.parser import HTMLParser
 
 import pytest
@@ -402,7 +403,9 @@ def test_the_batch_chart_marks_where_speculation_stops_paying():
 
     summary = [entry("plain", 1, 1.0), entry("plain", 8, 1.0), entry("ngram", 1, 1.6), entry("ngram", 8, 0.9)]
     figure = charts.batch_figure(summary, "cpu", "ngram")
-    assert [a["text"] for a in figure["layout"]["annotations"] if "stops" in a["text"]] == ["stops paying at batch 8"]
+    stops = [a for a in figure["layout"]["annotations"] if "stops" in a["text"]]
+    assert [a["text"] for a in stops] == ["stops paying at batch 8"]
+    assert stops[0]["x"] == pytest.approx(math.log10(8))  # the axis is log: plotly reads log10 of the position
     assert "stops paying at batch 8" in verdict_line(summary, "ngram")
     paying = summary[:3] + [entry("ngram", 8, 1.2)]
     assert not [a for a in charts.batch_figure(paying, "cpu", "ngram")["layout"]["annotations"] if "stops" in a["text"]]

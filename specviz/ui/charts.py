@@ -7,6 +7,7 @@ Token texts in labels go through escape_label: plotly reads a few HTML tags and 
 and a token must show as the characters it is."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from ..cost_curve import CostPoint
@@ -315,7 +316,8 @@ def batch_figure(summary: list[dict], device: str, method: str, costs: list[dict
                                 "name": "verify / plain step", "line": {"color": COLOURS["verify"]}}, 3))
     losing = [s["batch_size"] for s in ours if s["speedup"] <= 1.0]
     if losing:
-        fig["layout"]["annotations"].append({"text": f"stops paying at batch {min(losing)}", "x": min(losing), "y": 1.0,
+        # on a log axis plotly places an annotation at log10 of its position (else it stretches the axis to 10^x)
+        fig["layout"]["annotations"].append({"text": f"stops paying at batch {min(losing)}", "x": math.log10(min(losing)), "y": 1.0,
                                              "xref": "x", "yref": "y", "showarrow": True, "arrowhead": 2,
                                              "font": {"color": COLOURS["rejected"]}})
     for k, unit in ((1, "x"), (2, "tok/s"), (3, "x"))[:3 if costs else 2]:
