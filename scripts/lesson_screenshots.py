@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from screenshots import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+from screenshots import served_app  # noqa: E402
 
 LESSON_KEYS = ("mechanic", "exact", "cost", "acceptance", "batch", "drafters")
 
@@ -48,32 +48,22 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    from playwright.sync_api import sync_playwright
-
     from specviz.lessons.catalogue import LESSONS
-    from specviz.ui.app import build_demo, launch
 
     titles = {lesson.key: f"{lesson.number} · {lesson.title}" for lesson in LESSONS}
-    demo = build_demo()
-    _, url, _ = launch(demo, server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
     timings = {}
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-            page.goto(url)
-            page.wait_for_selector("#sv-run", timeout=120_000)
-            page.get_by_role("tab", name="Learn").click()
-            for key in keys:
-                timings[key] = round(run_lesson(page, key, titles[key]), 1)
-                page.mouse.move(0, 0)
-                path = out / f"learn-{key}.png"
-                # the lesson's own panel: the innermost tab panel holding its Run button
-                page.locator(f"[role=tabpanel]:has(#sv-learn-{key})").last.screenshot(path=str(path))
-                print(f"{path}: {timings[key]} s", flush=True)
-            browser.close()
-    finally:
-        demo.close()
+    with served_app() as (browser, url):
+        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        page.goto(url)
+        page.wait_for_selector("#sv-run", timeout=120_000)
+        page.get_by_role("tab", name="Learn").click()
+        for key in keys:
+            timings[key] = round(run_lesson(page, key, titles[key]), 1)
+            page.mouse.move(0, 0)
+            path = out / f"learn-{key}.png"
+            # the lesson's own panel: the innermost tab panel holding its Run button
+            page.locator(f"[role=tabpanel]:has(#sv-learn-{key})").last.screenshot(path=str(path))
+            print(f"{path}: {timings[key]} s", flush=True)
     if args.timings:
         Path(args.timings).parent.mkdir(parents=True, exist_ok=True)
         Path(args.timings).write_text(json.dumps({"seconds": timings}, indent=1) + "\n")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +73,15 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
+    with served_app() as (browser, url):
+        for name in names:
+            print(take(browser, url, name, out), flush=True)
+    return 0
+
+
+@contextmanager
+def served_app():
+    """The app served in this process on a free loopback port, and Debian's chromium: (browser, url)."""
     from playwright.sync_api import sync_playwright
 
     from specviz.ui.app import build_demo, launch
@@ -81,12 +91,10 @@ def main(argv=None) -> int:
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            for name in names:
-                print(take(browser, url.rstrip("/"), name, out), flush=True)
+            yield browser, url.rstrip("/")
             browser.close()
     finally:
         demo.close()
-    return 0
 
 
 if __name__ == "__main__":
