@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from screenshots import served_app  # noqa: E402
+from screenshots import chosen, served_app  # noqa: E402
 
 LESSON_KEYS = ("mechanic", "exact", "cost", "acceptance", "batch", "drafters")
 
@@ -41,10 +41,7 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default=",".join(LESSON_KEYS))
     parser.add_argument("--timings", default=None, help="write each lesson's seconds to this JSON file")
     args = parser.parse_args(argv)
-    keys = [key for key in args.only.split(",") if key]
-    unknown = set(keys) - set(LESSON_KEYS)
-    if unknown:
-        parser.error(f"unknown lessons: {', '.join(sorted(unknown))}")
+    keys = chosen(parser, args.only, LESSON_KEYS, "lessons")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 

@@ -66,10 +66,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(ROOT / "assets" / "screenshots"))
     parser.add_argument("--only", default=",".join(SCREENS), help=f"some of {','.join(SCREENS)}")
     args = parser.parse_args(argv)
-    names = [name for name in args.only.split(",") if name]
-    unknown = set(names) - set(SCREENS)
-    if unknown:
-        parser.error(f"unknown screens: {', '.join(sorted(unknown))}")
+    names = chosen(parser, args.only, SCREENS, "screens")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -77,6 +74,15 @@ def main(argv=None) -> int:
         for name in names:
             print(take(browser, url, name, out), flush=True)
     return 0
+
+
+def chosen(parser, only: str, known, what: str) -> list[str]:
+    """The comma-separated names of --only, each one of `known` (else the parser's error)."""
+    names = [name for name in only.split(",") if name]
+    unknown = set(names) - set(known)
+    if unknown:
+        parser.error(f"unknown {what}: {', '.join(sorted(unknown))}")
+    return names
 
 
 @contextmanager

@@ -74,8 +74,7 @@ class CompareTab:
             target_name = model_name(target)
             if target_name is None:
                 raise SpecvizError("choose a target model ('default' runs offline)")
-            draft_name = next((drafter_for(m, target_name, draft) for m in chosen if drafter_for(m, target_name, draft)),
-                              None)
+            draft_name = next(filter(None, (drafter_for(m, target_name, draft) for m in chosen)), None)
             yield out(f"Loading {target_name}…")
             target_model, draft_model = load_models(RunRequest(prompt, chosen[0], target_name, draft_name, settings))
             prompt_ids = encode(target_model, prompt)
