@@ -14,7 +14,7 @@ from specviz import DecodeSettings, DrafterMismatchError, InvalidSettingError, M
 from specviz.api import default_lookup, encode, make_proposer, run_once
 from specviz.proposers import PlainProposer
 from specviz.proposers.checkpoints import ASSETS, SHIPPED
-from specviz.train.data import FROM_GERMAN, load_dataset
+from specviz.train.data import FROM_GERMAN, STARTERS, _header_ids, load_dataset, opener_ids
 
 from test_default_model import PROMPTS
 
@@ -105,6 +105,29 @@ def test_shipped_heads_are_refused_for_another_target(tiny_target):
         make_proposer("retrieval", tiny_target, heads=str(SHIPPED_DIR / "retrieval"))
     with pytest.raises(ModelLoadError, match="train-drafter --method retrieval"):
         make_proposer("retrieval", tiny_target)  # nothing ships for it
+
+
+def test_magpie_openers_let_the_target_go_on_with_words(default_target):
+    """The opening words of a self-written prompt end on a word: ending on a lone space token made the target
+    go on with a number (the control), so most prompts of the training data began "Who was 35058347?"."""
+    tokenizer = default_target.tokenizer
+    header = _header_ids(default_target)
+    digits = torch.tensor([i for i in range(default_target.vocab_size) if tokenizer.decode([i]).strip().isdigit()])
+
+    def digit_probability(starts):
+        width = max(len(ids) for ids in starts)
+        batch = torch.tensor([[tokenizer.eos_token_id] * (width - len(ids)) + ids for ids in starts])
+        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in starts])
+        with torch.inference_mode():
+            logits = default_target.model(input_ids=batch, attention_mask=mask).logits[:, -1].float()
+        return float(logits.softmax(-1)[:, digits].sum(-1).mean())
+
+    openers = STARTERS[::4]
+    for opener in openers:
+        assert tokenizer.decode(opener_ids(tokenizer, opener)) == opener
+    spaced = [header + tokenizer.encode(opener + " ", add_special_tokens=False) for opener in openers]
+    assert digit_probability(spaced) > 0.5  # control: the way the openers were once encoded
+    assert digit_probability([header + opener_ids(tokenizer, opener) for opener in openers]) < 0.1
 
 
 def run_cli(*args):

@@ -146,6 +146,13 @@ def _batches(items: list, size: int):
         yield items[start: start + size]
 
 
+def opener_ids(tokenizer, opener: str) -> list[int]:
+    """The opening words of a user turn, ending on the last word. Not on a space: this tokenizer joins a space
+    to the word after it (" poem"), so a lone space token is where a number begins, and the target went on
+    with digits after 94 of the 117 starters ("Who was 35058347?", "Outline a plan to 2019 in the UK.")."""
+    return tokenizer.encode(opener, add_special_tokens=False) if opener else []
+
+
 def magpie_prompts(target: LoadedModel, plan: DataPlan, rng: random.Random, generator, progress=None) -> list[str]:
     """User turns written by the target itself, deduplicated."""
     tokenizer, stop = target.tokenizer, _stop_id(target)
@@ -154,7 +161,7 @@ def magpie_prompts(target: LoadedModel, plan: DataPlan, rng: random.Random, gene
     settings = DecodeSettings(temperature=1.0, top_p=0.95)
     seen, prompts = set(), []
     for chunk in _batches(openers, plan.batch_size):
-        starts = [header + (tokenizer.encode(o + " ", add_special_tokens=False) if o else []) for o in chunk]
+        starts = [header + opener_ids(tokenizer, o) for o in chunk]
         for opener, start, new in zip(chunk, starts, continue_batch(target, starts, plan.prompt_tokens, settings, generator, stop)):
             if not new or new[-1] != stop or len(new) < 4:
                 continue  # unfinished or empty user turn
