@@ -22,6 +22,11 @@ BATCH_METHODS = ["retrieval", "ngram"]
 MAX_BATCH = 64
 
 
+def batch_lesson_figure(record) -> dict:
+    """Lesson 5's record (specviz.lessons.BatchSizes, a saved run's too) as the chart this tab draws live."""
+    return charts.batch_figure(record.summary, record.device, record.method, record.costs)
+
+
 class BatchTab:
     """Built in its own tab and as the Learn tab's lesson 5: prefix keeps the two copies' element ids apart,
     api_name names the first one's endpoint (None: private)."""
