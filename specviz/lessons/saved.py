@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import enum
 import json
+import os
 import platform
 import subprocess
 import types
@@ -122,7 +123,10 @@ def device_name(device: torch.device) -> str:
 
 
 def git_commit() -> str | None:
-    """The checkout's commit (with -dirty where files differ from it), or None outside a git checkout."""
+    """The checkout's commit (with -dirty where files differ from it), or None outside a git checkout. A copy
+    without its .git (a machine the tree was copied to) names it in SPECVIZ_COMMIT."""
+    if os.environ.get("SPECVIZ_COMMIT"):
+        return os.environ["SPECVIZ_COMMIT"]
     root = Path(__file__).resolve().parents[2]
     try:
         out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=10"], cwd=root, capture_output=True,
