@@ -156,9 +156,11 @@ def read_saved(paths) -> tuple[dict[str, SavedLesson], list[str]]:
     return found, errors
 
 
-def saved_status_html(saved: SavedLesson) -> str:
-    """What stands where a live run says "measured just now on this machine": the run is not live."""
-    return render.status_html(f"Saved run, not measured here: {saved.label} ({saved.name}).", "saved")
+def saved_status_html(saved: SavedLesson, sentence: str = "") -> str:
+    """What stands where a live run says "measured just now on this machine": the run is not live. sentence: the
+    lesson's own, for lesson 5, whose sentence is its status line (the Batch tab's)."""
+    return render.status_html(f"Saved run, not measured here: {saved.label} ({saved.name})."
+                              + (f" {sentence}" if sentence else ""), "saved")
 
 
 def saved_summary_html(found: dict[str, SavedLesson], errors: list[str]) -> str:
@@ -209,7 +211,7 @@ class LearnTab:
         the lessons' events, for the Run tab's Stop to cancel."""
         self.target, self.run_fields, self.engine, self.tabs = target, run_fields, engine, tabs
         self.events = []
-        self.saved_draws = {}  # lesson key -> (draw(saved record, sliders) -> {widget: value}, its status widget)
+        self.saved_draws = {}  # lesson key -> (draw(record, what-if sliders) -> {widget: value}, status, widgets)
         gr.Markdown("Short lessons, each a claim, a measurement made now on this machine and model, and one "
                     "sentence on what it showed. Each runs in under a minute on a 2-core CPU.")
         with gr.Accordion("Open a saved run (measured elsewhere, for instance on a GPU)", open=False):
@@ -249,7 +251,8 @@ class LearnTab:
         out = {self.saved_status: saved_summary_html(found, errors)}
         for key, saved in found.items():
             draw, status, _ = self.saved_draws[key]
-            out |= draw(saved.record, (alpha, gamma, c)) | {status: saved_status_html(saved)}
+            sentence = saved.lesson.sentence(saved.record) if key == "batch" else ""
+            out |= draw(saved.record, (alpha, gamma, c)) | {status: saved_status_html(saved, sentence)}
         return out
 
     def _saved_batch(self, batch: BatchTab):
