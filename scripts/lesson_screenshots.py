@@ -1,12 +1,15 @@
 """The Learn tab's screenshots, one a lesson, taken from a live app on this machine, and how long each lesson
-took in the browser (from pressing Run lesson to its sentence).
+took in the browser (from pressing Run lesson to its sentence); or, with --saved, drawn from lessons measured
+elsewhere (`python -m specviz learn all --out DIR` on a GPU machine with no browser).
 
     python scripts/lesson_screenshots.py [--out assets/screenshots] [--only mechanic,exact,cost,acceptance,batch,drafters]
-        [--timings results/DIR/lessons.json]
+        [--timings results/DIR/lessons.json] [--saved DIR [--suffix -h100]]
 
 Each lesson runs with its defaults on the offline default model; its panel is saved as learn-KEY.png. The app is
 served in this process on a free loopback port; the browser is Debian's chromium through Playwright (setup.sh
---dev installs both). Figures in the pictures are this machine's, measured live.
+--dev installs both). Figures in the pictures are this machine's, measured live; with --saved, the saved files'
+(DIR/lesson-N-KEY.json, opened through the tab's "Open a saved run"), each panel labelled with where they were
+measured, and saved as learn-KEY{suffix}.png.
 """
 from __future__ import annotations
 
@@ -35,11 +38,31 @@ def run_lesson(page, key: str, title: str) -> float:
     return seconds
 
 
+def open_saved(page, paths: list[Path]) -> None:
+    """Open the saved lessons through the tab's file input; stop on any the tab could not read."""
+    page.get_by_text("Open a saved run (measured elsewhere").click()
+    page.locator("#sv-learn-saved input[type=file]").set_input_files([str(p) for p in paths])
+    page.wait_for_selector("#sv-learn-saved-status .sv-saved", timeout=120_000)
+    errors = page.locator("#sv-learn-saved-status .sv-error")
+    if errors.count():
+        raise SystemExit("the tab could not read: " + "; ".join(errors.all_inner_texts()))
+
+
+def show_saved(page, key: str, title: str) -> None:
+    page.get_by_role("tab", name=title).click()
+    status = "#sv-learn-batch-status" if key == "batch" else f"#sv-learn-{key}-status"
+    page.wait_for_selector(f"{status} .sv-saved", timeout=30_000)
+    page.wait_for_timeout(1500)  # the charts draw when their tab shows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "assets" / "screenshots"))
     parser.add_argument("--only", default=",".join(LESSON_KEYS))
     parser.add_argument("--timings", default=None, help="write each lesson's seconds to this JSON file")
+    parser.add_argument("--saved", default=None, metavar="DIR", help="draw the lessons saved in DIR by `specviz learn "
+                        "--out` instead of running them here")
+    parser.add_argument("--suffix", default="", help="appended to each file name (learn-KEY{suffix}.png)")
     args = parser.parse_args(argv)
     keys = chosen(parser, args.only, LESSON_KEYS, "lessons")
     out = Path(args.out)
@@ -48,20 +71,33 @@ def main(argv=None) -> int:
     from specviz.lessons.catalogue import LESSONS
 
     titles = {lesson.key: f"{lesson.number} · {lesson.title}" for lesson in LESSONS}
+    files = {}
+    if args.saved:
+        from specviz.lessons.saved import file_name
+
+        files = {lesson.key: Path(args.saved) / file_name(lesson) for lesson in LESSONS if lesson.key in keys}
+        missing = [str(path) for path in files.values() if not path.is_file()]
+        if missing:
+            parser.error(f"no saved lesson at {', '.join(missing)} (write them with: python -m specviz learn all --out DIR)")
     timings = {}
     with served_app() as (browser, url):
         page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
         page.goto(url)
         page.wait_for_selector("#sv-run", timeout=120_000)
         page.get_by_role("tab", name="Learn").click()
+        if files:
+            open_saved(page, list(files.values()))
         for key in keys:
-            timings[key] = round(run_lesson(page, key, titles[key]), 1)
+            if files:
+                show_saved(page, key, titles[key])
+            else:
+                timings[key] = round(run_lesson(page, key, titles[key]), 1)
             page.mouse.move(0, 0)
-            path = out / f"learn-{key}.png"
+            path = out / f"learn-{key}{args.suffix}.png"
             # the lesson's own panel: the innermost tab panel holding its Run button
             page.locator(f"[role=tabpanel]:has(#sv-learn-{key})").last.screenshot(path=str(path))
-            print(f"{path}: {timings[key]} s", flush=True)
-    if args.timings:
+            print(f"{path}: " + (f"{timings[key]} s" if key in timings else f"from {files[key]}"), flush=True)
+    if args.timings and timings:
         Path(args.timings).parent.mkdir(parents=True, exist_ok=True)
         Path(args.timings).write_text(json.dumps({"seconds": timings}, indent=1) + "\n")
     return 0

@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 import sys
+import time
 
 from .errors import SpecvizError
 from .records import TokenKind
@@ -119,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     learn.add_argument("--device", default="auto", help="auto, cpu or cuda")
     learn.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16")
     learn.add_argument("--json", default=None, metavar="FILE", help="also write every lesson's results to FILE")
+    learn.add_argument("--out", default=None, metavar="DIR", help="also write each lesson to DIR/lesson-N-KEY.json, "
+                       "complete with where and when it was measured: the Learn tab's \"Open a saved run\" draws it")
 
     from .train import add_arguments as add_train_arguments
 
@@ -280,18 +283,23 @@ def plain_sentence(markdown: str) -> str:
 def cmd_learn(args) -> int:
     from .lessons import lessons_to_run
     from .lessons.catalogue import plain
+    from .lessons.saved import measured_on, save_lesson
     from .models import load_model
 
     chosen = lessons_to_run(args.lesson)  # a wrong number fails here, before the model loads
     print(f"loading {args.target}…", file=sys.stderr)
     target = load_model(args.target, args.device, args.dtype)
+    where = measured_on(target, args.target) if args.out else None
     results = []
     for lesson in chosen:
         print(f"lesson {lesson.number} · {lesson.title}: measuring on {target.device}…", file=sys.stderr)
-        record = None
+        record, started = None, time.monotonic()
         for updates, record in enumerate(lesson.run(target), start=1):
             print(f"\r  {updates} measurements", end="", file=sys.stderr, flush=True)
-        print(file=sys.stderr)
+        seconds = time.monotonic() - started
+        print(f"  {seconds:.1f} s", file=sys.stderr)
+        if args.out:
+            print(f"  wrote {save_lesson(args.out, lesson, record, where, round(seconds, 1))}", file=sys.stderr)
         headers, rows, sentence = lesson.headers(record), lesson.rows(record), plain_sentence(lesson.sentence(record))
         print(f"\n{lesson.number} · {lesson.title}\nClaim: {plain_sentence(lesson.claim)}\n")
         if rows:

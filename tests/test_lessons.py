@@ -165,3 +165,15 @@ def test_default_model_verify_cost_has_a_stated_floor(default_target):
     assert record.weight_bytes > 100e6  # 135M parameters
     assert "assumed" in record.bandwidth_source and record.floor_ms > 0
     assert record.ratio(4) > 0
+
+
+@pytest.mark.quick
+def test_the_batch_lesson_decodes_a_full_batch_and_at_least_a_few_prompts_at_each_size():
+    from specviz.batch_bench import batches_of
+    from specviz.lessons.batch_size import LEAST_PROMPTS, prompts_for
+
+    chosen = list(range(8))
+    assert prompts_for(chosen, 1) == chosen[:LEAST_PROMPTS] == [0, 1, 2, 3]  # the three kinds and one again
+    assert batches_of(prompts_for(chosen, 2), 2) == [[0, 1], [2, 3]]
+    assert prompts_for(chosen, 8) == chosen  # control: a size above the least decodes its whole batch
+    assert prompts_for([5, 6], 1) == [5, 6]  # fewer prompts than the least: each of them

@@ -103,3 +103,25 @@ def test_open_in_the_run_tab_fills_it_in(page):
     assert page.get_by_role("tab", name="Run", exact=True).get_attribute("aria-selected") == "true"
     assert page.get_by_role("tab", name="Learn").get_attribute("aria-selected") == "false"
     page.get_by_role("tab", name="Learn").click()  # back, for any later test
+
+
+def test_a_saved_run_is_drawn_and_says_where_it_was_measured(page, tmp_path):
+    from specviz import lessons
+    from specviz.lessons.catalogue import LESSONS as CATALOGUE
+    from specviz.lessons.saved import save_lesson
+
+    points = [lessons.CostPoint("positions", k, ms, 128) for k, ms in [(1, 17.8), (4, 20.1), (8, 21.0)]]
+    record = lessons.VerifyCost("cuda (default, bfloat16)", points, 270_000_000, 3350.0, "spec sheet")
+    path = save_lesson(tmp_path, CATALOGUE[2], record, {"device": "NVIDIA H100 80GB HBM3",
+                                                        "date": "2026-11-27 22:00 UTC", "commit": "abc1234"})
+    (tmp_path / "broken.json").write_text("{not json")
+    page.get_by_text("Open a saved run (measured elsewhere").click()
+    page.locator("#sv-learn-saved input[type=file]").set_input_files([str(path), str(tmp_path / "broken.json")])
+    page.wait_for_selector("#sv-learn-saved-status .sv-saved", timeout=30_000)
+    summary = page.inner_text("#sv-learn-saved-status")
+    assert "broken.json is not JSON" in summary  # the bad file is named; the good one still drawn
+    label = "measured on NVIDIA H100 80GB HBM3, 2026-11-27 22:00 UTC, commit abc1234"
+    page.get_by_role("tab", name="3 · Checking K costs about one").click()
+    assert label in page.inner_text("#sv-learn-cost-status") and "not measured here" in page.inner_text("#sv-learn-cost-status")
+    page.wait_for_selector("#sv-learn-cost-plot .js-plotly-plot .scatterlayer .trace", timeout=30_000)
+    assert "1.18× the time of one" in page.inner_text("#sv-learn-cost-sentence")  # 21.0 / 17.8: the file's figure

@@ -89,7 +89,7 @@ class Distribution:
     """Lesson 2 under sampling. The tested token is the second new token: the first comes from the prompt's
     forward alone, the second is the first one a drafter proposes and the verifier accepts or replaces."""
 
-    prompt: str
+    prompt: str | list[int]  # as given: text, or token ids (the tiny test models have no tokenizer)
     method: str
     temperature: float
     runs: int  # planned per histogram

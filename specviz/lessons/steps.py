@@ -9,7 +9,7 @@ from ..api import make_proposer
 from ..engine import SpeculativeRun
 from ..models import LoadedModel
 from ..proposers import Proposer
-from ..records import RunResult, StepRecord
+from ..records import RunResult, StepRecord, TokenRecord
 from ..settings import DecodeSettings
 from .common import prompt_ids
 
@@ -34,7 +34,7 @@ class Mechanic:
     prompt: str
     result: RunResult | None
     steps: list[MechanicStep]
-    tokens: list = field(default_factory=list)  # TokenRecords shown so far, rejected drafts included
+    tokens: list[TokenRecord] = field(default_factory=list)  # shown so far, rejected drafts included
 
     @property
     def forwards(self) -> int:

@@ -10,6 +10,7 @@ from ..batch import decode_batch, forward_cost
 from ..batch_bench import batches_of, parse_batch_sizes, row_of, summarize_batches
 from ..errors import SpecvizError
 from ..lessons.batch_size import batch_sentence as verdict_line
+from ..lessons.batch_size import prompts_for
 from ..models import DEFAULT_MODEL, load_model
 from ..settings import DecodeSettings
 from . import charts, render
@@ -20,6 +21,11 @@ from .tabs import stop_tab
 
 BATCH_METHODS = ["retrieval", "ngram"]
 MAX_BATCH = 64
+
+
+def batch_lesson_figure(record) -> dict:
+    """Lesson 5's record (specviz.lessons.BatchSizes, a saved run's too) as the chart this tab draws live."""
+    return charts.batch_figure(record.summary, record.device, record.method, record.costs)
 
 
 class BatchTab:
@@ -73,10 +79,11 @@ class BatchTab:
             return
         device = f"{model.device.type} ({model.describe()})"
         rows, costs = [], []
-        # every size decodes the same prompts: as many as the largest batch (repeated where there are fewer)
+        # every size decodes the first prompts of one list: as many as the largest batch (repeated where there
+        # are fewer), at least a few at the small sizes (prompts_for), as the lesson does
         chosen = batches_of(ids, max(batch_sizes))[0]
         for size in batch_sizes:
-            for batch in batches_of(chosen, size):
+            for batch in batches_of(prompts_for(chosen, size), size):
                 plain = None
                 for spec in ("plain", method):
                     if state.cancel.is_set():

@@ -5,6 +5,7 @@ them without a browser; LearnTab wires them to buttons."""
 from __future__ import annotations
 
 import html
+import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 
@@ -15,18 +16,20 @@ from ..errors import SpecvizError
 from ..lessons import (acceptance_rows, acceptance_sentence, distribution_sentence, drafter_rows, drafter_sentence,  # noqa: F401
                        mechanic_rows, mechanic_sentence, side_by_side_sentence, verify_cost_sentence)
 from ..lessons.common import megabytes as _mb
+from ..lessons.saved import SavedLesson, SavedLessonError, load_lesson
 from ..models import DEFAULT_MODEL, load_model
 from ..theory import expected_speedup
 from . import charts, render
 from .gpu import gpu
 from .live import ENGINE_LOCK, model_name, session_of
-from .batch_tab import BatchTab
+from .batch_tab import BatchTab, batch_lesson_figure
 from .readouts import plot
 from .tabs import stop_tab
 
 COLOURS = {"plain": charts.COLOURS["plain"], "speculative": charts.COLOURS["accepted"],
            "wrong": charts.COLOURS["rejected"], "exact": charts.COLOURS["bonus"]}
 HISTOGRAM_BARS = 12  # the most frequent tested tokens shown; the rest are summed in "other"
+SAVED_MAX_BYTES = 20_000_000  # a saved lesson is tens of kilobytes; anything this large is not one
 
 
 # lesson 1 -------------------------------------------------------------------------------------------------------
@@ -127,6 +130,55 @@ def what_if_figure(rows: list[lessons.AcceptanceRow], alpha: float, gamma: int, 
 DRAFTER_HEADERS = lessons.drafters.HEADERS
 
 
+# saved runs -----------------------------------------------------------------------------------------------------
+
+def read_saved(paths) -> tuple[dict[str, SavedLesson], list[str]]:
+    """Lessons saved by `specviz learn --out`, by lesson key (a later file of one lesson wins), and one line for
+    each file that is not one: a bad file is reported, never raised."""
+    if isinstance(paths, (str, bytes)) or hasattr(paths, "name"):
+        paths = [paths]
+    found, errors = {}, []
+    for path in paths or []:
+        path = getattr(path, "name", path)
+        name = os.path.basename(str(path))
+        try:
+            if os.path.getsize(path) > SAVED_MAX_BYTES:
+                raise SavedLessonError(f"{name} is {os.path.getsize(path) / 1e6:.0f} MB: not a saved lesson")
+            with open(path, "rb") as handle:
+                saved = load_lesson(handle.read(), name)
+        except OSError as error:
+            errors.append(f"{name}: cannot be read ({error.strerror or error})")
+            continue
+        except SavedLessonError as error:
+            errors.append(str(error))
+            continue
+        found[saved.lesson.key] = saved
+    return found, errors
+
+
+def saved_status_html(saved: SavedLesson, sentence: str = "") -> str:
+    """What stands where a live run says "measured just now on this machine": the run is not live. sentence: the
+    lesson's own, for lesson 5, whose sentence is its status line (the Batch tab's)."""
+    return render.status_html(f"Saved run, not measured here: {saved.label} ({saved.name})."
+                              + (f" {sentence}" if sentence else ""), "saved")
+
+
+def saved_summary_html(found: dict[str, SavedLesson], errors: list[str]) -> str:
+    parts = [render.status_html(error, "error") for error in errors]
+    if found:
+        items = "".join(f"<li>{saved.lesson.number} · {html.escape(saved.lesson.title)}: {html.escape(saved.label)}</li>"
+                        for saved in sorted(found.values(), key=lambda s: s.lesson.number))
+        parts.append(f'<div class="sv-status sv-saved"><b>Saved runs shown, not live measurements:</b><ul>{items}</ul>'
+                     f'</div>')
+    return "".join(parts)
+
+
+def unchanged_widgets(record: lessons.exactness.Unchanged) -> tuple[str, str, dict, str]:
+    """Lesson 2's whole record as its four widgets: the greedy pair and sentence, the histograms and their sentence."""
+    return (side_by_side_html(record.greedy), side_by_side_sentence(record.greedy),
+            distribution_figure(record.sampled), distribution_sentence(record.sampled))
+
+
 # the tab --------------------------------------------------------------------------------------------------------
 
 LESSONS = lessons.SETTINGS  # the settings each lesson runs with; "Open in the Run tab" copies them there
@@ -159,8 +211,17 @@ class LearnTab:
         the lessons' events, for the Run tab's Stop to cancel."""
         self.target, self.run_fields, self.engine, self.tabs = target, run_fields, engine, tabs
         self.events = []
+        self.saved_draws = {}  # lesson key -> (draw(record, what-if sliders) -> {widget: value}, status, widgets)
         gr.Markdown("Short lessons, each a claim, a measurement made now on this machine and model, and one "
                     "sentence on what it showed. Each runs in under a minute on a 2-core CPU.")
+        with gr.Accordion("Open a saved run (measured elsewhere, for instance on a GPU)", open=False):
+            gr.Markdown("`python -m specviz learn all --out DIR` measures every lesson on the machine it runs on and "
+                        "writes one `lesson-N-KEY.json` a lesson; open one or several here to draw them as a live run "
+                        "would, each marked with the device, date and commit it was measured on.")
+            saved = gr.File(label="Open a saved run (lesson JSON files)", file_count="multiple", file_types=[".json"],
+                            elem_id="sv-learn-saved")
+            saved_status = gr.HTML(elem_id="sv-learn-saved-status")
+        self.saved_status = saved_status
         with gr.Tabs():
             with gr.Tab("1 · The mechanic"):
                 self._mechanic()
@@ -172,10 +233,30 @@ class LearnTab:
                 self._acceptance()
             with gr.Tab("5 · Where it stops paying: batch size"):
                 gr.Markdown(f"**Claim.** {lessons.batch_size.CLAIM}")
-                self.events.append(BatchTab("sv-learn-batch", api_name=None).build(target, batch_prompts, engine))
+                batch = BatchTab("sv-learn-batch", api_name=None)
+                self.events.append(batch.build(target, batch_prompts, engine))
             with gr.Tab("6 · What each drafter costs"):
                 self._drafters()
+        self._saved_batch(batch)
+        drawn = dict.fromkeys(w for _, status, widgets in self.saved_draws.values() for w in (status, *widgets))
+        saved.upload(self.on_saved, [saved, *self.what_if_inputs], [saved_status, *drawn], api_visibility="private",
+                     concurrency_limit=None)
         return self.events
+
+    def on_saved(self, paths, alpha, gamma, c):
+        """Draws each opened lesson with the functions a live run uses, its status saying where it was measured."""
+        found, errors = read_saved(paths)
+        if not found and not errors:
+            return {}
+        out = {self.saved_status: saved_summary_html(found, errors)}
+        for key, saved in found.items():
+            draw, status, _ = self.saved_draws[key]
+            sentence = saved.lesson.sentence(saved.record) if key == "batch" else ""
+            out |= draw(saved.record, (alpha, gamma, c)) | {status: saved_status_html(saved, sentence)}
+        return out
+
+    def _saved_batch(self, batch: BatchTab):
+        self.saved_draws["batch"] = (lambda r, _: {batch.plot: plot(batch_lesson_figure(r))}, batch.status, [batch.plot])
 
     # layout shared by every lesson
     def _frame(self, key: str, claim: str):
@@ -213,6 +294,8 @@ class LearnTab:
                                  sentence: mechanic_sentence(r) if done else ""})
 
         self._wire(run, stop, status, handler, [self.target], [view, table, sentence])
+        self.saved_draws["mechanic"] = (lambda r, _: {view: mechanic_html(r), table: mechanic_rows(r),
+                                                      sentence: mechanic_sentence(r)}, status, [view, table, sentence])
 
     def _exact(self):
         run, stop, status = self._frame("exact", lessons.exactness.CLAIM)
@@ -245,6 +328,12 @@ class LearnTab:
 
         self._wire(run, stop, status, handler, [self.target, runs, temperature], [pair, greedy, figure, sentence])
 
+        def saved_draw(record, _):
+            a, b, fig, text = unchanged_widgets(record)
+            return {pair: a, greedy: b, figure: plot(fig), sentence: text}
+
+        self.saved_draws["exact"] = (saved_draw, status, [pair, greedy, figure, sentence])
+
     def _cost(self):
         run, stop, status = self._frame("cost", lessons.forward_cost.CLAIM)
         figure = gr.Plot(label="forward time against K", elem_id="sv-learn-cost-plot")
@@ -255,6 +344,8 @@ class LearnTab:
                                     lambda r, done: {figure: plot(verify_cost_figure(r)), sentence: verify_cost_sentence(r)})
 
         self._wire(run, stop, status, handler, [self.target], [figure, sentence])
+        self.saved_draws["cost"] = (lambda r, _: {figure: plot(verify_cost_figure(r)), sentence: verify_cost_sentence(r)},
+                                    status, [figure, sentence])
 
     def _acceptance(self):
         run, stop, status = self._frame("acceptance", lessons.speedup.CLAIM)
@@ -278,6 +369,11 @@ class LearnTab:
                                                      sentence: acceptance_sentence(r) if done else ""})
 
         self._wire(run, stop, status, handler, [self.target, alpha, gamma, cost], [table, rows, figure, sentence])
+        self.what_if_inputs = [alpha, gamma, cost]
+        self.saved_draws["acceptance"] = (lambda r, what_if: {table: acceptance_rows(r), rows: r,
+                                                              figure: plot(what_if_figure(r, *what_if)),
+                                                              sentence: acceptance_sentence(r)},
+                                          status, [table, rows, figure, sentence])
         for slider in (alpha, gamma, cost):  # pure drawing: no engine, no queue
             slider.change(lambda r, a, g, c: plot(what_if_figure(r, a, g, c)), [rows, alpha, gamma, cost], [figure],
                           api_visibility="private", concurrency_limit=None, show_progress="hidden")
@@ -292,6 +388,8 @@ class LearnTab:
                                     lambda r, done: {table: drafter_rows(r), sentence: drafter_sentence(r) if done else ""})
 
         self._wire(run, stop, status, handler, [self.target], [table, sentence])
+        self.saved_draws["drafters"] = (lambda r, _: {table: drafter_rows(r), sentence: drafter_sentence(r)}, status,
+                                        [table, sentence])
 
     def _stream(self, request, status, target, start: Callable, draw: Callable) -> Iterator[dict]:
         """Loads the target, then runs the lesson one record at a time (other users' steps in between),
