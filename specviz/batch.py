@@ -127,7 +127,7 @@ def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDr
                   for b in range(len(prompts))]
 
     def start(row: int, prompt: int) -> None:
-        lengths = runner.lengths.clone()
+        lengths = list(runner.host_lengths)
         lengths[row] = 0
         runner.rollback(lengths)
         ids = prompts[prompt]
@@ -149,25 +149,26 @@ def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDr
         drafts = (rows.propose([tensors[p] for p in active], gammas) if max(gammas) > 0
                   else [Draft(torch.empty(0, dtype=torch.long), None) for _ in active])
         draft_end = time.perf_counter()
-        span = max(len(draft.token_ids) for draft in drafts) + 1
-        ids = torch.zeros((len(active), span), dtype=torch.long)
-        for i, (prompt, draft) in enumerate(zip(active, drafts)):
-            ids[i, 0] = sequences[prompt][-1]
-            ids[i, 1:1 + len(draft.token_ids)] = draft.token_ids  # the rest: padding, written over later
-        cached = runner.lengths.clone()
+        drafted_ids = [draft.token_ids.tolist() for draft in drafts]
+        span = max(len(row) for row in drafted_ids) + 1
+        # the rest of a short row: padding, written over later; one tensor made from host lists, one copy
+        ids = torch.tensor([[sequences[prompt][-1], *row] + [0] * (span - 1 - len(row))
+                            for prompt, row in zip(active, drafted_ids)], dtype=torch.long)
+        lengths, finished = list(runner.host_lengths), []
         logits = runner.forward(ids)
         forwards += 1
-        lengths, finished = cached.clone(), []
+        # greedy: every row's argmaxes in one device-to-host transfer, not one a row
+        choices = logits.argmax(-1).tolist() if settings.greedy else None
         for i, (prompt, draft) in enumerate(zip(active, drafts)):
             size = len(draft.token_ids)
-            row_logits = logits[i, :size + 1]
             if settings.greedy:
-                verdict = verification.verify_greedy(draft.token_ids.cpu(), row_logits)
+                verdict = verification.greedy_verdict(drafted_ids[i], choices[i][:size + 1])
             else:
+                row_logits = logits[i, :size + 1]
                 verdict = verification.verify_sampled(draft.token_ids.to(device), draft.probs,
                                                       warp_probs(row_logits, settings), generators[prompt])
             n = verdict.n_accepted
-            kept = keep_tokens(draft.token_ids[:n].tolist() + [verdict.next_token], outputs[prompt],
+            kept = keep_tokens(drafted_ids[i][:n] + [verdict.next_token], outputs[prompt],
                                settings.max_new_tokens, eos_ids)
             sequences[prompt].extend(kept)
             tensors[prompt] = torch.tensor(sequences[prompt])

@@ -66,6 +66,7 @@ def test_the_batched_runner_keeps_rows_apart_and_drops_finished_ones(tiny_target
     runner.rollback(torch.tensor([4, 2]))
     runner.keep([1])
     assert runner.batch == 1 and runner.lengths.tolist() == [2]
+    assert runner.host_lengths == [2]  # the host's copy, which sizes a forward without reading the device
 
 
 def test_a_batched_forward_costs_more_with_more_positions(tiny_target):
