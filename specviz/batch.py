@@ -53,7 +53,7 @@ class BatchRun:
     drafted: int
     accepted: int
     wall_seconds: float
-    prefill_seconds: float
+    prefill_seconds: float  # every prompt's prefill, refilled ones included
     stop_reasons: list[str] = field(default_factory=list)
     path: str = "batched"  # what decoded it: the batched runner, or the single-sequence loop ("single")
     width: int | None = None  # rows decoded at once (None: every prompt at once)
@@ -207,7 +207,10 @@ def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDr
         for i in finished:  # a finished row's slot takes the next prompt waiting, else the row leaves
             if waiting:
                 active[i] = waiting.pop(0)
+                prefill_start = device_clock(device)
                 start(i, active[i])
+                # a refilled prompt's prefill is prefill too: ms_per_token counts decoding time, as batch 1's loop
+                prefill_seconds += device_clock(device) - prefill_start
             else:
                 leaving.append(i)
         if leaving:  # finished rows stop costing
