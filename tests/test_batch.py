@@ -143,6 +143,16 @@ def test_a_measured_batch_becomes_one_row_that_counts_rows_identical_to_plain():
     assert summarize_batches([row_of(plain, plain, "plain", 2), row])[1]["identical_share"] == 0.5
 
 
+@pytest.mark.quick
+def test_a_sequence_s_latency_a_token_counts_the_prompts_its_row_decoded_one_after_another():
+    def run(width):
+        return BatchRun(token_ids=[[1] * 4] * 4, forwards=8, row_forwards=[4] * 4, drafted=0, accepted=0,
+                        wall_seconds=2.5, prefill_seconds=0.5, width=width)
+
+    assert run(None).ms_per_token == pytest.approx(500.0)  # four rows at once: 4 tokens a row in 2 s
+    assert run(2).ms_per_token == pytest.approx(250.0)  # two rows, each two prompts: 8 tokens a row in 2 s
+
+
 def test_bench_at_several_batch_sizes(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [text]}) + "\n"
