@@ -9,13 +9,20 @@ verify.verify_sampled), so each row's output is its batch-1 output (greedy) or h
 wait, hands its slot to the next one (a refill queue: the batch stays full).
 
 Plain decoding of a batch is the same loop with proposers that never draft, so a batch's speedup compares like
-with like: the same runner, the same batch, the same prompts. Drafters that read the target's hidden states
+with like: the same runner, the same batch, the same prompts.
+
+A batch of one row (one prompt, or batch_size=1) goes, unless asked otherwise (path="batched"), through the
+single-sequence loop (engine.SpeculativeRun, one prompt after another), with the same proposer or draft model:
+the same outputs, counted into the same BatchRun. That loop's runner captures CUDA graphs, which the batched
+runner cannot (its shape changes as rows finish): on a GPU an eager step of a small model is bound by the host's
+kernel launches, so batch 1 through the batched runner would be several times slower than today's loop. On
+the CPU the two measure the same (benchmarks of 2026-11-27, batch 1 side by side). Drafters that read the target's hidden states
 (`medusa`, `eagle`) and `adaptive` do not batch here."""
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -23,16 +30,17 @@ from . import verify as verification
 from .clock import device_clock
 from .api import make_proposer
 from .batch_draft import ModelDrafting, RowProposers
-from .engine import keep_tokens
+from .engine import SpeculativeRun, keep_tokens
 from .errors import InvalidSettingError
 from .models import LoadedModel, check_same_vocabulary
-from .proposers import Draft, Feedback, Proposer
+from .proposers import Draft, Feedback, ModelDrafter, Proposer
 from .proposers.early_exit import decoder_layers, default_exit_layer, truncated_view
 from .runners.batched import BatchedRunner
 from .sampling import make_generator, warp_probs
 from .settings import DecodeSettings
 
 BATCHED_METHODS = ("plain", "ngram", "retrieval", "draft", "early-exit")
+PATHS = ("auto", "batched", "single")  # decode_batch's: auto = single at one row, batched otherwise
 
 
 @dataclass
@@ -45,8 +53,10 @@ class BatchRun:
     drafted: int
     accepted: int
     wall_seconds: float
-    prefill_seconds: float
+    prefill_seconds: float  # every prompt's prefill, refilled ones included
     stop_reasons: list[str] = field(default_factory=list)
+    path: str = "batched"  # what decoded it: the batched runner, or the single-sequence loop ("single")
+    width: int | None = None  # rows decoded at once (None: every prompt at once)
 
     @property
     def new_tokens(self) -> int:
@@ -59,9 +69,10 @@ class BatchRun:
 
     @property
     def ms_per_token(self) -> float:
-        """What a sequence waits for each of its tokens: the decoding time over its mean number of tokens."""
-        mean = self.new_tokens / max(1, len(self.token_ids))
-        return (self.wall_seconds - self.prefill_seconds) / max(mean, 1e-9) * 1e3
+        """What a sequence waits for each of its tokens: the decoding time over the tokens a row of the batch
+        produced (with a refill queue a row decodes several prompts one after another)."""
+        per_row = self.new_tokens / (self.width or max(1, len(self.token_ids)))
+        return (self.wall_seconds - self.prefill_seconds) / max(per_row, 1e-9) * 1e3
 
     @property
     def mean_accepted_length(self) -> float:
@@ -99,11 +110,15 @@ def batch_drafting(method: str, target: LoadedModel, draft: LoadedModel | None =
 
 @torch.inference_mode()
 def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDrafting, prompts: list[list[int]],
-                 settings: DecodeSettings, batch_size: int | None = None) -> BatchRun:
+                 settings: DecodeSettings, batch_size: int | None = None, path: str = "auto") -> BatchRun:
     """Decode every prompt (token ids), batch_size rows at a time (None: all at once). drafting: a factory of
     one proposer a row (the lookups), or a draft model that drafts for the whole batch (batch_drafting picks).
     A finished row's slot takes the next prompt waiting, so the batch stays full while prompts wait. Prompt b's
-    generator is seeded settings.seed + b, so that it samples as a batch-1 run of that seed does."""
+    generator is seeded settings.seed + b, so that it samples as a batch-1 run of that seed does.
+    path: "auto" decodes a batch of one row through the single-sequence loop (the module's docstring says
+    why), "batched" always through the batched runner, "single" always one prompt after another."""
+    if path not in PATHS:
+        raise InvalidSettingError(f"path is one of {', '.join(PATHS)}, got {path!r}")
     settings = settings.validate()
     if settings.tree:
         raise InvalidSettingError("batched decoding drafts chains; set tree to 0")
@@ -118,6 +133,8 @@ def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDr
                                   f"model's context of {target.context_length}")
     eos_ids = target.eos_token_ids if settings.stop_at_eos else set()
     width = min(batch_size or len(prompts), len(prompts))
+    if path == "single" or (path == "auto" and width == 1):
+        return decode_one_at_a_time(target, drafting, prompts, settings)
     runner = BatchedRunner(target.model, width, capacity)
     rows = drafting.open(width, capacity) if isinstance(drafting, ModelDrafting) else RowProposers(drafting)
     sequences = [list(ids) for ids in prompts]
@@ -127,7 +144,7 @@ def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDr
                   for b in range(len(prompts))]
 
     def start(row: int, prompt: int) -> None:
-        lengths = runner.lengths.clone()
+        lengths = list(runner.host_lengths)
         lengths[row] = 0
         runner.rollback(lengths)
         ids = prompts[prompt]
@@ -149,25 +166,26 @@ def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDr
         drafts = (rows.propose([tensors[p] for p in active], gammas) if max(gammas) > 0
                   else [Draft(torch.empty(0, dtype=torch.long), None) for _ in active])
         draft_end = time.perf_counter()
-        span = max(len(draft.token_ids) for draft in drafts) + 1
-        ids = torch.zeros((len(active), span), dtype=torch.long)
-        for i, (prompt, draft) in enumerate(zip(active, drafts)):
-            ids[i, 0] = sequences[prompt][-1]
-            ids[i, 1:1 + len(draft.token_ids)] = draft.token_ids  # the rest: padding, written over later
-        cached = runner.lengths.clone()
+        drafted_ids = [draft.token_ids.tolist() for draft in drafts]
+        span = max(len(row) for row in drafted_ids) + 1
+        # the rest of a short row: padding, written over later; one tensor made from host lists, one copy
+        ids = torch.tensor([[sequences[prompt][-1], *row] + [0] * (span - 1 - len(row))
+                            for prompt, row in zip(active, drafted_ids)], dtype=torch.long)
+        lengths, finished = list(runner.host_lengths), []
         logits = runner.forward(ids)
         forwards += 1
-        lengths, finished = cached.clone(), []
+        # greedy: every row's argmaxes in one device-to-host transfer, not one a row
+        choices = logits.argmax(-1).tolist() if settings.greedy else None
         for i, (prompt, draft) in enumerate(zip(active, drafts)):
             size = len(draft.token_ids)
-            row_logits = logits[i, :size + 1]
             if settings.greedy:
-                verdict = verification.verify_greedy(draft.token_ids.cpu(), row_logits)
+                verdict = verification.greedy_verdict(drafted_ids[i], choices[i][:size + 1])
             else:
+                row_logits = logits[i, :size + 1]
                 verdict = verification.verify_sampled(draft.token_ids.to(device), draft.probs,
                                                       warp_probs(row_logits, settings), generators[prompt])
             n = verdict.n_accepted
-            kept = keep_tokens(draft.token_ids[:n].tolist() + [verdict.next_token], outputs[prompt],
+            kept = keep_tokens(drafted_ids[i][:n] + [verdict.next_token], outputs[prompt],
                                settings.max_new_tokens, eos_ids)
             sequences[prompt].extend(kept)
             tensors[prompt] = torch.tensor(sequences[prompt])
@@ -189,7 +207,10 @@ def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDr
         for i in finished:  # a finished row's slot takes the next prompt waiting, else the row leaves
             if waiting:
                 active[i] = waiting.pop(0)
+                prefill_start = device_clock(device)
                 start(i, active[i])
+                # a refilled prompt's prefill is prefill too: ms_per_token counts decoding time, as batch 1's loop
+                prefill_seconds += device_clock(device) - prefill_start
             else:
                 leaving.append(i)
         if leaving:  # finished rows stop costing
@@ -199,7 +220,34 @@ def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDr
             active = [active[i] for i in still]
     wall = device_clock(device) - start_time
     return BatchRun(token_ids=outputs, forwards=forwards, row_forwards=row_forwards, drafted=drafted,
-                    accepted=accepted, wall_seconds=wall, prefill_seconds=prefill_seconds, stop_reasons=stop_reasons)
+                    accepted=accepted, wall_seconds=wall, prefill_seconds=prefill_seconds, stop_reasons=stop_reasons,
+                    width=width)
+
+
+def single_proposer(drafting: Callable[[], Proposer] | ModelDrafting) -> Proposer:
+    """The single-sequence loop's proposer for what a batch drafts with: the lookup's, or the draft model's."""
+    return ModelDrafter(drafting.model, drafting.vocab_size) if isinstance(drafting, ModelDrafting) else drafting()
+
+
+def decode_one_at_a_time(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDrafting,
+                         prompts: list[list[int]], settings: DecodeSettings) -> BatchRun:
+    """decode_batch's prompts through the single-sequence loop, one after another (prompt b seeded seed + b),
+    counted as a batch of one row: forwards are every run's verify passes, the wall time all of them."""
+    runs = []
+    start_time = device_clock(target.device)
+    for b, ids in enumerate(prompts):
+        proposer = single_proposer(drafting)
+        seeded = settings if settings.seed is None else replace(settings, seed=settings.seed + b)
+        run = SpeculativeRun(target, proposer, ids, seeded, detail=False)
+        for _ in run:
+            pass
+        runs.append(run.result)
+    wall = device_clock(target.device) - start_time
+    return BatchRun(token_ids=[r.token_ids for r in runs], forwards=sum(r.metrics.target_forwards for r in runs),
+                    row_forwards=[r.metrics.target_forwards for r in runs],
+                    drafted=sum(r.metrics.drafted for r in runs), accepted=sum(r.metrics.accepted for r in runs),
+                    wall_seconds=wall, prefill_seconds=sum(r.metrics.prefill_seconds for r in runs),
+                    stop_reasons=[r.stop_reason for r in runs], path="single", width=1)
 
 
 def draft_length(settings: DecodeSettings, length: int, produced: int, context: int) -> int:

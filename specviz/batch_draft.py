@@ -99,7 +99,7 @@ class BatchedModelDrafter:
     def start(self, row: int, prompt: list[int], sequence: torch.Tensor, settings: DecodeSettings,
               generator: torch.Generator) -> None:
         self.settings = settings
-        lengths = self.runner.lengths.clone()
+        lengths = list(self.runner.host_lengths)
         lengths[row] = 0
         self.runner.rollback(lengths)
         if len(prompt) > 1:  # the prompt but its last token: the first step feeds that one for its logits
@@ -115,10 +115,10 @@ class BatchedModelDrafter:
         each row's last token."""
         keeps = [min(common_prefix_length(cached, sequence), len(sequence) - 1)
                  for cached, sequence in zip(self.cached, sequences)]
-        self.runner.rollback(torch.tensor(keeps))
+        self.runner.rollback(keeps)
         ids, counts = ragged_ids([sequence[keep:] for sequence, keep in zip(sequences, keeps)])
         logits = self.runner.forward(ids)
-        self.runner.rollback(torch.tensor(keeps) + counts)
+        self.runner.rollback([keep + count for keep, count in zip(keeps, counts.tolist())])
         self.cached = [list(sequence) for sequence in sequences]
         last = logits[torch.arange(len(sequences)), (counts - 1).to(logits.device)]
         return to_target_vocabulary(last, self.token_ids, self.vocab_size)
@@ -138,7 +138,7 @@ class BatchedModelDrafter:
                     probs[row].append(q[row])
                     raw[row].append(logits[row])
             if step + 1 < longest:
-                fed = self.runner.lengths.clone()
+                fed = list(self.runner.host_lengths)
                 logits = to_target_vocabulary(self.runner.forward(torch.tensor(chosen, dtype=torch.long)[:, None])[:, -1],
                                               self.token_ids, self.vocab_size)
                 for row, draws in enumerate(drawing):

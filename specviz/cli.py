@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--batch-sizes", default="", help="decode batches of these sizes, e.g. 1,2,4,8,16: per method "
                        "and batch size, tokens/s, latency a token, tau and the speedup over plain decoding of the "
                        "same batches (plain, ngram, retrieval, draft and early-exit batch)")
+    bench.add_argument("--compare-single", action="store_true", help="with --batch-sizes: batch 1 through both the "
+                       "single-sequence loop (what batch 1 uses) and the batched runner, side by side (rows carry path)")
     bench.add_argument("--out", required=True, help="where to write the results JSON")
 
     check = commands.add_parser("check-exactness", help="test that a method's sampled output is the target's distribution")
@@ -213,7 +215,7 @@ def bench_batches(args, methods: list[str]) -> int:
         run_batch_bench(args.prompts, methods, sizes, settings_from(args), args.out, target=args.target,
                         device=args.device, dtype=args.dtype, chat=not args.raw_prompt, limit=args.limit,
                         per_category=args.per_category, progress=progress, draft=args.draft,
-                        exit_layer=args.exit_layer)
+                        exit_layer=args.exit_layer, compare_single=args.compare_single)
     return 0
 
 

@@ -33,8 +33,12 @@ def verify_greedy(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> Verdi
     """Accept x_i iff it is the target's argmax; the next token is the target's argmax after the accepted ones.
     draft_ids [gamma], target_logits [gamma + 1, V]. One device-to-host transfer (the argmaxes); the rest
     is host arithmetic on gamma + 1 numbers."""
-    choices = target_logits.argmax(-1).tolist()  # [gamma + 1]
-    drafted = draft_ids.tolist()
+    return greedy_verdict(draft_ids.tolist(), target_logits.argmax(-1).tolist())
+
+
+def greedy_verdict(drafted: list[int], choices: list[int]) -> Verdict:
+    """verify_greedy on the host, from the target's argmaxes at the gamma + 1 positions (a batch reads every
+    row's in one transfer)."""
     n_accepted = 0
     while n_accepted < len(drafted) and drafted[n_accepted] == choices[n_accepted]:
         n_accepted += 1

@@ -10,7 +10,7 @@ import torch
 from specviz import DecodeSettings
 from specviz.api import encode, make_proposer, run_once
 from specviz.batch import BatchRun, decode_batch
-from specviz.batch_bench import batches_of, crossover, parse_batch_sizes, row_of, summarize_batches
+from specviz.batch_bench import batches_of, crossover, parse_batch_sizes, queue_of, row_of, summarize_batches
 from specviz.errors import InvalidSettingError
 from specviz.runners.batched import BatchedRunner
 
@@ -20,9 +20,9 @@ PROMPTS = ["Write a Python function that checks whether a number is prime.", "Li
            "Tell me a joke about caches, then explain it."]  # different lengths: a ragged batch
 
 
-def batch_one(target, method, ids, settings, row=0):
+def batch_one(target, method, ids, settings, row=0, draft=None):
     seeded = settings if settings.seed is None else dataclasses.replace(settings, seed=settings.seed + row)
-    return run_once(target, make_proposer(method, target), ids, seeded, detail=False).token_ids
+    return run_once(target, make_proposer(method, target, draft), ids, seeded, detail=False).token_ids
 
 
 @pytest.mark.parametrize("method", ["plain", "ngram", "retrieval"])
@@ -66,6 +66,28 @@ def test_the_batched_runner_keeps_rows_apart_and_drops_finished_ones(tiny_target
     runner.rollback(torch.tensor([4, 2]))
     runner.keep([1])
     assert runner.batch == 1 and runner.lengths.tolist() == [2]
+    assert runner.host_lengths == [2]  # the host's copy, which sizes a forward without reading the device
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_batch_one_runs_the_single_sequence_loop_with_the_batched_runner_s_records(tiny_target, tiny_drafter,
+                                                                                  method):
+    from specviz.batch import batch_drafting
+
+    ids = [[3, 7, 1, 3, 7, 1, 3], [5, 2, 5, 2]]
+    settings = DecodeSettings(max_new_tokens=12, gamma=3, stop_at_eos=False)
+    drafting = batch_drafting(method, tiny_target, tiny_drafter)
+    single = decode_batch(tiny_target, drafting, ids, settings, batch_size=1)
+    batched = decode_batch(tiny_target, drafting, ids, settings, batch_size=1, path="batched")
+    assert (single.path, batched.path) == ("single", "batched")  # control: the two paths did run
+    assert single.token_ids == batched.token_ids == [batch_one(tiny_target, method, i, settings, 0, tiny_drafter)
+                                                     for i in ids]
+    assert (single.row_forwards, single.drafted, single.accepted) == (
+        batched.row_forwards, batched.drafted, batched.accepted)
+    assert single.forwards == sum(single.row_forwards) and single.drafted > 0
+    assert decode_batch(tiny_target, drafting, ids, settings).path == "batched"  # two rows: the batched runner
+    with pytest.raises(InvalidSettingError, match="path"):
+        decode_batch(tiny_target, drafting, ids, settings, path="fast")
 
 
 def test_a_batched_forward_costs_more_with_more_positions(tiny_target):
@@ -91,6 +113,7 @@ def test_batch_sizes_parse_and_batches_cover_every_prompt():
         parse_batch_sizes("1,zero")
     assert batches_of([1, 2, 3], 2) == [[1, 2], [3, 1]]
     assert batches_of([1, 2], 4) == [[1, 2, 1, 2]]
+    assert queue_of([1, 2, 3], 2) == [1, 2, 3] and queue_of([1, 2], 3) == [1, 2, 1]
 
 
 @pytest.mark.quick
@@ -120,18 +143,31 @@ def test_a_measured_batch_becomes_one_row_that_counts_rows_identical_to_plain():
     assert summarize_batches([row_of(plain, plain, "plain", 2), row])[1]["identical_share"] == 0.5
 
 
+@pytest.mark.quick
+def test_a_sequence_s_latency_a_token_counts_the_prompts_its_row_decoded_one_after_another():
+    def run(width):
+        return BatchRun(token_ids=[[1] * 4] * 4, forwards=8, row_forwards=[4] * 4, drafted=0, accepted=0,
+                        wall_seconds=2.5, prefill_seconds=0.5, width=width)
+
+    assert run(None).ms_per_token == pytest.approx(500.0)  # four rows at once: 4 tokens a row in 2 s
+    assert run(2).ms_per_token == pytest.approx(250.0)  # two rows, each two prompts: 8 tokens a row in 2 s
+
+
 def test_bench_at_several_batch_sizes(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [text]}) + "\n"
                                for i, text in enumerate(["Count from 1 to 9.", "Name three colours."])))
     out = tmp_path / "batches.json"
     proc = run_cli("bench", "--prompts", str(prompts), "--methods", "ngram,draft", "--draft", "default",
-                   "--batch-sizes", "1,2", "--max-new-tokens", "12", "--out", str(out))
+                   "--batch-sizes", "1,2", "--max-new-tokens", "12", "--compare-single", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
-    assert {(s["method"], s["batch_size"]) for s in report["summary"]} == {
-        ("plain", 1), ("plain", 2), ("ngram", 1), ("ngram", 2), ("draft", 1), ("draft", 2)}
+    assert {(s["method"], s["batch_size"], s["path"]) for s in report["summary"]} == {
+        (m, 1, path) for m in ("plain", "ngram", "draft") for path in ("single", "batched")} | {
+        (m, 2, "batched") for m in ("plain", "ngram", "draft")}
     assert all(s["identical_share"] == 1.0 for s in report["summary"])
+    # one refill queue a method, size and path, over both prompts (not a batch of one for each prompt)
+    assert len(report["results"]) == 9 and all(r["rows"] == 2 for r in report["results"])
     assert "stops paying" in proc.stdout or "every batch size" in proc.stdout
     refused = run_cli("bench", "--prompts", str(prompts), "--methods", "eagle", "--batch-sizes", "2",
                       "--out", str(tmp_path / "no.json"))

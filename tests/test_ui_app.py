@@ -245,6 +245,21 @@ def test_batch_view_measures_speedup_against_batch_size(url):
     assert "whole numbers" in status
 
 
+def test_the_batch_view_drafts_with_the_distilled_model_or_the_target_itself(default_target):
+    from specviz.batch_draft import ModelDrafting
+    from specviz.models import DEFAULT_MODEL
+    from specviz.ui.batch_tab import BATCH_METHODS, SELF_DRAFT, BatchTab
+
+    assert {"draft", SELF_DRAFT} <= set(BATCH_METHODS)
+    distilled = BatchTab.drafting("draft", DEFAULT_MODEL, default_target)
+    itself = BatchTab.drafting(SELF_DRAFT, DEFAULT_MODEL, default_target)
+    assert isinstance(distilled, ModelDrafting) and isinstance(itself, ModelDrafting)
+    assert itself.model is default_target.model
+    # control: the distilled drafter is another, smaller model with a draft vocabulary of its own
+    assert distilled.model is not default_target.model and getattr(distilled.model, "draft_vocab", None) is not None
+    assert callable(BatchTab.drafting("ngram", DEFAULT_MODEL, default_target))  # a lookup: a proposer a row
+
+
 def test_the_step_slider_handles_its_events_in_order():
     from specviz.ui.app import build_demo
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from ..api import make_proposer
+from ..api import make_proposer, warm_up
 from ..batch import decode_batch, forward_cost
 from ..batch_bench import batches_of, crossover, summarize_batches
 from ..models import LoadedModel
@@ -48,6 +48,8 @@ def batch_sizes(target: LoadedModel, method: str = "retrieval", sizes: Sequence[
     ids = [prompt_ids(target, p, chat) for p in (prompts or list(PROMPTS.values()))]
     record = BatchSizes(f"{target.device.type} ({target.describe()})", method)
     chosen = batches_of(ids, max(sizes))[0]
+    if 1 in sizes:  # batch 1 runs the single-sequence loop: on a GPU its graphs, captured before it is timed
+        warm_up(target, gamma + 1, min(max(map(len, chosen)) + max_new_tokens + gamma + 2, target.context_length))
     for size in sorted(sizes):
         for batch in batches_of(prompts_for(chosen, size), size):
             plain = None

@@ -5,23 +5,34 @@ draft padded), and rolls back to its own length afterwards.
 
 The layer is the fast path's (llama.py): its projections and MLP take the batch's tokens as one [B * K, H]
 matrix, so a forward reads every weight once whatever the batch; attention runs per row over that row's cache.
-Eager, without CUDA graphs (the batch's shape changes as rows finish)."""
+On a CPU in float32 the matrices are the fast path's oneDNN prepacked ones (onednn.py; shared with it, packed
+once a model). Eager, without CUDA graphs (the batch's shape changes as rows finish).
+
+The host keeps each row's length beside the device's copy, so a forward needs no device-to-host read to know
+how far its rows reach; the mask, the cache slots written and the rotary angles are made once a forward, not
+once a layer."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
 from .llama import layer_input, layer_mlp, layer_weights, rms_norm, text_config, unsupported_reason
+from .onednn import onednn_allowed, onednn_linear, packed_tensors, parameter_bytes
 
 
-def batched_attention(q, keys, values, mask, kv_heads: int):
-    """q [B, K, heads, D] over keys/values [B, kv_heads, span, D] with mask [B, K, span] (True = may attend)
-    -> [B, K, heads * D]; grouped-query heads as extra rows, as llama.sdpa_attention does for one row."""
+def grouped_mask(mask: torch.Tensor, heads: int, kv_heads: int) -> torch.Tensor:
+    """mask [B, K, span] -> [B, 1, group * K, span], the rows batched_attention's grouped query heads read."""
+    return mask.repeat(1, heads // kv_heads, 1)[:, None]
+
+
+def batched_attention(q, keys, values, rows_mask, kv_heads: int):
+    """q [B, K, heads, D] over keys/values [B, kv_heads, span, D] with rows_mask (grouped_mask of [B, K, span],
+    True = may attend) -> [B, K, heads * D]; grouped-query heads as extra rows, as llama.sdpa_attention does for
+    one row."""
     batch, count, heads, head_dim = q.shape
     group = heads // kv_heads
     q = q.reshape(batch, count, kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)
     q = q.reshape(batch, kv_heads, group * count, head_dim)
-    rows_mask = mask.repeat(1, group, 1)[:, None]  # [B, 1, group * K, span]
     attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=rows_mask)
     return attended.reshape(batch, kv_heads, group, count, head_dim).permute(0, 3, 1, 2, 4).reshape(
         batch, count, heads * head_dim)
@@ -45,12 +56,21 @@ class BatchedRunner:
         if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
             raise ValueError("batched decoding does not implement sliding-window attention")
         self.layers = [layer_weights(layer) for layer in decoder.layers]
-        self.layer_tensors = [weights.tensors() for weights in self.layers]
+        head = model.get_output_embeddings()
+        self.head = head.weight.detach()
+        # MKL's products repack the weights each call: on a CPU the batch-1 step took twice the fast path's
+        self.use_onednn = onednn_allowed(self.device, self.dtype, parameter_bytes(model))
+        if self.use_onednn:
+            self.layer_tensors = [packed_tensors(module, weights.tensors())
+                                  for module, weights in zip(decoder.layers, self.layers)]
+            (self.head_matrix,) = packed_tensors(head, (self.head,))
+            self.linear = onednn_linear
+        else:
+            self.layer_tensors = [weights.tensors() for weights in self.layers]
+            self.head_matrix, self.linear = self.head, F.linear
         self.embed = decoder.embed_tokens.weight.detach()
         self.final_norm = decoder.norm.weight.detach()
         self.final_eps = float(getattr(decoder.norm, "variance_epsilon", getattr(decoder.norm, "eps", 1e-6)))
-        head = model.get_output_embeddings()
-        self.head = head.weight.detach()
         self.head_bias = None if getattr(head, "bias", None) is None else head.bias.detach()
         self.capacity = capacity
         shape = (len(self.layers), batch, self.kv_heads, capacity, self.head_dim)
@@ -61,49 +81,63 @@ class BatchedRunner:
             cos, sin = decoder.rotary_emb(torch.zeros(1, dtype=self.dtype, device=self.device), positions)
         self.cos, self.sin = cos[0].to(self.dtype), sin[0].to(self.dtype)
         self.lengths = torch.zeros(batch, dtype=torch.long, device=self.device)
+        self.host_lengths = [0] * batch  # the same on the host: no device read to know a forward's span
 
     @property
     def batch(self) -> int:
-        return self.lengths.shape[0]
+        return len(self.host_lengths)
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, logits_for: str = "all", rows: slice = slice(None)) -> torch.Tensor | None:
         """ids [B, K] -> logits [B, K, V] in float32 (logits_for="none": no logits, a prefill's). rows: the rows
         fed (a prefill feeds one row at a time: prompts differ in length)."""
         batch, count = ids.shape
-        lengths = self.lengths[rows]
-        positions = lengths[:, None] + torch.arange(count, device=self.device)  # [B, K]: slots written
-        end = int(positions.max()) + 1
+        host = self.host_lengths[rows]
+        end = max(host) + count
         if end > self.capacity:
             raise ValueError(f"{end} positions exceed the batch's cache of {self.capacity}")
-        row_index = torch.arange(batch, device=self.device)[:, None].expand(batch, count)
+        positions = self.lengths[rows][:, None] + torch.arange(count, device=self.device)  # [B, K]: slots written
+        # the slots of a layer's cache [B, kv_heads, capacity, D] (flattened) that the new keys and values go to
+        slots = ((torch.arange(batch, device=self.device)[:, None, None] * self.kv_heads
+                  + torch.arange(self.kv_heads, device=self.device)[None, :, None]) * self.capacity
+                 + positions[:, None, :]).reshape(-1)
         mask = torch.arange(end, device=self.device)[None, None, :] <= positions[:, :, None]  # [B, K, span]
+        rows_mask = grouped_mask(mask, self.heads, self.kv_heads)
         cos, sin = self.cos[positions].reshape(batch * count, -1), self.sin[positions].reshape(batch * count, -1)
         x = F.embedding(ids.reshape(-1).to(self.device), self.embed)  # [B * K, H]
         pending = torch.zeros_like(x)
+        linear = self.linear
         for i, layer in enumerate(self.layers):
             weights = self.layer_tensors[i]
             q, k, v, x = layer_input(x, pending, weights, layer.eps, cos, sin, self.heads, self.kv_heads,
-                                     self.head_dim)
-            keys, values = self.keys[i, rows], self.values[i, rows]
-            keys[row_index, :, positions] = k.view(batch, count, self.kv_heads, self.head_dim)
-            values[row_index, :, positions] = v.view(batch, count, self.kv_heads, self.head_dim)
+                                     self.head_dim, linear)
+            keys, values = self.keys[i, rows], self.values[i, rows]  # a slice of rows: contiguous
+            keys.view(-1, self.head_dim).index_copy_(
+                0, slots, k.view(batch, count, self.kv_heads, self.head_dim).transpose(1, 2).reshape(-1, self.head_dim))
+            values.view(-1, self.head_dim).index_copy_(
+                0, slots, v.view(batch, count, self.kv_heads, self.head_dim).transpose(1, 2).reshape(-1, self.head_dim))
             attended = batched_attention(q.view(batch, count, self.heads, self.head_dim), keys[:, :, :end],
-                                         values[:, :, :end], mask, self.kv_heads)
+                                         values[:, :, :end], rows_mask, self.kv_heads)
             _, _, o_w, o_b = weights[:4]
-            x, pending = layer_mlp(x, F.linear(attended.reshape(batch * count, -1), o_w, o_b), weights, layer.eps)
+            x, pending = layer_mlp(x, linear(attended.reshape(batch * count, -1), o_w, o_b), weights, layer.eps,
+                                   linear)
         self.lengths[rows] += count
+        self.host_lengths[rows] = [length + count for length in host]
         if logits_for == "none":
             return None
-        hidden = rms_norm(x + pending, self.final_norm, self.final_eps).view(batch, count, -1)
-        return F.linear(hidden, self.head, self.head_bias).float()
+        hidden = rms_norm(x + pending, self.final_norm, self.final_eps)
+        return linear(hidden, self.head_matrix, self.head_bias).view(batch, count, -1).float()
 
-    def rollback(self, lengths: torch.Tensor) -> None:
-        """Keep each row's first lengths[b] tokens (the slots past them are written over by later forwards)."""
-        self.lengths = lengths.to(self.device, torch.long).clone()
+    def rollback(self, lengths: torch.Tensor | list[int]) -> None:
+        """Keep each row's first lengths[b] tokens (the slots past them are written over by later forwards).
+        A list is the host's own count: one host-to-device copy, no read back."""
+        host = lengths if isinstance(lengths, list) else lengths.tolist()
+        self.host_lengths = [int(length) for length in host]
+        self.lengths = torch.tensor(self.host_lengths, dtype=torch.long).to(self.device)
 
     def keep(self, rows: list[int]) -> None:
         """Drop every row not in `rows` (finished sequences stop costing); the kept rows in that order."""
         index = torch.tensor(rows, dtype=torch.long, device=self.device)
         self.keys, self.values = self.keys.index_select(1, index), self.values.index_select(1, index)
         self.lengths = self.lengths.index_select(0, index)
+        self.host_lengths = [self.host_lengths[row] for row in rows]

@@ -1,25 +1,31 @@
 """The Batch tab: the example prompts decoded in batches of several sizes on this machine, a method against
 plain decoding of the same batches, so that a class sees where speculation stops paying as the batch grows
-(batch.py, batch_bench.py). The cost curve beside it (the Cost curve tab) says why."""
+(batch.py, batch_bench.py). The cost curve beside it (the Cost curve tab) says why.
+
+`draft` drafts with the draft model the Run tab picks (live.drafter_for: on the default target the distilled
+one shipped for it); on another target, with the target itself. `draft (target itself)` always drafts with the
+target: every draft is accepted, so what it loses against plain decoding is the verify pass's cost alone."""
 from __future__ import annotations
 
 import gradio as gr
 
-from ..api import encode, make_proposer
-from ..batch import decode_batch, forward_cost
+from ..api import encode, make_proposer, warm_up
+from ..batch import batch_drafting, decode_batch, forward_cost
 from ..batch_bench import batches_of, parse_batch_sizes, row_of, summarize_batches
 from ..errors import SpecvizError
 from ..lessons.batch_size import batch_sentence as verdict_line
 from ..lessons.batch_size import prompts_for
 from ..models import DEFAULT_MODEL, load_model
+from ..proposers.checkpoints import load_draft_model
 from ..settings import DecodeSettings
 from . import charts, render
 from .gpu import gpu
-from .live import ENGINE_LOCK, model_name, session_of
+from .live import ENGINE_LOCK, PLACEMENT, drafter_for, model_name, session_of
 from .readouts import plot
 from .tabs import stop_tab
 
-BATCH_METHODS = ["retrieval", "ngram"]
+SELF_DRAFT = "draft (target itself)"
+BATCH_METHODS = ["retrieval", "ngram", "draft", SELF_DRAFT]
 MAX_BATCH = 64
 
 
@@ -60,6 +66,18 @@ class BatchTab:
         self.stop.click(stop_tab, None, [self.status], cancels=[event], concurrency_limit=None, **stop_naming)
         return event
 
+    @staticmethod
+    def drafting(method: str, name: str, model):
+        """What `method` batches with: a lookup proposer a row, or a draft model (batch.batch_drafting)."""
+        if method == SELF_DRAFT:
+            return batch_drafting("draft", model, model)
+        if method == "draft":
+            chosen = drafter_for("draft", name, None)
+            draft = (load_draft_model(chosen, model, PLACEMENT.draft_device or str(model.device)) if chosen
+                     else model)
+            return batch_drafting("draft", model, draft)
+        return lambda: make_proposer(method, model)
+
     def on_measure(self, target, method, sizes, tokens, request: gr.Request = None):
         state = session_of(request)
         state.cancel.clear()
@@ -74,6 +92,7 @@ class BatchTab:
             yield {self.status: render.status_html(f"Loading {name}…", "info")}
             model = load_model(name)
             ids = [encode(model, prompt) for prompt in self.prompts]
+            drafting = self.drafting(method, name, model)
         except (SpecvizError, TypeError, ValueError) as error:
             yield {self.status: render.status_html(str(error), "error")}
             return
@@ -82,6 +101,10 @@ class BatchTab:
         # every size decodes the first prompts of one list: as many as the largest batch (repeated where there
         # are fewer), at least a few at the small sizes (prompts_for), as the lesson does
         chosen = batches_of(ids, max(batch_sizes))[0]
+        if 1 in batch_sizes:  # batch 1 runs the single-sequence loop: on a GPU its graphs, before it is timed
+            with ENGINE_LOCK:
+                warm_up(model, settings.gamma + 1, min(max(map(len, chosen)) + settings.max_new_tokens
+                                                       + settings.gamma + 2, model.context_length))
         for size in batch_sizes:
             for batch in batches_of(prompts_for(chosen, size), size):
                 plain = None
@@ -90,7 +113,8 @@ class BatchTab:
                         yield {self.status: render.status_html("Stopped.", "warn")}
                         return
                     with ENGINE_LOCK:  # a batch at a time, so that other users' runs interleave
-                        run = decode_batch(model, lambda: make_proposer(spec, model), batch, settings)
+                        run = decode_batch(model, drafting if spec == method else
+                                           (lambda: make_proposer("plain", model)), batch, settings)
                     plain = plain or run
                     rows.append(row_of(run, plain, spec, size))
             with ENGINE_LOCK:  # why: a verify pass of gamma + 1 positions against a plain step, this batch
