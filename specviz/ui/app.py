@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from ..errors import SpecvizError
 from ..models import DEFAULT_MODEL
@@ -23,6 +24,7 @@ from ..proposers.distilled import DISTILLED
 from ..settings import check_prompt_text
 from . import charts, render, view
 from .endpoint import api_help, page_url, speculate
+from .frames import EarlyScript
 from .gpu import gpu
 from .live import (MAX_NEW_TOKENS, LiveRun, RunRequest, drafter_for, end_session, load_models, model_name,
                    session_key, session_of, settings_from_form)
@@ -479,4 +481,6 @@ def launch(demo: gr.Blocks | None = None, **kwargs):
     """Queue with explicit concurrency and serve; kwargs go to Blocks.launch (server_port, prevent_thread_lock...)."""
     demo = demo or build_demo()
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
-    return demo.launch(css=css(), js=PAGE_JS, **kwargs)
+    app_kwargs = dict(kwargs.pop("app_kwargs", None) or {})
+    app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), Middleware(EarlyScript)]
+    return demo.launch(css=css(), js=PAGE_JS, app_kwargs=app_kwargs, **kwargs)
