@@ -1,12 +1,13 @@
 """The Run tab's screenshots in README.md and docs/app.md, taken again from a live app: the default example
 prompt run once per screen, then the screen saved as a PNG.
 
-    python scripts/screenshots.py [--out assets/screenshots] [--only light,dark,projector,phone]
+    python scripts/screenshots.py [--out assets/screenshots] [--only light,dark,projector,phone,phone-charts]
 
 - light.png: 1400x1000, the light theme, the drafts reading mode;
 - dark.png: 1400x1000, the dark theme, the steps reading mode (one lane per step);
 - projector.png: 1280x720, the answer reading mode in presentation mode (large type, thick marks);
-- phone.png: 400x860, the answer reading mode, scrolled to the step line and the tokens.
+- phone.png: 400x860, the answer reading mode, scrolled to the step line and the tokens;
+- phone-charts.png: 400x1080, scrolled to the Steps chart (its panels one under another on a phone).
 
 The app is served in this process on a free loopback port, with the offline default model; the browser is
 Debian's chromium through Playwright (setup.sh --dev installs both). Timings in the summary card are this
@@ -29,7 +30,9 @@ SCREENS = {  # name: (viewport, theme query, reading mode, presentation mode)
     "dark": ((1400, 1000), "?__theme=dark", "steps", False),
     "projector": ((1280, 720), "", "answer", True),
     "phone": ((400, 860), "", "answer", False),
+    "phone-charts": ((400, 1080), "", "answer", False),
 }
+SCROLL_TO = {"phone": "#sv-mode", "phone-charts": "#sv-step-plot"}  # the others: the top of the page
 
 
 def take(browser, url: str, name: str, out: Path) -> Path:
@@ -50,8 +53,8 @@ def take(browser, url: str, name: str, out: Path) -> Path:
         page.wait_for_function("document.body.classList.contains('sv-present')")
         page.get_by_text("Settings: models").click()
     page.mouse.move(0, 0)  # no tip or hover state in the picture
-    if name == "phone":
-        page.evaluate("document.querySelector('#sv-mode').scrollIntoView({block: 'start'})")
+    if name in SCROLL_TO:
+        page.evaluate(f"document.querySelector('{SCROLL_TO[name]}').scrollIntoView({{block: 'start'}})")
     else:
         page.evaluate("window.scrollTo(0, 0)")
     page.wait_for_timeout(500)  # the charts' and the radio's transitions

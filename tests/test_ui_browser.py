@@ -298,6 +298,83 @@ def test_a_phone_has_no_horizontal_scroll(screens):
         assert field.evaluate("el => el.scrollWidth <= el.clientWidth"), (box, field.input_value())
 
 
+COUNT_FRAMES = """window.svFrames = 0; const svRaf = window.requestAnimationFrame.bind(window);
+window.requestAnimationFrame = (callback) => { window.svFrames++; return svRaf(callback); };"""
+
+
+def idle_frames(browser, url, strip_script: bool) -> int:
+    """requestAnimationFrame calls in 2 s of a loaded page nobody touches; strip_script: the page served
+    without specviz.ui.frames' script (the control)."""
+    from specviz.ui.frames import SCRIPT
+
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    tab = context.new_page()
+    try:
+        tab.add_init_script(COUNT_FRAMES)
+        if strip_script:
+            def serve(route):
+                response = route.fetch()
+                assert SCRIPT in response.text()
+                route.fulfill(response=response, body=response.text().replace(SCRIPT, ""))
+            tab.route(url + "/", serve)
+        tab.goto(url + "/")
+        tab.wait_for_selector("#sv-run", timeout=60_000)
+        tab.wait_for_timeout(6000)  # the page's own transitions done (longer on a busy machine)
+        tab.evaluate("window.svFrames = 0")
+        tab.wait_for_timeout(2000)
+        return tab.evaluate("window.svFrames")
+    finally:
+        context.close()
+
+
+def test_an_idle_page_does_not_draw_every_frame(browser, url):
+    # gradio's loading tracker leaves a 60-a-second timer loop behind; each frame takes CPU from the engine
+    assert idle_frames(browser, url, strip_script=True) > 60  # the control: gradio's page as it comes
+    assert idle_frames(browser, url, strip_script=False) < 10
+
+
+STEP_CHART_JS = """() => {
+    const svg = document.querySelector('#sv-step-plot .main-svg'), page = svg.getBoundingClientRect();
+    const panels = [...document.querySelectorAll('#sv-step-plot .draglayer .nsewdrag')].map(r => r.getBoundingClientRect());
+    const texts = [...document.querySelectorAll('#sv-step-plot [class^="g-"][class$="title"] text, #sv-step-plot .annotation-text')]
+        .map(t => [t.textContent, t.getBoundingClientRect()]).filter(([, b]) => b.width > 0);
+    const overlaps = [];
+    texts.forEach(([a, p], i) => texts.slice(i + 1).forEach(([b, q]) => {
+        if (p.left < q.right && q.left < p.right && p.top < q.bottom && q.top < p.bottom) overlaps.push([a, b]); }));
+    return {panels: panels.map(b => [Math.round(b.width), Math.round(b.height)]), overlaps,
+            cut: texts.filter(([, b]) => b.left < page.left - 1 || b.right > page.right + 1).map(([t]) => t)};
+}"""
+
+
+def step_chart_reads(tab) -> dict:
+    """The Steps chart's problems on this screen: panels under 200x100 px, titles that overlap, text cut at the
+    chart's edges."""
+    tab.wait_for_selector("#sv-step-plot .draglayer .nsewdrag", timeout=30_000)
+    tab.wait_for_timeout(500)  # plotly's automargin redraw
+    geometry = tab.evaluate(STEP_CHART_JS)
+    small = [panel for panel in geometry["panels"] if panel[0] < 200 or panel[1] < 100]
+    return {"panels": len(geometry["panels"]), "small": small, "overlaps": geometry["overlaps"], "cut": geometry["cut"]}
+
+
+def test_a_phone_reads_the_step_charts(screens, browser, url):
+    assert step_chart_reads(screens["phone"]) == {"panels": 4, "small": [], "overlaps": [], "cut": []}
+    # the control: the 2x2 grid a wide page loads with, run after its window has shrunk to a phone's
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    tab = context.new_page()
+    try:
+        tab.goto(url)
+        tab.wait_for_selector("#sv-run", timeout=60_000)
+        tab.wait_for_timeout(1000)  # the page's width reaches the server
+        tab.set_viewport_size({"width": 400, "height": 800})
+        set_field(tab, "sv-prompt", PROMPT)
+        set_field(tab, "sv-max-new", str(MAX_NEW))
+        run_and_wait(tab)
+        grid = step_chart_reads(tab)
+        assert grid["panels"] == 4 and len(grid["small"]) == 4, grid
+    finally:
+        context.close()
+
+
 @pytest.mark.parametrize("screen", ["projector", "dark"])
 def test_text_contrast_over_the_apps_own_text(screens, screen):
     tab = screens[screen]

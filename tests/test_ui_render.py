@@ -260,6 +260,17 @@ def test_step_figure_panels(steps):
     assert [shape["xref"] for shape in shaded] == ["x", "x4"]  # the current step in both per-step panels
 
 
+def test_a_phones_step_figure_stacks_its_panels(steps):
+    wide, narrow = valid(charts.step_figure(steps, 1)), valid(charts.step_figure(steps, 1, narrow=True))
+    assert [t["y"] for t in narrow["data"]] == [t["y"] for t in wide["data"]]  # the same panels, laid out anew
+    axes = ["", "2", "3", "4"]
+    assert all(narrow["layout"][f"xaxis{k}"]["domain"] == [0.0, 1.0] for k in axes)  # each the full width
+    assert wide["layout"]["xaxis2"]["domain"][0] > 0.5  # the control: side by side on a wide screen
+    tops = [narrow["layout"][f"yaxis{k}"]["domain"] for k in axes]
+    assert all(upper[0] > lower[1] for upper, lower in zip(tops, tops[1:]))  # one under another, no overlap
+    assert narrow["layout"]["height"] > wide["layout"]["height"]
+
+
 def test_empty_figures_say_why():
     assert "Charts appear" in valid(charts.step_figure([]))["layout"]["annotations"][0]["text"]
     assert valid(charts.theory_figure(None))["layout"]["annotations"]

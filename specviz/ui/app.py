@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from ..errors import SpecvizError
 from ..models import DEFAULT_MODEL
@@ -23,6 +24,7 @@ from ..proposers.distilled import DISTILLED
 from ..settings import check_prompt_text
 from . import charts, render, view
 from .endpoint import api_help, page_url, speculate
+from .frames import EarlyScript
 from .gpu import gpu
 from .live import (MAX_NEW_TOKENS, LiveRun, RunRequest, drafter_for, end_session, load_models, model_name,
                    session_key, session_of, settings_from_form)
@@ -38,6 +40,7 @@ log = logging.getLogger(__name__)
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 TOKEN_INTERVAL = 0.5  # seconds between token-view updates while streaming (each costs the browser a slice of a core)
 CHART_INTERVAL = 2.0  # seconds between chart updates while streaming
+NARROW_WIDTH = 640  # px: below it, a phone's layout (as assets/specviz.css's @media rule)
 CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "4"))  # runs at once; their engine steps interleave
 
 TARGETS = [("default: SmolLM2-135M-Instruct (offline)", DEFAULT_MODEL),
@@ -82,9 +85,10 @@ class SpecvizApp:
 
     # ---- frames: dicts {component: value}; components left out keep their value -------------------------
     def frame(self, run: LiveRun, cursor: int | None = None, upto: int | None = None,
-              parts: frozenset = frozenset({"text", "slider", "charts", "race", "detail"})) -> dict:
+              parts: frozenset = frozenset({"text", "slider", "charts", "race", "detail"}), narrow: bool = False) -> dict:
         """Widget values for the run; parts picks what to redraw: "text" (token view, summary), "slider" (the
-        step slider), "charts" (step charts), "race", "detail" (theory, inspector). The status always."""
+        step slider), "charts" (step charts), "race", "detail" (theory, inspector). The status always. narrow:
+        the page is a phone's (the step charts stacked)."""
         steps = run.speculative.steps
         sampling = not run.request.settings.greedy
         shown = cursor if cursor is not None else (len(steps) - 1 if steps else None)
@@ -97,7 +101,7 @@ class SpecvizApp:
             out[self.step_slider] = gr.Slider(minimum=0, maximum=max(len(steps) - 1, 1), value=shown or 0,
                                               interactive=bool(steps))
         if "charts" in parts:
-            out[self.step_plot] = plot(charts.step_figure(steps[: upto + 1] if upto is not None else steps, cursor))
+            out[self.step_plot] = plot(charts.step_figure(steps[: upto + 1] if upto is not None else steps, cursor, narrow))
         if "race" in parts:
             out[self.race_plot] = plot(self._race(run, cursor))
         if "detail" in parts:
@@ -129,7 +133,7 @@ class SpecvizApp:
             current = (spec_points[0][cursor + 1], spec_points[1][cursor + 1])
         return charts.race_figure(spec_points, plain_points, run.request.method, current)
 
-    def stream(self, run: LiveRun, follow_cursor: bool = False):
+    def stream(self, run: LiveRun, follow_cursor: bool = False, narrow: bool = False):
         """Frames while a worker advances the run, as few as pacing.Pacer lets through (the theory and the
         inspector wait for the end, except in step mode); then one complete frame. follow_cursor highlights
         the newest step (step mode)."""
@@ -138,10 +142,10 @@ class SpecvizApp:
             n = len(run.speculative.steps)
             parts = pacer.parts(time.monotonic(), run.version, n, run.phase)
             if parts is not None:
-                yield self.frame(run, cursor=n - 1 if follow_cursor and n else None, parts=parts)
+                yield self.frame(run, cursor=n - 1 if follow_cursor and n else None, parts=parts, narrow=narrow)
             time.sleep(0.03)
         n = len(run.speculative.steps)
-        yield self.frame(run, cursor=n - 1 if follow_cursor and n else None)
+        yield self.frame(run, cursor=n - 1 if follow_cursor and n else None, narrow=narrow)
 
     # ---- handlers ---------------------------------------------------------------------------------------
     def on_clear(self):
@@ -207,14 +211,14 @@ class SpecvizApp:
         state.run = run
         if state.cancel.is_set():  # Stop was pressed while the models loaded (set before on_stop reads state.run)
             run.stop()
-            yield self.frame(run)
+            yield self.frame(run, narrow=state.narrow)
             return
         if step_mode:
-            yield self.frame(run)
+            yield self.frame(run, narrow=state.narrow)
             return
         run.start()
         try:
-            yield from self.stream(run)
+            yield from self.stream(run, narrow=state.narrow)
         finally:
             if run.active and state.run is not run:  # superseded by a newer run
                 run.stop()
@@ -228,7 +232,7 @@ class SpecvizApp:
             return {self.status: render.status_html("Stopped.", "warn")}
         run.stop()
         run.join(timeout=10)
-        return self.frame(run)
+        return self.frame(run, narrow=state.narrow)
 
     def on_pause(self, request: gr.Request):
         state = session_of(request)
@@ -246,7 +250,7 @@ class SpecvizApp:
             return
         state.cursor = None
         if run.start():
-            yield from self.stream(run)
+            yield from self.stream(run, narrow=state.narrow)
 
     def on_next(self, request: gr.Request):
         state = session_of(request)
@@ -260,14 +264,14 @@ class SpecvizApp:
         steps = run.speculative.steps
         if not run.finished and not run.speculative.done:
             if run.start(max_steps=1):
-                yield from self.stream(run, follow_cursor=True)
+                yield from self.stream(run, follow_cursor=True, narrow=state.narrow)
             state.cursor = len(run.speculative.steps) - 1 if run.speculative.steps else None
             return
         if not steps:
             yield {self.status: render.status_html("This run has no steps.", "info")}
             return
         state.cursor = 0 if state.cursor is None or state.cursor >= len(steps) - 1 else state.cursor + 1
-        yield self.frame(run, cursor=state.cursor, upto=state.cursor)
+        yield self.frame(run, cursor=state.cursor, upto=state.cursor, narrow=state.narrow)
 
     def on_replay(self, seconds_per_step, request: gr.Request):
         """The finished run again, one step a frame: the token view and the step number every frame, the charts
@@ -293,7 +297,7 @@ class SpecvizApp:
             if k == last or time.monotonic() - charted >= CHART_INTERVAL:
                 parts |= {"charts", "race", "detail"}
                 charted = time.monotonic()
-            yield self.frame(run, cursor=k, upto=k, parts=frozenset(parts))
+            yield self.frame(run, cursor=k, upto=k, parts=frozenset(parts), narrow=state.narrow)
             if k < last:
                 time.sleep(delay)
         state.replaying = False
@@ -311,9 +315,14 @@ class SpecvizApp:
             self.tokens: token_view(run, k, story=step_story(steps[k], sampling)),
             self.inspector: plot(charts.inspector_figure(steps[k], token_text(run.tokenizer),
                                                          not run.request.settings.greedy)),
-            self.step_plot: plot(charts.step_figure(steps, k)),
+            self.step_plot: plot(charts.step_figure(steps, k, state.narrow)),
             self.race_plot: plot(self._race(run, k)),
         }
+
+    def on_width(self, width, request: gr.Request):
+        """The page's width, sent once as it loads: a phone's page gets the step charts stacked (a 2x2 grid
+        leaves ~120 px a panel at 400 px). A page resized later keeps the layout it loaded with."""
+        session_of(request).narrow = bool(width) and float(width) < NARROW_WIDTH
 
     def on_method(self, method, target, draft):
         """A drafter that is the target itself (the `draft` method's self-drafting demo) is dropped when the
@@ -404,6 +413,7 @@ class SpecvizApp:
                     self.inspector = gr.Plot(label="Inspector", elem_id="sv-inspector")
                     self.trace = gr.File(label="trace JSON (every step, token, p, q, u and timing)", elem_id="sv-trace")
                     gr.Markdown("Charts: the camera icon in each chart's toolbar saves it as a PNG image.")
+                    self.page_width = gr.Number(visible=False)
                 engine = dict(concurrency_id="engine", concurrency_limit=CONCURRENCY)
                 free = dict(concurrency_limit=None)
                 settings = [self.target, self.draft, self.gamma, self.temperature, self.top_p, self.max_new, self.seed,
@@ -457,6 +467,8 @@ class SpecvizApp:
             gr.api(gpu(speculate), api_name="speculate", **engine)
             gr.api(gpu(distribution_api), api_name="distribution", **engine)
             demo.load(_api_text, None, [api_text], api_visibility="private", **free)
+            demo.load(self.on_width, [self.page_width], None, js="() => window.innerWidth", api_visibility="private",
+                      show_progress="hidden", **free)
             demo.unload(_end_session)
         self.demo = demo
         return demo
@@ -479,4 +491,6 @@ def launch(demo: gr.Blocks | None = None, **kwargs):
     """Queue with explicit concurrency and serve; kwargs go to Blocks.launch (server_port, prevent_thread_lock...)."""
     demo = demo or build_demo()
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
-    return demo.launch(css=css(), js=PAGE_JS, **kwargs)
+    app_kwargs = dict(kwargs.pop("app_kwargs", None) or {})
+    app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), Middleware(EarlyScript)]
+    return demo.launch(css=css(), js=PAGE_JS, app_kwargs=app_kwargs, **kwargs)

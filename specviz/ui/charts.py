@@ -90,12 +90,13 @@ def _mark_step(fig: dict, step: int, k: int) -> None:
                                     "fillcolor": COLOURS["current"], "line": {"width": 0}})
 
 
-def step_figure(steps: list[StepRecord], current_step: int | None = None) -> dict:
+def step_figure(steps: list[StepRecord], current_step: int | None = None, narrow: bool = False) -> dict:
     """Four panels: accepted against drafted per step (stacked: accepted + not accepted = drafted),
     per-position acceptance, the accepted-length histogram, and draft against verify latency per step
-    (stacked). current_step is shaded in the per-step panels."""
+    (stacked). current_step is shaded in the per-step panels. narrow (a phone): the panels in one column, each
+    the screen's width, instead of a 2x2 grid."""
     if not steps:
-        return empty_figure("Charts appear as the run produces steps.", 520)
+        return empty_figure("Charts appear as the run produces steps.", 260 if narrow else 520)
     index = [s.index for s in steps]
     shares = per_position_acceptance(steps)
     lengths, counts = accepted_length_counts(steps)
@@ -109,8 +110,11 @@ def step_figure(steps: list[StepRecord], current_step: int | None = None) -> dic
                  marker={"color": COLOURS["draft"], "pattern": {"shape": "x"}}), 4),
         _on(_bar(index, [s.verify_ms for s in steps], "verify", COLOURS["verify"]), 4),
     ]
-    fig = _figure(data, "Steps", 600, 2, 2, ("accepted of drafted", "acceptance by position", "accepted length",
-                                             "latency (ms)"), hgap=0.16, vgap=0.26)  # short: a phone shows it too
+    titles = ("accepted of drafted", "acceptance by position", "accepted length", "latency (ms)")
+    if narrow:  # ~140 px a panel; each ~105 px gap holds a panel's tick labels, its axis title, the next one's title
+        fig = _figure(data, "Steps", 1040, 4, 1, titles, vgap=0.12)
+    else:
+        fig = _figure(data, "Steps", 600, 2, 2, titles, hgap=0.16, vgap=0.26)
     fig["layout"]["bargap"] = 0.15
     _axes(fig, 1, {"title": {"text": "step"}}, {"title": {"text": "tokens"}})
     _axes(fig, 2, {"title": {"text": "draft position i"}, "dtick": 1}, {"title": {"text": "share"},

@@ -373,6 +373,7 @@ class Session:
     cursor: int | None = None  # the step shown highlighted (step mode, replay); None: follow the run
     replaying: bool = False
     cancel: threading.Event = field(default_factory=threading.Event)  # Stop, for comparisons and cost curves
+    narrow: bool = False  # the page is narrower than a phone's (app.NARROW_WIDTH): charts stacked
 
 
 MAX_SESSIONS = 256
