@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .graphs import no_cudnn_attention
 from .llama import layer_input, layer_mlp, layer_weights, rms_norm, text_config, unsupported_reason
 from .onednn import onednn_allowed, onednn_linear, packed_tensors, parameter_bytes
 
@@ -105,6 +106,18 @@ class BatchedRunner:
         rows_mask = grouped_mask(mask, self.heads, self.kv_heads)
         cos, sin = self.cos[positions].reshape(batch * count, -1), self.sin[positions].reshape(batch * count, -1)
         x = F.embedding(ids.reshape(-1).to(self.device), self.embed)  # [B * K, H]
+        with no_cudnn_attention():  # the span grows every forward: cuDNN would build a plan each time (graphs.py)
+            x, pending = self._layers(x, batch, count, end, rows, slots, rows_mask, cos, sin)
+        self.lengths[rows] += count
+        self.host_lengths[rows] = [length + count for length in host]
+        if logits_for == "none":
+            return None
+        hidden = rms_norm(x + pending, self.final_norm, self.final_eps)
+        return self.linear(hidden, self.head_matrix, self.head_bias).view(batch, count, -1).float()
+
+    def _layers(self, x, batch, count, end, rows, slots, rows_mask, cos, sin):
+        """The decoder layers over x [B * K, H]: each writes its keys and values at `slots` and attends to its
+        rows' first `end` positions. Returns (x, pending), the residual stream and the last MLP's output."""
         pending = torch.zeros_like(x)
         linear = self.linear
         for i, layer in enumerate(self.layers):
@@ -121,12 +134,7 @@ class BatchedRunner:
             _, _, o_w, o_b = weights[:4]
             x, pending = layer_mlp(x, linear(attended.reshape(batch * count, -1), o_w, o_b), weights, layer.eps,
                                    linear)
-        self.lengths[rows] += count
-        self.host_lengths[rows] = [length + count for length in host]
-        if logits_for == "none":
-            return None
-        hidden = rms_norm(x + pending, self.final_norm, self.final_eps)
-        return linear(hidden, self.head_matrix, self.head_bias).view(batch, count, -1).float()
+        return x, pending
 
     def rollback(self, lengths: torch.Tensor | list[int]) -> None:
         """Keep each row's first lengths[b] tokens (the slots past them are written over by later forwards).
