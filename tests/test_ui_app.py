@@ -81,12 +81,7 @@ def test_run_streams_coloured_tokens_and_charts(url, reference):
     token_counts = [len(kinds_in(o[TOKENS])) for o in outputs if text(o[TOKENS])]
     assert len(set(token_counts)) >= 3, token_counts  # tokens arrived in several updates, not at the end only
     charted = [o for o in outputs[:-1] if plot(o[STEP_PLOT]) and plot(o[STEP_PLOT])["data"]]
-    assert not charted, "the charts were redrawn while the run streamed"  # they wait for the end
-    assert plot(final[STEP_PLOT])["data"]  # control: the last frame draws them
-    said = next(k for k, o in enumerate(outputs) if "Running the ngram run, then plain decoding" in text(o[STATUS]))
-    later = outputs[said + 1:-1]
-    assert sum(bool(kinds_in(o[TOKENS])) for o in later) >= 2  # tokens went on arriving after it...
-    assert not any(text(o[STATUS]) for o in later)  # ...with the status said once: no count moving in it
+    assert charted, "no chart arrived while the run streamed"
     shown = kinds_in(final[TOKENS])
     assert shown == [t.kind.value for t in reference.tokens]
     assert "speedup" in final[SUMMARY] and "yes, token for token" in final[SUMMARY]

@@ -55,13 +55,3 @@ def test_step_mode_redraws_the_inspector_with_each_step():
     pacer = Pacer(0.5, 2.0, started=0.0, follow_cursor=True)
     assert pacer.parts(0.6, 1, 1, RUNNING) == {"text", "detail", "slider"}
     assert Pacer(0.5, 2.0, started=0.0).parts(0.6, 1, 1, RUNNING) == {"text"}
-
-
-def test_with_no_chart_interval_only_the_tokens_stream_and_the_baseline_sends_nothing():
-    spec = polls(0.0, 1.0, 0.05, lambda i: i + 1, RUNNING)
-    baseline = polls(1.0, 6.0, 0.05, lambda i: 20, BASELINE)
-    sent = stream(Pacer(0.5, None, started=0.0), spec + baseline)
-    assert sent and all(parts == {"text"} for _, parts in sent)
-    assert [now for now, _ in sent if now >= 1.0] == [1.0]  # the last tokens, then nothing until the end
-    control = stream(Pacer(0.5, 2.0, started=0.0), spec + baseline)
-    assert any("race" in parts for _, parts in control)

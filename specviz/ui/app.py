@@ -3,8 +3,8 @@
 Handlers never hold models (they live in specviz.models' process-wide registry) or engine state in gr.State
 (it is deep-copied per session): a session's run lives in live.py's session table, keyed by gradio's
 session hash. Streaming handlers poll a worker thread and send as few updates as pacing.Pacer lets
-through: a token update at most every TOKEN_INTERVAL, the status line once, and the charts only in the
-stream's last frame (docs/design.md, "Pitfalls"); a replay redraws its charts every CHART_INTERVAL."""
+through: a token update at most every TOKEN_INTERVAL, a chart update every CHART_INTERVAL (docs/design.md,
+"Pitfalls")."""
 from __future__ import annotations
 
 import json
@@ -29,8 +29,8 @@ from .gpu import gpu
 from .live import (MAX_NEW_TOKENS, LiveRun, RunRequest, drafter_for, end_session, load_models, model_name,
                    session_key, session_of, settings_from_form)
 from .pacing import Pacer
-from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, running_status, status_of, step_story,
-                       summary_of, token_text, token_view, trace_file)
+from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, status_of, step_story, summary_of,
+                       token_text, token_view, trace_file)
 from .batch_tab import BatchTab
 from .learn import RUN_TAB, LearnTab, distribution_api
 from .tabs import CompareTab, CostTab
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 TOKEN_INTERVAL = 0.5  # seconds between token-view updates while streaming (each costs the browser a slice of a core)
-CHART_INTERVAL = 2.0  # seconds between chart updates while a replay plays
+CHART_INTERVAL = 2.0  # seconds between chart updates while streaming
 NARROW_WIDTH = 640  # px: below it, a phone's layout (as assets/specviz.css's @media rule)
 CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "4"))  # runs at once; their engine steps interleave
 
@@ -85,18 +85,14 @@ class SpecvizApp:
 
     # ---- frames: dicts {component: value}; components left out keep their value -------------------------
     def frame(self, run: LiveRun, cursor: int | None = None, upto: int | None = None,
-              parts: frozenset = frozenset({"text", "slider", "charts", "race", "detail"}), narrow: bool = False,
-              status: str | bool = True) -> dict:
+              parts: frozenset = frozenset({"text", "slider", "charts", "race", "detail"}), narrow: bool = False) -> dict:
         """Widget values for the run; parts picks what to redraw: "text" (token view, summary), "slider" (the
-        step slider), "charts" (step charts), "race", "detail" (theory, inspector). status: True, the run's
-        status line; a string, that line; False, the line left as it is. narrow: the page is a phone's (the
-        step charts stacked)."""
+        step slider), "charts" (step charts), "race", "detail" (theory, inspector). The status always. narrow:
+        the page is a phone's (the step charts stacked)."""
         steps = run.speculative.steps
         sampling = not run.request.settings.greedy
         shown = cursor if cursor is not None else (len(steps) - 1 if steps else None)
-        out = {}
-        if status is not False:
-            out[self.status] = status_of(run, cursor) if status is True else status
+        out = {self.status: status_of(run, cursor)}
         if "text" in parts:
             story = step_story(steps[shown], sampling) if shown is not None and shown < len(steps) else ""
             out[self.tokens] = token_view(run, cursor, upto, story)
@@ -138,20 +134,15 @@ class SpecvizApp:
         return charts.race_figure(spec_points, plain_points, run.request.method, current)
 
     def stream(self, run: LiveRun, follow_cursor: bool = False, narrow: bool = False):
-        """Frames while a worker advances the run, as few as pacing.Pacer lets through: the token view, with
-        the status line in the first frame only (no step count moving: each update costs the browser a slice
-        of a core, taken from the engine on a small machine); the charts, the theory and the inspector wait
-        for the end, except the inspector in step mode. Then one complete frame. follow_cursor highlights the
-        newest step (step mode)."""
-        pacer = Pacer(TOKEN_INTERVAL, None, time.monotonic(), follow_cursor)
-        status = running_status(run)
+        """Frames while a worker advances the run, as few as pacing.Pacer lets through (the theory and the
+        inspector wait for the end, except in step mode); then one complete frame. follow_cursor highlights
+        the newest step (step mode)."""
+        pacer = Pacer(TOKEN_INTERVAL, CHART_INTERVAL, time.monotonic(), follow_cursor)
         while run.active:
             n = len(run.speculative.steps)
             parts = pacer.parts(time.monotonic(), run.version, n, run.phase)
             if parts is not None:
-                yield self.frame(run, cursor=n - 1 if follow_cursor and n else None, parts=parts, narrow=narrow,
-                                 status=status)
-                status = False
+                yield self.frame(run, cursor=n - 1 if follow_cursor and n else None, parts=parts, narrow=narrow)
             time.sleep(0.03)
         n = len(run.speculative.steps)
         yield self.frame(run, cursor=n - 1 if follow_cursor and n else None, narrow=narrow)

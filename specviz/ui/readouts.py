@@ -123,12 +123,6 @@ def status_of(run: LiveRun, session_cursor: int | None = None) -> str:
     return render.status_html(f"Done: {n} steps.", "ok")
 
 
-def running_status(run: LiveRun) -> str:
-    """The status line while a run streams: said once, so no count in it."""
-    then = ", then plain decoding of the same prompt for the baseline" if run.request.compare_plain else ""
-    return render.status_html(f"Running the {run.request.method} run{then}…", "info")
-
-
 TRACE_FOLDER = Path(tempfile.gettempdir()) / "specviz-traces"
 TRACE_MAX_AGE = 3600  # seconds a trace file is kept on the server
 
