@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from .graphs import no_cudnn_attention
 from .llama import layer_input, layer_mlp, layer_weights, rms_norm, text_config, unsupported_reason
-from .onednn import onednn_allowed, onednn_linear, packed_tensors, parameter_bytes
+from .onednn import model_matrices, onednn_allowed, parameter_bytes
 
 
 def grouped_mask(mask: torch.Tensor, heads: int, kv_heads: int) -> torch.Tensor:
@@ -61,14 +61,8 @@ class BatchedRunner:
         self.head = head.weight.detach()
         # MKL's products repack the weights each call: on a CPU the batch-1 step took twice the fast path's
         self.use_onednn = onednn_allowed(self.device, self.dtype, parameter_bytes(model))
-        if self.use_onednn:
-            self.layer_tensors = [packed_tensors(module, weights.tensors())
-                                  for module, weights in zip(decoder.layers, self.layers)]
-            (self.head_matrix,) = packed_tensors(head, (self.head,))
-            self.linear = onednn_linear
-        else:
-            self.layer_tensors = [weights.tensors() for weights in self.layers]
-            self.head_matrix, self.linear = self.head, F.linear
+        self.layer_tensors, self.head_matrix, self.linear = model_matrices(decoder, self.layers, head,
+                                                                           self.use_onednn)
         self.embed = decoder.embed_tokens.weight.detach()
         self.final_norm = decoder.norm.weight.detach()
         self.final_eps = float(getattr(decoder.norm, "variance_epsilon", getattr(decoder.norm, "eps", 1e-6)))

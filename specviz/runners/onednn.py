@@ -71,6 +71,16 @@ def packed_tensors(module: torch.nn.Module, dense: tuple) -> tuple:
     return entry[1]
 
 
+def model_matrices(decoder: torch.nn.Module, layers: list, head: torch.nn.Module, use_onednn: bool):
+    """(each layer's tensors, the output layer's matrix, the product that reads them) for a runner: prepacked
+    for oneDNN with onednn_linear, or dense with F.linear. layers: llama.layer_weights of decoder.layers."""
+    if not use_onednn:
+        return [weights.tensors() for weights in layers], head.weight.detach(), F.linear
+    tensors = [packed_tensors(module, weights.tensors()) for module, weights in zip(decoder.layers, layers)]
+    (head_matrix,) = packed_tensors(head, (head.weight.detach(),))
+    return tensors, head_matrix, onednn_linear
+
+
 class PackedLinear(torch.nn.Module):
     """An inference-only nn.Linear whose weight is prepacked for oneDNN (same parameters, same state dict)."""
 

@@ -36,7 +36,7 @@ from .graphs import (MIN_SPAN, CapturedGraph, capture_graph, compile_allowed, co
     graphs_allowed, next_power_of_two, no_cudnn_attention, return_workspace, take_workspace)
 from .llama import (attention_mask, decoder_layer, layer_weights, rms_norm, text_config, tree_attention_mask,
     triton_decoder_layer, unsupported_reason)
-from .onednn import onednn_allowed, onednn_linear, packed_tensors, parameter_bytes
+from .onednn import model_matrices, onednn_allowed, onednn_linear, parameter_bytes
 
 MAX_GRAPH_POSITIONS = MAX_GAMMA + 1  # forwards over more positions (prefills) go through in chunks:
 PREFILL_CHUNK = 256  # positions of one captured prefill forward (the last chunk of an input padded)
@@ -86,14 +86,8 @@ class StaticRunner:
         self.use_onednn = onednn_allowed(self.device, self.dtype, parameter_bytes(model)) if onednn is None else onednn
         self.use_compile = (cuda and compile_allowed() and not _compile_failed) if compile is None else compile
         self.use_compile = self.use_compile and not self.use_onednn  # compile traces F.linear, not prepacked weights
-        if self.use_onednn:
-            self.layer_tensors = [packed_tensors(module, weights.tensors())
-                                  for module, weights in zip(decoder.layers, self.layers)]
-            (self.head_matrix,) = packed_tensors(head, (self.head,))
-            self._linear = onednn_linear
-        else:
-            self.layer_tensors = [weights.tensors() for weights in self.layers]
-            self.head_matrix, self._linear = self.head, F.linear
+        self.layer_tensors, self.head_matrix, self._linear = model_matrices(decoder, self.layers, head,
+                                                                            self.use_onednn)
         # the layer as eager forwards run it (prefills, CPU); _layer_fn below: as graphs capture it
         self._eager_layer_fn = partial(decoder_layer, linear=onednn_linear) if self.use_onednn else decoder_layer
         # gpu_attention's kernel in captured graphs only: their shapes are fixed, so its Triton code compiles
