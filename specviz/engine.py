@@ -23,12 +23,14 @@ from .models import LoadedModel
 from .proposers import Draft, Feedback, Proposer
 from .records import DraftPosition, RunResult, StepRecord, TokenKind, TokenRecord, TopTokens
 from .device_loop import DeviceLoop
-from .display import step_figures
 from .runners.static import make_runner
 from .sampling import display_probs, make_generator, warp_probs
 from .settings import DecodeSettings
 from . import tree as trees
 from .text import IncrementalDetokenizer
+
+TOP_N = 20  # tokens of p and q kept per position for the inspector
+
 
 @contextlib.contextmanager
 def collector_paused():
@@ -99,6 +101,12 @@ def keep_tokens(new_ids: list[int], output: list[int], max_new_tokens: int, eos_
         if token_id in eos_ids:
             break
     return kept
+
+
+def _top(probs: torch.Tensor, n: int = TOP_N) -> list[TopTokens]:
+    """probs [N, V] -> the n most probable tokens of each row."""
+    values, ids = torch.topk(probs, min(n, probs.shape[-1]), dim=-1)
+    return [TopTokens(ids=i, probs=v) for i, v in zip(ids.tolist(), values.tolist())]
 
 
 def check_prompt(target: LoadedModel, prompt_ids: list[int], settings: DecodeSettings) -> None:
@@ -419,10 +427,14 @@ class SpeculativeRun:
         q_shown = None
         if draft.probs is not None:
             q_shown = display_probs(draft.logits, settings) if settings.greedy and draft.logits is not None else draft.probs
-        # greedy draws from a one-hot; the inspector shows the target's softmax instead
-        figures = step_figures(p_shown, q_shown, draft_ids, n, verdict.next_token,
-                               None if settings.greedy else verdict.next_distribution)
-        p_of, q_of, p_tops, q_tops = figures.p_of, figures.q_of, figures.p_tops, figures.q_tops
+        def of_draft(probs: torch.Tensor) -> list[float]:  # probs[i, x_i] for each draft token
+            rows = torch.arange(gamma, device=probs.device)
+            return probs[rows, torch.tensor(draft_ids, dtype=torch.long, device=probs.device)].tolist()
+
+        p_of = of_draft(p_shown) if gamma else []
+        q_of = of_draft(q_shown) if gamma and q_shown is not None else [None] * gamma
+        p_tops = _top(p_shown)
+        q_tops = _top(q_shown) if q_shown is not None else [None] * gamma
 
         positions, tokens = [], []
         for i, token_id in enumerate(draft_ids):
@@ -440,8 +452,9 @@ class SpeculativeRun:
 
         kind = TokenKind.TARGET if gamma == 0 else TokenKind.BONUS if verdict.n_accepted == gamma else TokenKind.RESAMPLED
         next_id = verdict.next_token
-        next_top = figures.next_top
-        next_token = TokenRecord(id=next_id, text="", kind=kind, step=index, p=figures.p_next)
+        # greedy draws from a one-hot; show the target's softmax instead
+        next_top = _top((p_shown[n] if settings.greedy else verdict.next_distribution).unsqueeze(0))[0]
+        next_token = TokenRecord(id=next_id, text="", kind=kind, step=index, p=float(p_shown[n, next_id]))
         if not cut:
             next_token.text = detokenizer.push(next_id)
             tokens.append(next_token)
