@@ -47,7 +47,7 @@ TARGETS = [("default: SmolLM2-135M-Instruct (offline)", DEFAULT_MODEL),
            ("HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct"),
            ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct"),
            ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct")]
-DRAFTS = [("none", "none"), ("distilled: 2 layers distilled from the default target (offline)", DISTILLED),
+DRAFTS = [("none", "none"), ("distilled: 3 layers distilled from the default target (offline)", DISTILLED),
           ("default: SmolLM2-135M-Instruct (offline)", DEFAULT_MODEL),
           ("HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
           ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
