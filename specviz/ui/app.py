@@ -193,7 +193,9 @@ class SpecvizApp:
         job = threading.Thread(target=load, daemon=True)
         started = time.monotonic()
         job.start()
-        yield self.blank(render.status_html(loading_message([target_name, draft_name], 0, False), "info"))
+        # no update before the load has taken a while: the page was cleared before it asked for the run, and
+        # a browser on the same machine spends 40 to 60 ms on any update, which would land on the run's first
+        # steps (the prefill is in its measured time)
         while job.is_alive():
             job.join(0.5)
             if job.is_alive():  # a load that ends within the wait sends no update: each costs the browser
