@@ -344,7 +344,7 @@ def test_replay_ends_with_its_last_frame(url):
 
 def test_a_run_sends_its_first_update_once_it_has_started(default_target, monkeypatch):
     """The page clears itself before it asks for the run, so the run sends nothing while its models load at once:
-    a browser on the same machine spends 40 to 60 ms on any update, which would land on the run's first steps."""
+    a browser on the same machine spends 30 to 60 ms on any update, which would land on the run's first steps."""
     import types
 
     import specviz.ui.app as app_module

@@ -66,7 +66,7 @@ def token_updates_during(interval, seconds, step_every=0.05):
 
 
 def test_a_speculative_run_of_a_second_and_a_half_gets_one_update_before_its_end():
-    # each update costs a browser on the same machine 40 to 60 ms of CPU, whatever it carries (docs/app.md):
+    # each update costs a browser on the same machine 30 to 60 ms of CPU, whatever it carries (docs/app.md):
     # the example prompts' speculative runs last 0.1 to 2 s on the 2-core machine
     assert app.TOKEN_INTERVAL >= 1.0
     assert token_updates_during(app.TOKEN_INTERVAL, 1.6) == 1

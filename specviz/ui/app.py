@@ -38,7 +38,7 @@ from .tabs import CompareTab, CostTab
 log = logging.getLogger(__name__)
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
-# seconds between token-view updates while streaming: each costs a browser on the same machine 40 to 60 ms of
+# seconds between token-view updates while streaming: each costs a browser on the same machine 30 to 60 ms of
 # CPU whatever it carries (a status line alone as much as the token view), taken from the engine on 2 cores
 TOKEN_INTERVAL = 1.0
 CHART_INTERVAL = 2.0  # seconds between chart updates while streaming
@@ -194,7 +194,7 @@ class SpecvizApp:
         started = time.monotonic()
         job.start()
         # no update before the load has taken a while: the page was cleared before it asked for the run, and
-        # a browser on the same machine spends 40 to 60 ms on any update, which would land on the run's first
+        # a browser on the same machine spends 30 to 60 ms on any update, which would land on the run's first
         # steps (the prefill is in its measured time)
         while job.is_alive():
             job.join(0.5)
