@@ -340,3 +340,30 @@ def test_replay_ends_with_its_last_frame(url):
             frames, last_seen = len(job.outputs()), time.monotonic()
         time.sleep(0.02)
     assert steps and time.monotonic() - last_seen < 1.0
+
+
+def test_a_run_sends_its_first_update_once_it_has_started(default_target, monkeypatch):
+    """The page clears itself before it asks for the run, so the run sends nothing while its models load at once:
+    a browser on the same machine spends 30 to 60 ms on any update, which would land on the run's first steps."""
+    import types
+
+    import specviz.ui.app as app_module
+    from specviz.ui.live import session
+
+    app = app_module.SpecvizApp()
+    app.build()
+
+    def first_update(key):
+        request = types.SimpleNamespace(session_hash=key)
+        frames = app.on_run(PROMPT, "ngram", "default", "none", 4, 0, 1, 8, 0, False, True, request=request)
+        first = next(frames)
+        started = session(key).run is not None
+        list(frames)
+        return first, started
+
+    first, started = first_update("first-update-fast")
+    assert started and "Step mode" in first[app.status]  # the run's own first frame, nothing before it
+    load = app_module.load_models
+    monkeypatch.setattr(app_module, "load_models", lambda request: (time.sleep(0.8), load(request))[1])
+    first, started = first_update("first-update-slow")  # control: a load that takes a while is reported
+    assert not started and "Loading" in first[app.status] and set(first) == {app.status}
