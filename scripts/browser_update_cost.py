@@ -69,6 +69,7 @@ def main(argv=None) -> int:
     import specviz.ui.app as app_module
     from specviz.models import load_model
     from specviz.ui import live
+    from specviz.ui.overhead import CHROMIUM
 
     load_model("default")
     demo = app_module.build_demo()
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
         app_module.SpecvizApp.frame = changed if name != "app" else frame
 
     playwright = sync_playwright().start()
-    browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--headless", "--no-sandbox"])
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox"])
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     devtools = page.context.new_cdp_session(page)
     devtools.send("Network.enable")
