@@ -156,6 +156,17 @@ def test_verify_costs_keep_measured_sizes_and_never_guess_below_a_smaller_size()
     assert costs.predict(1) == pytest.approx(0.035)
 
 
+def test_verify_costs_drop_a_slow_first_pass_once_a_fast_one_shows_it_was_a_hiccup():
+    from specviz.proposers.adaptive import VerifyCosts
+
+    costs = VerifyCosts()
+    costs.add(9, 0.010)  # the first pass at K = 9 caught a scheduler delay
+    costs.add(9, 0.0004)
+    assert costs.predict(9) == pytest.approx(0.0004)
+    costs.add(9, 0.0003)  # control: an ordinary difference is averaged, not taken whole
+    assert 0.0003 < costs.predict(9) < 0.0004
+
+
 def test_adaptive_measures_a_plain_step_before_it_trusts_its_cost_estimates(tiny_target):
     from specviz.api import run_once
     from specviz.proposers import AdaptiveProposer, NgramProposer

@@ -75,7 +75,12 @@ class VerifyCosts:
         if old is not None:
             seconds = min(seconds, 2 * old)  # a scheduler hiccup moves the estimate, but not by much
         self.line.add(size, seconds)
-        self.by_size[size] = seconds if old is None else DECAY * old + (1 - DECAY) * seconds
+        if old is None or seconds < 0.5 * old:
+            # delays only ever add time: a pass twice as fast as the estimate shows the estimate was a hiccup
+            # (else a slow first pass at one K would keep that K out of the run's choices for good)
+            self.by_size[size] = seconds
+        else:
+            self.by_size[size] = DECAY * old + (1 - DECAY) * seconds
 
     def predict(self, size: int) -> float:
         if size in self.by_size:
