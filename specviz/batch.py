@@ -122,6 +122,8 @@ def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDr
     settings = settings.validate()
     if settings.tree:
         raise InvalidSettingError("batched decoding drafts chains; set tree to 0")
+    if settings.draft_stop:
+        raise InvalidSettingError("batched decoding drafts gamma tokens in every row; set draft-stop to 0")
     if not prompts or any(not ids for ids in prompts):
         raise InvalidSettingError("the prompt is empty; type some text")
     if batch_size is not None and batch_size < 1:

@@ -108,8 +108,8 @@ def run_batch_bench(prompts_file: str, methods: list[str], batch_sizes: list[int
     entries = {spec: parse_method(spec, settings) for spec in methods if spec != "plain"}
     for method, method_settings in entries.values():
         check_batchable(method)
-        if method_settings.tree:
-            raise InvalidSettingError("batched decoding drafts chains: write METHOD or METHOD:GAMMA")
+        if method_settings.tree or method_settings.draft_stop:
+            raise InvalidSettingError("batched decoding drafts chains of gamma tokens: write METHOD or METHOD:GAMMA")
     prompts = load_prompts(prompts_file, limit, per_category)
     target_model, draft_model = resolve_models(target, draft, device, dtype)
     drafting = {spec: batch_drafting(method, target_model, draft_model, exit_layer)

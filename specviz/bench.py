@@ -237,14 +237,19 @@ def format_table(summary: dict, comparisons: dict | None = None) -> str:
 
 
 def parse_method(spec: str, settings: DecodeSettings) -> tuple[str, DecodeSettings]:
-    """'METHOD' or 'METHOD:GAMMA[:TREE]' -> (the method, the settings it runs with), so that one bench can
-    put, e.g., a chain and a tree of the same drafter side by side."""
-    method, *numbers = spec.split(":")
-    if method not in METHODS or len(numbers) > 2 or not all(n.isdigit() for n in numbers):
-        raise InvalidSettingError(f"bad method {spec!r}: write METHOD or METHOD:GAMMA[:TREE] with METHOD one of "
-                                  f"{', '.join(METHODS)}, e.g. ngram:8:64")
+    """'METHOD' or 'METHOD:GAMMA[:TREE][@STOP]' -> (the method, the settings it runs with), so that one bench
+    can put, e.g., a chain and a tree of the same drafter side by side, or a draft model with and without
+    its confidence stop (STOP: settings.draft_stop)."""
+    head, _, stop = spec.partition("@")
+    method, *numbers = head.split(":")
+    if (method not in METHODS or len(numbers) > 2 or not all(n.isdigit() for n in numbers)
+            or (stop and not stop.replace(".", "", 1).isdigit())):
+        raise InvalidSettingError(f"bad method {spec!r}: write METHOD or METHOD:GAMMA[:TREE][@STOP] with METHOD one "
+                                  f"of {', '.join(METHODS)}, e.g. ngram:8:64 or draft:4@0.5")
     if numbers:
         settings = dataclasses.replace(settings, gamma=int(numbers[0]), tree=int(numbers[1]) if len(numbers) > 1 else 0)
+    if stop:
+        settings = dataclasses.replace(settings, draft_stop=float(stop))
     return method, settings.validate()
 
 
@@ -260,7 +265,7 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     transformers' generate() is slow, and the comparison is on the prompts it ran."""
     from tqdm.auto import tqdm
 
-    unknown = [m for m in methods if m.split(":")[0] not in METHODS] + [m for m in transformers if m not in HF_BASELINES]
+    unknown = [m for m in methods if m.split(":")[0].split("@")[0] not in METHODS] + [m for m in transformers if m not in HF_BASELINES]
     if unknown or not methods:
         raise InvalidSettingError(f"unknown method(s) {', '.join(unknown) or '(none)'}; choose from "
                                   f"{', '.join(METHODS)} (and for --transformers {', '.join(HF_BASELINES)})")

@@ -48,6 +48,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gamma", type=int, default=4, help="draft tokens per step, 1..32 (adaptive: the maximum)")
     group.add_argument("--tree", type=int, default=0, help="0 = draft a chain; N = a draft tree of up to N tokens, "
                        f"depth gamma, verified in one pass (ngram, retrieval, medusa, eagle; 1..{MAX_TREE})")
+    group.add_argument("--draft-stop", type=_number, default=0.0,
+                       help="draft and early-exit: end a draft after a token the drafter gives less than this "
+                            "probability (e.g. 0.5; 0 = always gamma tokens)")
     group.add_argument("--max-new-tokens", type=int, default=128)
     group.add_argument("--temperature", type=_number, default=0.0, help="0 = greedy")
     group.add_argument("--top-k", type=int, default=0, help="0 = off")
@@ -66,7 +69,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 def settings_from(args) -> DecodeSettings:
     return DecodeSettings(
         max_new_tokens=args.max_new_tokens, gamma=args.gamma, temperature=args.temperature,
-        top_k=args.top_k, top_p=args.top_p, seed=args.seed, tree=args.tree,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed, tree=args.tree, draft_stop=args.draft_stop,
     ).validate()
 
 
@@ -88,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--limit", type=int, default=None, help="use the first N prompts")
     bench.add_argument("--per-category", type=int, default=None, help="use the first N prompts of each category")
     bench.add_argument("--methods", default="ngram", help="comma-separated, e.g. ngram,early-exit,adaptive; "
-                       "METHOD:GAMMA[:TREE] sets gamma (and the tree) for one entry, e.g. ngram:8,ngram:8:64")
+                       "METHOD:GAMMA[:TREE][@STOP] sets gamma (the tree, the draft stop) for one entry, e.g. "
+                       "ngram:8,ngram:8:64,draft:4@0.5")
     add_model_options(bench)
     bench.add_argument("--transformers", default="", help="also transformers' generate() on the same prompts, "
                        "model and device: comma-separated hf-generate,hf-prompt-lookup,hf-assisted (needs --draft)")

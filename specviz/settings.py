@@ -23,6 +23,9 @@ class DecodeSettings:
     seed: int | None = None
     stop_at_eos: bool = True
     tree: int = 0  # 0: draft a chain of gamma tokens; N: a tree of up to N tokens and depth gamma (tree.py)
+    # a draft model (draft, early-exit) ends its chain after a token it gives less than this probability, so
+    # that the target is not asked to verify guesses the drafter itself doubts; 0: always gamma tokens
+    draft_stop: float = 0.0
 
     @property
     def greedy(self) -> bool:
@@ -39,6 +42,9 @@ class DecodeSettings:
         top_p = _as_number("top-p", self.top_p)
         if not 0 < top_p <= 1:
             raise InvalidSettingError(f"top-p must be in (0, 1], got {self.top_p}")
+        draft_stop = _as_number("draft-stop", self.draft_stop)
+        if not 0 <= draft_stop < 1:
+            raise InvalidSettingError(f"draft-stop must be in [0, 1) (0: always draft gamma tokens), got {self.draft_stop}")
         if self.seed is not None:
             _check_int("seed", self.seed, 0, None)
         return self

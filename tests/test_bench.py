@@ -35,3 +35,19 @@ def test_aggregate_pools_and_compares_on_the_same_prompts():
     assert figures["identical_share"] == 0 and figures["first_difference_min"] == 7
     comparison = compare_with_transformers(plain + hf)
     assert comparison["hf-generate"]["ratio"]["plain"] == pytest.approx(10.0)
+
+
+def test_a_method_entry_sets_gamma_tree_and_draft_stop():
+    from specviz.bench import parse_method
+    from specviz.errors import InvalidSettingError
+
+    base = DecodeSettings(gamma=4)
+    assert parse_method("ngram", base) == ("ngram", base)
+    method, settings = parse_method("ngram:8:64", base)
+    assert (method, settings.gamma, settings.tree, settings.draft_stop) == ("ngram", 8, 64, 0.0)
+    method, settings = parse_method("draft:6@0.5", base)
+    assert (method, settings.gamma, settings.tree, settings.draft_stop) == ("draft", 6, 0, 0.5)
+    assert parse_method("draft@0.3", base)[1].draft_stop == 0.3
+    for bad in ("draft:6@x", "draft:6@1.5", "nope:4", "draft:4:2:1"):
+        with pytest.raises(InvalidSettingError):
+            parse_method(bad, base)

@@ -1,5 +1,7 @@
 """The engine on tiny random transformers models: exact greedy equality, caches that equal a fresh prefill
 after rejections, consistent step records, end-of-sequence accounting."""
+import dataclasses
+
 import pytest
 import torch
 
@@ -26,6 +28,30 @@ def test_greedy_speculative_equals_plain_greedy(tiny_target, tiny_drafter, metho
     if method in ("draft", "ngram"):
         assert result.metrics.drafted > 0  # it really speculated
         assert result.metrics.accepted < result.metrics.drafted  # and rejections happened
+
+
+def test_a_draft_model_that_stops_where_it_doubts_drafts_less_and_keeps_plain_output(tiny_target, tiny_drafter):
+    """settings.draft_stop ends a chain after a token the drafter gives less than that probability: fewer
+    tokens drafted, a larger share of them accepted, the same greedy output."""
+    settings = DecodeSettings(max_new_tokens=48, gamma=6)
+    plain = run_once(tiny_target, PlainProposer(), PROMPT, settings)
+    full = run_once(tiny_target, make_proposer("draft", tiny_target, tiny_drafter), PROMPT, settings)
+    stopped = run_once(tiny_target, make_proposer("draft", tiny_target, tiny_drafter), PROMPT,
+                       dataclasses.replace(settings, draft_stop=0.5))
+    assert stopped.token_ids == full.token_ids == plain.token_ids
+    early = lambda steps: [s for s in steps if s.total_emitted <= 40]  # noqa: E731  not cut by max_new_tokens
+    assert all(s.gamma == 6 for s in early(full.steps))  # control: without the stop, every chain is full
+    assert any(0 < s.gamma < 6 for s in early(stopped.steps))
+    assert stopped.metrics.drafted < full.metrics.drafted
+    assert stopped.metrics.acceptance_rate > full.metrics.acceptance_rate
+
+
+def test_doubts_reads_the_drafters_own_probability_of_its_token():
+    from specviz.proposers.draft_model import doubts
+
+    logits = torch.log(torch.tensor([0.6, 0.3, 0.1]))
+    assert not doubts(logits, 0, 0.5) and doubts(logits, 1, 0.5)
+    assert not doubts(logits, 2, 0.0)  # 0: the stop is off
 
 
 def test_greedy_equality_on_another_architecture_size():

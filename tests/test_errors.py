@@ -41,6 +41,8 @@ def assert_one_line_error(proc, *fragments):
     (DecodeSettings(top_p=1.5), "top-p"),
     (DecodeSettings(top_k=-1), "top-k"),
     (DecodeSettings(max_new_tokens=0), "max-new-tokens"),
+    (DecodeSettings(draft_stop=1.0), "draft-stop"),
+    (DecodeSettings(draft_stop=-0.1), "draft-stop"),
 ])
 def test_bad_settings_raise(settings, fragment):
     with pytest.raises(InvalidSettingError, match=fragment):

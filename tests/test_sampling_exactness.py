@@ -91,6 +91,18 @@ def test_sampled_output_has_the_target_distribution(target, makers, method, tree
     assert fit.p_value >= ALPHA, f"p = {fit.p_value:.2g} (chi-square {fit.statistic:.1f}, dof {fit.dof})"
 
 
+@pytest.mark.parametrize("method", ["draft", "distilled"])
+def test_a_draft_that_ends_where_its_drafter_doubts_keeps_the_target_distribution(target, makers, method):
+    """settings.draft_stop ends a draft model's chain after a token it gives less than that probability: the
+    length depends on the draft alone, never on the target, so the output keeps the target's distribution."""
+    settings = dataclasses.replace(settings_for("temperature", 0), draft_stop=0.5)
+    fit, samples = fit_of(target, makers[method], settings)
+    full = sample_outputs(target, makers[method], PROMPT, settings_for("temperature", 0), DEPTH, RUNS // 10)
+    assert samples.drafted / RUNS < 0.9 * full.drafted / (RUNS // 10)  # the stop ended drafts early
+    assert 0 < samples.accepted < samples.drafted
+    assert fit.p_value >= ALPHA, f"p = {fit.p_value:.2g} (chi-square {fit.statistic:.1f}, dof {fit.dof})"
+
+
 @pytest.mark.parametrize("method,tree", [("draft", 0), ("ngram", 0), ("eagle", TREE)],
                          ids=["drafter-with-q", "one-hot-lookup", "tree"])
 def test_a_slightly_cooler_sampler_fails_the_test(target, makers, method, tree):

@@ -18,6 +18,12 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
     return n
 
 
+def doubts(logits: torch.Tensor, token: int, threshold: float) -> bool:
+    """Whether a drafter gives its own token less than `threshold` probability (softmax of its logits, before
+    any sampling warp). Ending a draft there keeps verification exact: the length depends on the draft alone."""
+    return threshold > 0 and float(logits.float().softmax(-1)[token]) < threshold
+
+
 def fit_vocabulary(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Drafter logits [..., V_d] -> [..., vocab_size]: models of one family can pad their output layers to
     different sizes (Qwen2.5-0.5B 151,936, -7B 152,064); ids past the real vocabulary are never drafted."""
@@ -46,8 +52,9 @@ def to_target_vocabulary(logits: torch.Tensor, token_ids: torch.Tensor | None, v
 
 
 class ModelDrafter(Proposer):
-    """Drafts autoregressively with a causal LM: gamma one-token forwards, sampling from q with the run's
-    settings (argmax when greedy)."""
+    """Drafts autoregressively with a causal LM: up to gamma one-token forwards, sampling from q with the
+    run's settings (argmax when greedy); with settings.draft_stop, the chain ends after a token the drafter
+    doubts."""
 
     name = "draft"
 
@@ -93,6 +100,8 @@ class ModelDrafter(Proposer):
             drafted.append(token)
             all_probs.append(probs)
             all_logits.append(logits)
+            if doubts(logits, token, self.settings.draft_stop):
+                break
             if i + 1 < gamma:
                 logits = self._feed([token])
         device = tokens.device
