@@ -134,6 +134,7 @@ def test_fair_lock_serves_in_arrival_order():
     (dict(max_new_tokens=16, gamma=4, temperature=0.5, top_p=0), "top-p"),
     (dict(max_new_tokens=16, gamma=4, temperature=0, seed=-3), "seed"),
     (dict(max_new_tokens=16, gamma=4, temperature=0, seed=float("nan")), "seed"),
+    (dict(max_new_tokens=16, gamma=4, temperature=0, draft_stop=1.0), "draft-stop"),
 ])
 def test_form_values_are_validated(form, fragment):
     with pytest.raises(InvalidSettingError, match=fragment):
@@ -143,6 +144,8 @@ def test_form_values_are_validated(form, fragment):
 def test_form_values_from_widgets():
     settings = live.settings_from_form(96.0, 4.0, 0.7, 0.9, None)  # sliders give floats, an empty box None
     assert (settings.max_new_tokens, settings.gamma, settings.temperature, settings.top_p, settings.seed) == (96, 4, 0.7, 0.9, None)
+    assert settings.draft_stop == 0.0
+    assert live.settings_from_form(96.0, 4.0, 0, 1, 0, 0, 0.5).draft_stop == 0.5
     assert live.model_name("  none ") is None and live.model_name(" Qwen/Qwen2.5-0.5B ") == "Qwen/Qwen2.5-0.5B"
 
 

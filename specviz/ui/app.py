@@ -155,14 +155,14 @@ class SpecvizApp:
         return self.blank(render.status_html("Starting…", "info"))
 
     def on_run(self, prompt, method, target, draft, gamma, temperature, top_p, max_new_tokens, seed, compare_plain,
-               step_mode, tree=0, request: gr.Request = None):
+               step_mode, tree=0, draft_stop=0, request: gr.Request = None):
         state = session_of(request)
         if state.run is not None:
             state.run.stop()
         state.run, state.cursor, state.replaying = None, None, False
         state.cancel.clear()  # Stop sets it: also while the models load
         try:
-            settings = settings_from_form(max_new_tokens, gamma, temperature, top_p, seed, tree)
+            settings = settings_from_form(max_new_tokens, gamma, temperature, top_p, seed, tree, draft_stop)
             if settings.max_new_tokens > MAX_NEW_TOKENS:
                 raise SpecvizError(f"max new tokens is limited to {MAX_NEW_TOKENS} in the app, got {settings.max_new_tokens}")
             check_prompt_text(prompt)
@@ -375,6 +375,10 @@ class SpecvizApp:
                                                   info="ngram, retrieval, medusa, eagle, adaptive on eagle: several candidates, depth γ")
                             self.max_new = gr.Slider(8, MAX_NEW_TOKENS, value=96, step=8, label="max new tokens",
                                                      elem_id="sv-max-new", min_width=200)
+                            self.draft_stop = gr.Slider(0, 0.95, value=0, step=0.05, elem_id="sv-draft-stop",
+                                                        min_width=200, label="draft stop (0 = always γ)",
+                                                        info="draft, early-exit: end a draft after a token the drafter "
+                                                             "gives less than this probability")
                         with gr.Row():
                             self.temperature = gr.Slider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)",
                                                          min_width=200)
@@ -421,7 +425,7 @@ class SpecvizApp:
                 engine = dict(concurrency_id="engine", concurrency_limit=CONCURRENCY)
                 free = dict(concurrency_limit=None)
                 settings = [self.target, self.draft, self.gamma, self.temperature, self.top_p, self.max_new, self.seed,
-                            self.tree]
+                            self.tree, self.draft_stop]
                 with gr.Tab("Compare methods", id="compare"):
                     compare_event = CompareTab().build([self.prompt, *settings], engine)
                 with gr.Tab("Cost curve", id="cost"):
@@ -436,7 +440,7 @@ class SpecvizApp:
                     api_text = gr.Markdown(api_help("http://127.0.0.1:7860/"), elem_id="sv-api-help")
 
             run_inputs = [self.prompt, self.method, self.target, self.draft, self.gamma, self.temperature, self.top_p,
-                          self.max_new, self.seed, self.compare_plain, self.step_mode, self.tree]
+                          self.max_new, self.seed, self.compare_plain, self.step_mode, self.tree, self.draft_stop]
             view_outputs = [self.status, self.tokens, self.summary, self.step_plot, self.race_plot, self.theory_plot,
                             self.inspector, self.step_slider, self.trace]
             # the page clears the previous run first, and only then asks for the new one: the clearing (its

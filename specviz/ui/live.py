@@ -299,12 +299,13 @@ def _real(name: str, value, default: float) -> float:
         raise InvalidSettingError(f"{name} must be a number, got {value!r}") from None
 
 
-def settings_from_form(max_new_tokens, gamma, temperature, top_p=1.0, seed=None, tree=0) -> DecodeSettings:
+def settings_from_form(max_new_tokens, gamma, temperature, top_p=1.0, seed=None, tree=0, draft_stop=0.0) -> DecodeSettings:
     """Widget values (sliders give floats, an empty number box None) to validated DecodeSettings."""
     return DecodeSettings(
         max_new_tokens=_whole("max new tokens", max_new_tokens, 128), gamma=_whole("gamma", gamma, 4),
         temperature=_real("temperature", temperature, 0.0), top_p=_real("top-p", top_p, 1.0),
         seed=_whole("seed", seed), tree=_whole("draft tree", tree, 0),
+        draft_stop=_real("draft stop", draft_stop, 0.0),
     ).validate()
 
 

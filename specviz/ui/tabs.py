@@ -28,7 +28,8 @@ class CompareTab:
     """The Run tab's prompt, models and settings through plain decoding and each ticked method."""
 
     def build(self, inputs: list, engine: dict):
-        """inputs: prompt, target, draft, gamma, temperature, top-p, max new tokens, seed, tree (the Run tab's)."""
+        """inputs: prompt, target, draft, gamma, temperature, top-p, max new tokens, seed, tree, draft stop (the Run
+        tab's)."""
         gr.Markdown("The prompt, models and settings of the Run tab, through plain decoding and each ticked "
                     "method, one after another in this process.")
         self.methods = gr.CheckboxGroup([m for m in METHODS if m != "plain"],
@@ -47,7 +48,7 @@ class CompareTab:
         return event
 
     def on_compare(self, prompt, methods, target, draft, gamma, temperature, top_p, max_new_tokens, seed, tree=0,
-                   request: gr.Request = None):
+                   draft_stop=0, request: gr.Request = None):
         state = session_of(request)
         state.cancel.clear()
         rows: list[dict] = []
@@ -66,7 +67,7 @@ class CompareTab:
                     self.plot: plot(charts.compare_figure(rows))}
 
         try:
-            settings = settings_from_form(max_new_tokens, gamma, temperature, top_p, seed, tree)
+            settings = settings_from_form(max_new_tokens, gamma, temperature, top_p, seed, tree, draft_stop)
             check_prompt_text(prompt)
             chosen = [m for m in (methods or []) if m in METHODS and m != "plain"]
             if not chosen:
