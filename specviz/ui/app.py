@@ -41,6 +41,12 @@ ASSETS = Path(__file__).resolve().parents[2] / "assets"
 # seconds between token-view updates while streaming: each costs a browser on the same machine 30 to 60 ms of
 # CPU whatever it carries (a status line alone as much as the token view), taken from the engine on 2 cores
 TOKEN_INTERVAL = 1.0
+SETTLE = 0.15  # seconds from a Run's request to its first step: a browser on the same cores draws meanwhile
+# the inputs of an event, passed on once the browser has drawn two frames: the page's last update is on the
+# screen (its style, layout and paint done) before the request leaves, so that a browser on the server's cores
+# does not draw it while the run it asks for starts. A hidden tab draws no frames: then after 0.2 s
+AFTER_PAINT = ("(...inputs) => new Promise(go => { setTimeout(() => go(inputs), 200); "
+               "requestAnimationFrame(() => requestAnimationFrame(() => go(inputs))); })")
 CHART_INTERVAL = 2.0  # seconds between chart updates while streaming
 NARROW_WIDTH = 640  # px: below it, a phone's layout (as assets/specviz.css's @media rule)
 CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "4"))  # runs at once; their engine steps interleave
@@ -220,6 +226,8 @@ class SpecvizApp:
         if step_mode:
             yield self.frame(run, narrow=state.narrow)
             return
+        # the page handles the event's first messages (its start, gradio's status) while the run would start
+        time.sleep(max(0.0, SETTLE - (time.monotonic() - started)))
         run.start()
         try:
             yield from self.stream(run, narrow=state.narrow)
@@ -443,13 +451,13 @@ class SpecvizApp:
                           self.max_new, self.seed, self.compare_plain, self.step_mode, self.tree, self.draft_stop]
             view_outputs = [self.status, self.tokens, self.summary, self.step_plot, self.race_plot, self.theory_plot,
                             self.inspector, self.step_slider, self.trace]
-            # the page clears the previous run first, and only then asks for the new one: the clearing (its
-            # charts taken down) does not land on the new run's first steps
+            # the page clears the previous run first, and asks for the new one once the cleared page has been
+            # drawn (AFTER_PAINT): the clearing (its charts taken down) does not land on the new run's first steps
             clear = dict(fn=self.on_clear, outputs=view_outputs, api_visibility="private", show_progress="hidden",
                          **free)
             run_event = self.run_button.click(**clear).then(gpu(self.on_run), run_inputs, view_outputs, api_name="run",
-                                                            show_progress="hidden", **engine)
-            submit_event = self.prompt.submit(**clear).then(gpu(self.on_run), run_inputs, view_outputs,
+                                                            show_progress="hidden", js=AFTER_PAINT, **engine)
+            submit_event = self.prompt.submit(**clear).then(gpu(self.on_run), run_inputs, view_outputs, js=AFTER_PAINT,
                                                             api_visibility="private", show_progress="hidden", **engine)
             resume_event = self.resume_button.click(gpu(self.on_resume), None, view_outputs, api_name="resume",
                                                     show_progress="hidden", **engine)
