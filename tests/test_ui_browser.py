@@ -421,3 +421,20 @@ def test_a_fast_replay_shows_every_step(screens):
     tab.click("#sv-replay")
     tab.wait_for_function(f"window.svSeen.has({steps}) && window.svSeen.size >= {steps}", timeout=60_000)
     assert tab.evaluate("[...window.svSeen].sort((a, b) => a - b)") == list(range(1, steps + 1))
+
+
+def test_a_run_is_asked_for_after_two_frames_or_in_a_hidden_tab_after_a_fifth_of_a_second(page):
+    """AFTER_PAINT passes the event's inputs on unchanged once the browser has drawn two frames; a tab that
+    draws none (hidden) still gets its run, 0.2 s later."""
+    from specviz.ui.app import AFTER_PAINT
+
+    timed = """async ([hidden]) => {
+        if (hidden) window.requestAnimationFrame = () => 0;  // a hidden tab: no frames
+        const start = performance.now();
+        const inputs = await (%s)("prompt", 4, true);
+        return [inputs, performance.now() - start];
+    }""" % AFTER_PAINT
+    inputs, drawn_ms = page.evaluate(timed, [False])
+    assert inputs == ["prompt", 4, True] and drawn_ms < 150
+    inputs, hidden_ms = page.evaluate(timed, [True])
+    assert inputs == ["prompt", 4, True] and hidden_ms >= 190  # control: without frames it waits for the timer
