@@ -41,13 +41,13 @@ ASSETS = Path(__file__).resolve().parents[2] / "assets"
 # seconds between token-view updates while streaming: each costs a browser on the same machine 30 to 60 ms of
 # CPU whatever it carries (a status line alone as much as the token view), taken from the engine on 2 cores
 TOKEN_INTERVAL = 1.0
+CHART_INTERVAL = 2.0  # seconds between chart updates while streaming
 SETTLE = 0.15  # seconds from a Run's request to its first step: a browser on the same cores draws meanwhile
 # the inputs of an event, passed on once the browser has drawn two frames: the page's last update is on the
 # screen (its style, layout and paint done) before the request leaves, so that a browser on the server's cores
 # does not draw it while the run it asks for starts. A hidden tab draws no frames: then after 0.2 s
 AFTER_PAINT = ("(...inputs) => new Promise(go => { setTimeout(() => go(inputs), 200); "
                "requestAnimationFrame(() => requestAnimationFrame(() => go(inputs))); })")
-CHART_INTERVAL = 2.0  # seconds between chart updates while streaming
 NARROW_WIDTH = 640  # px: below it, a phone's layout (as assets/specviz.css's @media rule)
 CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "4"))  # runs at once; their engine steps interleave
 
