@@ -35,7 +35,7 @@ from .errors import InvalidSettingError
 from .models import LoadedModel, check_same_vocabulary
 from .proposers import Draft, Feedback, ModelDrafter, Proposer
 from .proposers.early_exit import decoder_layers, default_exit_layer, truncated_view
-from .runners.batched import BatchedRunner
+from .runners.batched import BatchedRunner, batched_runner, give_back
 from .sampling import make_generator, warp_probs
 from .settings import DecodeSettings
 
@@ -128,7 +128,6 @@ def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDr
         raise InvalidSettingError("the prompt is empty; type some text")
     if batch_size is not None and batch_size < 1:
         raise InvalidSettingError(f"the batch size must be at least 1, got {batch_size}")
-    device = target.device
     capacity = max(len(ids) for ids in prompts) + settings.max_new_tokens + settings.gamma + 2
     if capacity > target.context_length:
         raise InvalidSettingError(f"the longest prompt and max-new-tokens {settings.max_new_tokens} go beyond the "
@@ -137,8 +136,18 @@ def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDr
     width = min(batch_size or len(prompts), len(prompts))
     if path == "single" or (path == "auto" and width == 1):
         return decode_one_at_a_time(target, drafting, prompts, settings)
-    runner = BatchedRunner(target.model, width, capacity)
+    runner = batched_runner(target.model, width, capacity)
     rows = drafting.open(width, capacity) if isinstance(drafting, ModelDrafting) else RowProposers(drafting)
+    try:
+        return _decode_rows(target, runner, rows, prompts, settings, width, eos_ids)
+    finally:  # pooled where it holds graphs, for the next call
+        give_back(target.model, runner)
+        rows.release()
+
+
+def _decode_rows(target, runner: BatchedRunner, rows, prompts: list[list[int]], settings: DecodeSettings,
+                 width: int, eos_ids) -> "BatchRun":
+    device = target.device
     sequences = [list(ids) for ids in prompts]
     tensors = [torch.tensor(ids) for ids in prompts]  # each sequence as a tensor: made once a step
     outputs: list[list[int]] = [[] for _ in prompts]
@@ -169,7 +178,8 @@ def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDr
                   else [Draft(torch.empty(0, dtype=torch.long), None) for _ in active])
         draft_end = time.perf_counter()
         drafted_ids = [draft.token_ids.tolist() for draft in drafts]
-        span = max(len(row) for row in drafted_ids) + 1
+        # with graphs every step feeds the same count (a graph a shape): short drafts are padded to gamma
+        span = (max(gammas) if runner.padded_shapes else max(len(row) for row in drafted_ids)) + 1
         # the rest of a short row: padding, written over later; one tensor made from host lists, one copy
         ids = torch.tensor([[sequences[prompt][-1], *row] + [0] * (span - 1 - len(row))
                             for prompt, row in zip(active, drafted_ids)], dtype=torch.long)

@@ -18,6 +18,7 @@ from .api import encode, make_proposer, resolve_models, warm_up
 from .batch import BatchRun, batch_drafting, check_batchable, decode_batch, single_proposer
 from .bench import device_info, load_prompts, parse_method
 from .errors import InvalidSettingError
+from .runners.graphs import graphs_allowed
 from .settings import DecodeSettings
 
 
@@ -131,8 +132,14 @@ def run_batch_bench(prompts_file: str, methods: list[str], batch_sizes: list[int
             decode_batch(target_model, plain_factory if spec == "plain" else drafting[spec], encoded[:1],
                          DecodeSettings(max_new_tokens=4, gamma=method_settings.gamma), path=path)
     total, done, rows = len(plan) * (len(entries) + 1), 0, []
+    # batched forwards on a GPU are graphs of a few shapes per size: each size runs once untimed to capture them
+    capture_first = target_model.device.type == "cuda" and graphs_allowed()
     for size, path in plan:
         queue = queue_of(encoded, size)
+        if capture_first and (path == "batched" or (path == "auto" and size > 1)):
+            for spec, (method, method_settings) in [("plain", ("plain", settings)), *entries.items()]:
+                decode_batch(target_model, plain_factory if spec == "plain" else drafting[spec], queue,
+                             method_settings, batch_size=size, path=path)
         plain = decode_batch(target_model, plain_factory, queue, settings, batch_size=size, path=path)
         for spec, (method, method_settings) in [("plain", ("plain", settings)), *entries.items()]:
             run = plain if spec == "plain" else decode_batch(target_model, drafting[spec], queue, method_settings,

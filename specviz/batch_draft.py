@@ -20,7 +20,7 @@ import torch
 
 from .proposers import Draft, Feedback, Proposer
 from .proposers.draft_model import common_prefix_length, to_target_vocabulary
-from .runners.batched import BatchedRunner
+from .runners.batched import batched_runner, give_back
 from .sampling import draw, warp_probs
 from .settings import DecodeSettings
 
@@ -51,6 +51,10 @@ class RowProposers:
 
     def keep(self, rows: list[int]) -> None:
         self.rows = [self.rows[row] for row in rows]
+
+    def release(self) -> None:
+        for proposer in self.rows:
+            proposer.release()
 
 
 def ragged_ids(pieces: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,7 +93,8 @@ class BatchedModelDrafter:
     sequence between steps. Rows as in RowProposers: start, propose, observe, keep."""
 
     def __init__(self, model: torch.nn.Module, vocab_size: int, batch: int, capacity: int):
-        self.runner = BatchedRunner(model, batch, capacity)
+        self.model = model
+        self.runner = batched_runner(model, batch, capacity)
         self.vocab_size = vocab_size
         self.token_ids = getattr(model, "draft_vocab", None)  # a distilled draft model's draft vocabulary
         self.cached: list[list[int]] = []  # each row's tokens whose keys and values are in the runner's cache
@@ -151,6 +156,9 @@ class BatchedModelDrafter:
 
     def observe(self, row: int, feedback: Feedback) -> None:
         """Nothing to do now: the next step keeps the cache's prefix that the accepted sequence shares."""
+
+    def release(self) -> None:
+        give_back(self.model, self.runner)
 
     def keep(self, rows: list[int]) -> None:
         self.runner.keep(rows)

@@ -172,3 +172,58 @@ def test_bench_at_several_batch_sizes(tmp_path):
     refused = run_cli("bench", "--prompts", str(prompts), "--methods", "eagle", "--batch-sizes", "2",
                       "--out", str(tmp_path / "no.json"))
     assert_one_line_error(refused, "does not batch")
+
+
+def test_the_graphs_padded_shapes_give_the_eager_logits(tiny_target):
+    """On a GPU a whole-batch forward runs in a graph's fixed shape: the batch padded with idle rows to a power of
+    two, the span to a power of two. Run here eagerly in those shapes (padded_shapes=True), every forward,
+    rollback and departure must give what the unpadded runner gives."""
+    eager = BatchedRunner(tiny_target.model, batch=5, capacity=300)
+    padded = BatchedRunner(tiny_target.model, batch=5, capacity=300, padded_shapes=True)
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(1, 32, (n,), generator=generator) for n in (5, 17, 9, 2, 30)]
+    for runner in (eager, padded):
+        for row, prompt in enumerate(prompts):
+            runner.forward(prompt[None], "none", rows=slice(row, row + 1))
+    for step in range(6):
+        ids = torch.randint(1, 32, (eager.batch, 3), generator=generator)
+        logits = eager.forward(ids)
+        assert torch.allclose(padded.forward(ids), logits, atol=1e-5)
+        lengths = [length - step % 3 for length in eager.host_lengths]  # rows keep 0 to 2 of the 3 tokens
+        eager.rollback(lengths)
+        padded.rollback(lengths)
+        if step == 2:  # rows leave: the padded runner moves the others down in place, beside an idle row
+            eager.keep([0, 2, 4])
+            padded.keep([0, 2, 4])
+    assert padded.lengths.tolist() == eager.lengths.tolist() == eager.host_lengths
+    assert padded.all_lengths[3:].tolist() == [0, 0]  # the idle rows stay empty
+    assert {key[0] for key in padded.shapes} == {5, 4}  # 5 rows, then 3 padded to 4
+    # control: what the padding relies on, the mask, hides everything past a row's length but nothing before it
+    ids = torch.randint(1, 32, (3, 3), generator=generator)
+    reference = padded.forward(ids)
+    padded.rollback([length - 3 for length in padded.host_lengths])
+    end = padded.host_lengths[0]
+    padded.keys[:, 0, :, end + 3:] = 7.0  # garbage past row 0's new tokens, inside the padded span
+    assert torch.allclose(padded.forward(ids), reference, atol=1e-5)
+    padded.rollback([length - 3 for length in padded.host_lengths])
+    padded.keys[:, 0, :, end - 1] = 7.0  # garbage in a slot row 0 attends to
+    assert not torch.allclose(padded.forward(ids), reference, atol=1e-3)
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_rows_give_their_batch_one_output_in_the_graphs_padded_shapes(tiny_target, tiny_drafter, method,
+                                                                      monkeypatch):
+    """decode_batch as it runs on a GPU (steps padded to gamma + 1 positions, rows padded to a power of two),
+    eagerly here: each row still gives its batch-1 output."""
+    import specviz.batch
+    import specviz.batch_draft
+    from specviz.batch import batch_drafting
+
+    padded = lambda model, batch, capacity: BatchedRunner(model, batch, capacity, padded_shapes=True)  # noqa: E731
+    monkeypatch.setattr(specviz.batch, "batched_runner", padded)
+    monkeypatch.setattr(specviz.batch_draft, "batched_runner", padded)
+    ids = [[3, 7, 1, 3, 7, 1, 3], [5, 2], [9, 9, 9, 4, 1, 2, 8]]
+    settings = DecodeSettings(max_new_tokens=14, gamma=3, stop_at_eos=False)
+    draft = tiny_drafter if method == "draft" else None
+    run = decode_batch(tiny_target, batch_drafting(method, tiny_target, draft), ids, settings)
+    assert run.token_ids == [batch_one(tiny_target, method, i, settings, draft=draft) for i in ids]

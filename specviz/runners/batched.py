@@ -6,17 +6,28 @@ draft padded), and rolls back to its own length afterwards.
 The layer is the fast path's (llama.py): its projections and MLP take the batch's tokens as one [B * K, H]
 matrix, so a forward reads every weight once whatever the batch; attention runs per row over that row's cache.
 On a CPU in float32 the matrices are the fast path's oneDNN prepacked ones (onednn.py; shared with it, packed
-once a model). Eager, without CUDA graphs (the batch's shape changes as rows finish).
+once a model).
+
+On a GPU a whole-batch forward is a CUDA graph: eager, the step is bound by launching its ~1,000 kernels (about
+20 ms for the default model at any batch size on an H100), which hides what the batch costs the device. Graph
+shapes are fixed, so a forward is padded: the attention span up to a power of two (graphs.graph_span) and the
+batch up to a power of two with idle rows (length 0, token 0, their logits dropped). Rows that leave are
+moved down in place, so the cache's address, which the graphs hold, never changes; runners are pooled per
+model and shape (batched_runner), so graphs are captured once, not once a call.
 
 The host keeps each row's length beside the device's copy, so a forward needs no device-to-host read to know
 how far its rows reach; the mask, the cache slots written and the rotary angles are made once a forward, not
 once a layer."""
 from __future__ import annotations
 
+import threading
+import warnings
+import weakref
+
 import torch
 import torch.nn.functional as F
 
-from .graphs import no_cudnn_attention
+from .graphs import capture_graph, graph_span, graphs_allowed, next_power_of_two, no_cudnn_attention
 from .llama import layer_input, layer_mlp, layer_weights, rms_norm, text_config, unsupported_reason
 from .onednn import model_matrices, onednn_allowed, parameter_bytes
 
@@ -39,11 +50,22 @@ def batched_attention(q, keys, values, rows_mask, kv_heads: int):
         batch, count, heads * head_dim)
 
 
+class PaddedShape:
+    """A forward of fixed shape: static token ids [width, count], and once run or captured its logits."""
+
+    def __init__(self, width: int, count: int, device: torch.device, graph: bool):
+        self.ids = torch.zeros(width, count, dtype=torch.long, device=device)
+        self.graph = torch.cuda.CUDAGraph() if graph else None
+        self.logits: torch.Tensor | None = None
+
+
 class BatchedRunner:
     """forward(ids [B, K]) appends K tokens to each row at its own length and returns logits [B, K, V];
-    rollback(lengths [B]) keeps each row's first lengths[b] tokens; keep(rows) drops the other rows."""
+    rollback(lengths [B]) keeps each row's first lengths[b] tokens; keep(rows) drops the other rows.
+    padded_shapes: whole-batch forwards in the graphs' padded shapes (default: where graphs are used; the
+    tests set it on a CPU to check the padding without a GPU)."""
 
-    def __init__(self, model: torch.nn.Module, batch: int, capacity: int):
+    def __init__(self, model: torch.nn.Module, batch: int, capacity: int, padded_shapes: bool | None = None):
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"batched decoding needs the fast path's models: {reason}")
@@ -68,6 +90,7 @@ class BatchedRunner:
         self.final_eps = float(getattr(decoder.norm, "variance_epsilon", getattr(decoder.norm, "eps", 1e-6)))
         self.head_bias = None if getattr(head, "bias", None) is None else head.bias.detach()
         self.capacity = capacity
+        self.width = batch  # rows allocated; self.batch of them in use
         shape = (len(self.layers), batch, self.kv_heads, capacity, self.head_dim)
         self.keys = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.values = torch.zeros(shape, dtype=self.dtype, device=self.device)
@@ -75,40 +98,91 @@ class BatchedRunner:
         with torch.no_grad():
             cos, sin = decoder.rotary_emb(torch.zeros(1, dtype=self.dtype, device=self.device), positions)
         self.cos, self.sin = cos[0].to(self.dtype), sin[0].to(self.dtype)
-        self.lengths = torch.zeros(batch, dtype=torch.long, device=self.device)
-        self.host_lengths = [0] * batch  # the same on the host: no device read to know a forward's span
+        self.all_lengths = torch.zeros(batch, dtype=torch.long, device=self.device)  # rows past self.batch: 0
+        self.host_lengths = [0] * batch  # the rows in use, on the host: no device read to know a forward's span
+        self.use_graphs = self.device.type == "cuda" and graphs_allowed()
+        self.padded_shapes = self.use_graphs if padded_shapes is None else padded_shapes
+        self.shapes: dict[tuple, PaddedShape] = {}  # (width, count, span) -> its static ids and logits
+        self.pool = None  # the graphs' shared memory pool (graphs.capture_graph)
 
     @property
     def batch(self) -> int:
         return len(self.host_lengths)
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.all_lengths[:self.batch]
+
+    def reset(self) -> None:
+        """Every allocated row back in use, empty (a pooled runner's next call)."""
+        self.host_lengths = [0] * self.width
+        self.all_lengths.zero_()
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, logits_for: str = "all", rows: slice = slice(None)) -> torch.Tensor | None:
         """ids [B, K] -> logits [B, K, V] in float32 (logits_for="none": no logits, a prefill's). rows: the rows
         fed (a prefill feeds one row at a time: prompts differ in length)."""
         batch, count = ids.shape
+        rows = slice(*rows.indices(self.batch))
         host = self.host_lengths[rows]
         end = max(host) + count
         if end > self.capacity:
             raise ValueError(f"{end} positions exceed the batch's cache of {self.capacity}")
-        positions = self.lengths[rows][:, None] + torch.arange(count, device=self.device)  # [B, K]: slots written
+        if self.padded_shapes and logits_for == "all" and rows == slice(0, self.batch, 1):
+            logits = self._padded_forward(ids, count, end)
+        else:
+            logits = self._compute(ids.to(self.device), rows, end, logits_for)
+        self.all_lengths[rows] += count
+        self.host_lengths[rows] = [length + count for length in host]
+        return logits
+
+    def _padded_forward(self, ids: torch.Tensor, count: int, end: int) -> torch.Tensor:
+        """The batch's forward in a fixed shape (the module's docstring), replayed from a graph where there is one."""
+        width = min(self.width, next_power_of_two(self.batch))
+        span = graph_span(end, self.capacity)
+        shape = self.shapes.get((width, count, span))
+        if shape is None:
+            shape = self._make_shape(width, count, span)
+        shape.ids[:self.batch].copy_(ids, non_blocking=True)
+        shape.ids[self.batch:].zero_()
+        if shape.graph is None:
+            return self._compute(shape.ids, slice(0, width), span, "all")[:self.batch]
+        shape.graph.replay()
+        return shape.logits[:self.batch].clone()  # the graph's buffer is the next replay's: callers keep views
+
+    def _make_shape(self, width: int, count: int, span: int) -> PaddedShape:
+        shape = PaddedShape(width, count, self.device, graph=self.use_graphs)
+        if shape.graph is not None:
+            try:  # the rows' new slots are written with token 0 while capturing: the replay writes them again
+                shape.logits = capture_graph(shape.graph, lambda: self._compute(shape.ids, slice(0, width), span, "all"),
+                                             self.device, self)
+            except Exception as error:  # an optimisation: never fail a run over it
+                warnings.warn(f"specviz: batched CUDA graphs unavailable ({type(error).__name__}: {str(error)[:200]}); "
+                              "running the batched forward eagerly")
+                self.use_graphs = False
+                shape.graph = None
+        self.shapes[(width, count, span)] = shape
+        return shape
+
+    def _compute(self, ids: torch.Tensor, rows: slice, span: int, logits_for: str) -> torch.Tensor | None:
+        """The forward of ids [B, K] (on the device) for the cache's `rows`, attending to the first `span`
+        positions; lengths are not advanced (a captured graph runs it as is)."""
+        batch, count = ids.shape
+        positions = self.all_lengths[rows][:, None] + torch.arange(count, device=self.device)  # [B, K]: slots written
         # the slots of a layer's cache [B, kv_heads, capacity, D] (flattened) that the new keys and values go to
         slots = ((torch.arange(batch, device=self.device)[:, None, None] * self.kv_heads
                   + torch.arange(self.kv_heads, device=self.device)[None, :, None]) * self.capacity
                  + positions[:, None, :]).reshape(-1)
-        mask = torch.arange(end, device=self.device)[None, None, :] <= positions[:, :, None]  # [B, K, span]
+        mask = torch.arange(span, device=self.device)[None, None, :] <= positions[:, :, None]  # [B, K, span]
         rows_mask = grouped_mask(mask, self.heads, self.kv_heads)
         cos, sin = self.cos[positions].reshape(batch * count, -1), self.sin[positions].reshape(batch * count, -1)
-        x = F.embedding(ids.reshape(-1).to(self.device), self.embed)  # [B * K, H]
-        with no_cudnn_attention():  # the span grows every forward: cuDNN would build a plan each time (graphs.py)
-            x, pending = self._layers(x, batch, count, end, rows, slots, rows_mask, cos, sin)
-        self.lengths[rows] += count
-        self.host_lengths[rows] = [length + count for length in host]
+        x = F.embedding(ids.reshape(-1), self.embed)  # [B * K, H]
+        with no_cudnn_attention():  # eager, the span grows every forward: cuDNN would build a plan each time
+            x, pending = self._layers(x, batch, count, span, rows, slots, rows_mask, cos, sin)
         if logits_for == "none":
             return None
         hidden = rms_norm(x + pending, self.final_norm, self.final_eps)
         return self.linear(hidden, self.head_matrix, self.head_bias).view(batch, count, -1).float()
-
     def _layers(self, x, batch, count, end, rows, slots, rows_mask, cos, sin):
         """The decoder layers over x [B * K, H]: each writes its keys and values at `slots` and attends to its
         rows' first `end` positions. Returns (x, pending), the residual stream and the last MLP's output."""
@@ -135,11 +209,40 @@ class BatchedRunner:
         A list is the host's own count: one host-to-device copy, no read back."""
         host = lengths if isinstance(lengths, list) else lengths.tolist()
         self.host_lengths = [int(length) for length in host]
-        self.lengths = torch.tensor(self.host_lengths, dtype=torch.long).to(self.device)
+        self.lengths.copy_(torch.tensor(self.host_lengths, dtype=torch.long))
 
     def keep(self, rows: list[int]) -> None:
-        """Drop every row not in `rows` (finished sequences stop costing); the kept rows in that order."""
+        """Drop every row not in `rows` (finished sequences stop costing); the kept rows in that order, moved
+        down in place (graphs hold the cache's address)."""
         index = torch.tensor(rows, dtype=torch.long, device=self.device)
-        self.keys, self.values = self.keys.index_select(1, index), self.values.index_select(1, index)
-        self.lengths = self.lengths.index_select(0, index)
+        kept = len(rows)
+        self.keys[:, :kept] = self.keys.index_select(1, index)
+        self.values[:, :kept] = self.values.index_select(1, index)
+        self.all_lengths[:kept] = self.all_lengths.index_select(0, index)
+        self.all_lengths[kept:] = 0
         self.host_lengths = [self.host_lengths[row] for row in rows]
+
+
+_pool: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(batch, capacity): [free runners]}
+_pool_lock = threading.Lock()
+CAPACITY_STEP = 64  # capacities rounded up to a multiple: calls with nearby lengths share a runner and its graphs
+
+
+def batched_runner(model: torch.nn.Module, batch: int, capacity: int) -> BatchedRunner:
+    """A runner of `batch` rows holding at least `capacity` positions: where it uses graphs, one given back
+    earlier (its graphs already captured), else a new one."""
+    capacity = -(-capacity // CAPACITY_STEP) * CAPACITY_STEP
+    with _pool_lock:
+        free = _pool.get(model, {}).get((batch, capacity))
+        runner = free.pop() if free else None
+    if runner is None:
+        return BatchedRunner(model, batch, capacity)
+    runner.reset()
+    return runner
+
+
+def give_back(model: torch.nn.Module, runner: BatchedRunner) -> None:
+    """The runner for a later call on this model; only runners with graphs are kept (a CPU's are cheap to make)."""
+    if runner.use_graphs:
+        with _pool_lock:
+            _pool.setdefault(model, {}).setdefault((runner.width, runner.capacity), []).append(runner)
