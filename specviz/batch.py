@@ -178,8 +178,8 @@ def _decode_rows(target, runner: BatchedRunner, rows, prompts: list[list[int]], 
                   else [Draft(torch.empty(0, dtype=torch.long), None) for _ in active])
         draft_end = time.perf_counter()
         drafted_ids = [draft.token_ids.tolist() for draft in drafts]
-        # with graphs every step feeds the same count (a graph a shape): short drafts are padded to gamma
-        span = (max(gammas) if runner.padded_shapes else max(len(row) for row in drafted_ids)) + 1
+        # with graphs every step feeds gamma + 1 positions (a graph a shape, not one for each shorter draft)
+        span = (settings.gamma if runner.padded_shapes else max(len(row) for row in drafted_ids)) + 1
         # the rest of a short row: padding, written over later; one tensor made from host lists, one copy
         ids = torch.tensor([[sequences[prompt][-1], *row] + [0] * (span - 1 - len(row))
                             for prompt, row in zip(active, drafted_ids)], dtype=torch.long)

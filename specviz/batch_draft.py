@@ -122,6 +122,8 @@ class BatchedModelDrafter:
                  for cached, sequence in zip(self.cached, sequences)]
         self.runner.rollback(keeps)
         ids, counts = ragged_ids([sequence[keep:] for sequence, keep in zip(sequences, keeps)])
+        if self.runner.padded_shapes and ids.shape[1] < self.settings.gamma + 1:  # one shape for the graphs
+            ids = torch.nn.functional.pad(ids, (0, self.settings.gamma + 1 - ids.shape[1]))
         logits = self.runner.forward(ids)
         self.runner.rollback([keep + count for keep, count in zip(keeps, counts.tolist())])
         self.cached = [list(sequence) for sequence in sequences]
