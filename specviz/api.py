@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from .device_loop import DeviceLoop
-from .engine import SpeculativeRun
+from .engine import TOP_N, SpeculativeRun
 from .runners.static import make_runner, runners_of
 from .errors import InvalidSettingError
 from .models import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
@@ -102,15 +102,15 @@ _warmed: set[int] = set()
 
 
 def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024, proposers=(), tree: int = 0,
-            device_loop: bool = False) -> None:
+            device_loop: bool = False, detail: bool = False) -> None:
     """Untimed work before anything is measured: one short run per model (allocator, kernels, lazy
     imports), and on the fast path the CUDA graphs (and compiled kernels) for forwards of up to
     `max_positions` positions in sequences of up to `max_length` tokens, for the target and for the
     runners of the given proposers (and with tree > 0 the target's for draft trees of up to `tree` tokens, and
     the proposers' own: EAGLE's tree drafting at gamma = max_positions - 1).
     With device_loop, also the device loop's graphs for plain decoding and the proposers where it applies
-    (device_loop.py: runs without detail, as the bench's). Graphs already captured are kept, so calling it again
-    is cheap."""
+    (device_loop.py), for records without detail (the bench's) or with it (detail: the app's). Graphs already
+    captured are kept, so calling it again is cheap."""
     if id(target.model) not in _warmed:
         ids = [1 + i % (target.vocab_size - 1) for i in range(8)]  # any 8 ids of the vocabulary, however small
         for _ in SpeculativeRun(target, PlainProposer(), ids, DecodeSettings(max_new_tokens=4, stop_at_eos=False)):
@@ -119,7 +119,8 @@ def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024,
     runner = make_runner(target.model)
     for proposer in (PlainProposer(), *proposers) if device_loop else ():  # first: they reserve the most cache
         loop = DeviceLoop.for_run(runner, proposer, DecodeSettings(max_new_tokens=1, gamma=max(1, max_positions - 1),
-                                                                   tree=tree), detail=False, prompt_length=0)
+                                                                   tree=tree), detail_top=TOP_N if detail else 0,
+                                  prompt_length=0)
         if loop is not None:
             loop.prepare(max_length)
     if hasattr(runner, "warm_up"):

@@ -23,6 +23,10 @@ reading (max_new_tokens, EOS): the step already launched then is computed and dr
 Nothing in a step reads a value back to the host (a graph cannot hold that): no tensor is indexed by a 0-d
 tensor (that reads the index back), gather / index_select instead; no tensor is made from a host list.
 
+With detail (the app's runs), the verify graph also writes what the app shows of each step (step_detail): the
+target's top tokens at every position and its probability of each drafted token, read back with the step's log,
+so that the host builds the app's records one step behind, while the GPU runs the next step.
+
 Exactly the drafts of the host proposers (tests compare them step by step), and greedy acceptance as
 verify.verify_greedy does it: the output is plain greedy output. The same functions run eagerly on a CPU
 (the tests), without graphs.
@@ -51,6 +55,24 @@ def accept_greedy(logits: torch.Tensor, draft: torch.Tensor, draft_length: torch
     agrees = (draft == choices[:gamma]) & (torch.arange(gamma, device=draft.device) < draft_length)
     accepted = agrees.int().cumprod(0).sum()
     return choices, accepted, choices.gather(0, accepted[None])[0]
+
+
+def step_detail(logits: torch.Tensor, tokens: torch.Tensor, parent_rows: torch.Tensor, top: int) -> torch.Tensor:
+    """What the app shows of a verify pass, as one float32 row: logits [W, V] -> the softmax's `top` most
+    probable tokens at each position (probabilities [W, top], then their ids [W, top], exact as floats below
+    2^24), then each drafted token's probability at its parent's row (tokens, parent_rows [W - 1])."""
+    probs = logits.float().softmax(-1)
+    values, ids = probs.topk(top, dim=-1)
+    drafted = probs.index_select(0, parent_rows).gather(1, tokens[:, None])[:, 0]
+    return torch.cat([values.flatten(), ids.float().flatten(), drafted])
+
+
+def read_detail(values: list[float], width: int, top: int) -> tuple[list[list[float]], list[list[int]], list[float]]:
+    """step_detail's row back on the host: (top probabilities [W][top], top ids [W][top], drafted [W - 1])."""
+    size = width * top
+    probs = [values[row * top:(row + 1) * top] for row in range(width)]
+    ids = [[int(i) for i in values[size + row * top:size + (row + 1) * top]] for row in range(width)]
+    return probs, ids, values[2 * size:]
 
 
 def advance(logits, sequence, length, inputs, draft_length, log) -> None:
@@ -113,7 +135,7 @@ class LoopState:
     one verify graph per attention span. Kept in the runner's workspace beside the runner's own graphs (and
     dropped with them when the cache grows). tree: the nodes of a draft tree (0: a chain)."""
 
-    def __init__(self, device: torch.device, capacity: int, gamma: int, tree: int = 0):
+    def __init__(self, device: torch.device, capacity: int, gamma: int, tree: int = 0, detail_top: int = 0):
         self.capacity = capacity
         width = tree + 1 if tree else gamma + 1  # the verify pass's positions
         self.sequence = torch.zeros(capacity + gamma + 2, dtype=torch.long, device=device)  # last entry: a sink
@@ -121,6 +143,9 @@ class LoopState:
         self.inputs = torch.zeros(width + 1, dtype=torch.long, device=device)  # the verify pass's: ids, start
         self.draft_length = torch.zeros((), dtype=torch.long, device=device)
         self.log = torch.zeros(3 * tree + 3 if tree else 2 * gamma + 3, dtype=torch.long, device=device)
+        # step_detail's row (detail_top: its top tokens a position; 0: no detail)
+        self.detail = torch.zeros(width * (2 * detail_top + 1) - 1 if detail_top else 0, device=device)
+        self.chain_rows = torch.arange(gamma, device=device)  # a chain's drafts are scored at rows 0..gamma-1
         if tree:  # the tree's layout (tree_lookup writes it)
             self.depths = torch.zeros(width, dtype=torch.long, device=device)
             self.visible = torch.eye(width, dtype=torch.bool, device=device)
@@ -147,6 +172,15 @@ class StepOutcome:
     draft_ms: float
     verify_ms: float
     tree_size: int = 0  # a tree's nodes (draft_ids: the line shown, as the host loop's _verify_tree shows it)
+    detail: "StepDetail | None" = None  # with detail: the target's figures along draft_ids
+
+
+@dataclass
+class StepDetail:
+    """The target's figures of a step along the drafts shown, as the host loop's records hold them."""
+    p_drafts: list[float]  # the target's probability of each draft token
+    top_probs: list[list[float]]  # the target's most probable tokens before each draft token and after the last
+    top_ids: list[list[int]]
 
 
 def mode() -> str:
@@ -159,9 +193,10 @@ class DeviceLoop:
     """One run's steps on the device (the module's docstring). lookup: the proposer's drafting on the device
     (Proposer.device_lookup; its gamma 0 for plain decoding, its tree the draft tree's nodes, 0 for chains)."""
 
-    def __init__(self, runner, lookup: DeviceLookup):
+    def __init__(self, runner, lookup: DeviceLookup, detail_top: int = 0):
         self.runner, self.lookup = runner, lookup
         self.gamma, self.tree = lookup.gamma, lookup.tree
+        self.detail_top = detail_top  # with detail: the top tokens kept a position (0: none)
         self.width = self.tree + 1 if self.tree else self.gamma + 1  # the verify pass's positions
         # how far past a run's tokens the steps launched ahead reach: one more step in flight (gamma + 1 tokens)
         # and a verify pass's own positions, with a step's worth to spare
@@ -174,19 +209,19 @@ class DeviceLoop:
         self._advance_tree = compiled_static(advance_tree) if compiled else advance_tree
 
     @classmethod
-    def for_run(cls, runner, proposer, settings, detail: bool, prompt_length: int) -> "DeviceLoop | None":
-        """The loop for this run where it applies: greedy, records without detail (the bench), the fast path
-        with graphs, a proposer with a device lookup (plain, ngram, retrieval), and room in the context for a step
-        launched ahead."""
+    def for_run(cls, runner, proposer, settings, detail_top: int, prompt_length: int) -> "DeviceLoop | None":
+        """The loop for this run where it applies: greedy, the fast path with graphs, a proposer with a device
+        lookup (plain, ngram, retrieval), and room in the context for a step launched ahead. detail_top: the top
+        tokens a position the records show (the app's), 0 for records without detail (the bench's)."""
         wanted = mode()
-        if wanted == "0" or detail or not settings.greedy:
+        if wanted == "0" or not settings.greedy:
             return None
         if not hasattr(runner, "decode") or not (runner.use_graphs or wanted == "force"):
             return None
         lookup = proposer.device_lookup(settings, runner)
         if lookup is None or (lookup.tree and not runner.supports_tree):
             return None
-        loop = cls(runner, lookup)
+        loop = cls(runner, lookup, detail_top)
         if prompt_length + settings.max_new_tokens + loop.ahead + loop.gamma + 1 > runner.context_length:
             return None
         return loop
@@ -206,6 +241,9 @@ class DeviceLoop:
         tree = (state.depths, state.visible) if self.tree else (None, None)
         logits, _ = self.runner.decode(state.inputs[:self.width], state.inputs[-1:], span, False, *tree,
                                        float_logits=False)
+        if self.detail_top:  # before acceptance moves the inputs on
+            parent_rows = state.parents + 1 if self.tree else state.chain_rows  # a tree's root: parent -1, row 0
+            state.detail.copy_(step_detail(logits, state.inputs[1:self.width], parent_rows, self.detail_top))
         if not self.tree:
             self._advance(logits, state.sequence, state.length, state.inputs, state.draft_length, state.log)
             return
@@ -218,10 +256,10 @@ class DeviceLoop:
     # state and graphs -----------------------------------------------------------------------------------
     def _state(self) -> LoopState:
         space = self.runner.workspace
-        key = ("device-loop", *self.lookup.key())
+        key = ("device-loop", *self.lookup.key(), self.detail_top)
         state = space.users.get(key)
         if state is None or state.capacity != space.capacity:
-            state = space.users[key] = LoopState(self.device, space.capacity, self.gamma, self.tree)
+            state = space.users[key] = LoopState(self.device, space.capacity, self.gamma, self.tree, self.detail_top)
         return state
 
     def _capture(self, state: LoopState, span: int) -> None:
@@ -273,27 +311,29 @@ class DeviceLoop:
         produced, step, in_flight = 0, 0, deque()  # produced: tokens of the steps read so far
         most = max_new_tokens + 1  # every step adds a token: never reached
         rows = torch.empty((most, state.log.shape[0]), dtype=torch.long, pin_memory=self.graphs)
+        details = torch.empty((most, state.detail.shape[0]), pin_memory=self.graphs)
         while True:
             enough = produced + len(in_flight) >= max_new_tokens  # what is in flight adds a token a step at least
             if len(in_flight) < 2 and not enough and step < most:  # two in flight: the GPU never waits for the host
                 # the step in flight may add gamma + 1 tokens; the span covers what the new one writes
                 span = graph_span(sequence.shape[0] + produced + self.ahead, self.runner.context_length)
-                in_flight.append((step, self._launch(state, span, rows[step])))
+                in_flight.append((step, self._launch(state, span, rows[step], details[step])))
                 step += 1
                 continue
             if not in_flight:
                 return
             done, events = in_flight.popleft()
-            outcome = self._read(events, rows[done])
+            outcome = self._read(events, rows[done], details[done])
             produced += outcome.n_accepted + 1
             yield outcome
 
-    def _launch(self, state: LoopState, span: int, row: torch.Tensor):
+    def _launch(self, state: LoopState, span: int, row: torch.Tensor, detail: torch.Tensor):
         if not self.graphs:  # eagerly, a step at a time
             if self.gamma:
                 self._lookup_step(state)
             self._verify_step(state, span)
             row.copy_(state.log)
+            detail.copy_(state.detail)
             return None
         if span not in state.verify_graphs:
             self._capture(state, span)
@@ -304,22 +344,30 @@ class DeviceLoop:
         events[1].record()
         state.verify_graphs[span].replay()
         row.copy_(state.log, non_blocking=True)
+        detail.copy_(state.detail, non_blocking=True)
         events[2].record()
         return events
 
-    def _read(self, events, row: torch.Tensor) -> StepOutcome:
+    def _read(self, events, row: torch.Tensor, detail: torch.Tensor) -> StepOutcome:
         draft_ms = verify_ms = 0.0
         if events is not None:
             events[2].synchronize()
             draft_ms, verify_ms = events[0].elapsed_time(events[1]), events[1].elapsed_time(events[2])
         values, gamma = row.tolist(), self.gamma
         if self.tree:
-            return self._tree_outcome(values, draft_ms, verify_ms)
-        length, accepted = values[2 * gamma + 1], values[2 * gamma + 2]
-        return StepOutcome(draft_ids=values[:length], choices=values[gamma:gamma + length + 1],
-                           n_accepted=accepted, draft_ms=draft_ms, verify_ms=verify_ms)
+            outcome, line = self._tree_outcome(values, draft_ms, verify_ms)
+        else:
+            length, accepted = values[2 * gamma + 1], values[2 * gamma + 2]
+            outcome, line = StepOutcome(draft_ids=values[:length], choices=values[gamma:gamma + length + 1],
+                                        n_accepted=accepted, draft_ms=draft_ms, verify_ms=verify_ms), range(length)
+        if self.detail_top:
+            probs, ids, drafted = read_detail(detail.tolist(), self.width, self.detail_top)
+            rows = [0] + [node + 1 for node in line]  # the rows before each token shown, and after the last
+            outcome.detail = StepDetail(p_drafts=[drafted[node] for node in line],
+                                        top_probs=[probs[r] for r in rows], top_ids=[ids[r] for r in rows])
+        return outcome
 
-    def _tree_outcome(self, values: list[int], draft_ms: float, verify_ms: float) -> StepOutcome:
+    def _tree_outcome(self, values: list[int], draft_ms: float, verify_ms: float) -> tuple[StepOutcome, list[int]]:
         """A tree step's log, shown as the host loop's _verify_tree shows it: the accepted path, then the
         drafter's favourite line below where it stopped, with the target's choice before each."""
         budget = self.tree
@@ -330,7 +378,8 @@ class DeviceLoop:
         if len(path) != accepted:
             raise RuntimeError(f"the device accepted {accepted} tree nodes where the host's walk accepts {len(path)}")
         line = path + trees.first_child_chain(parents, path[-1] if path else -1)
-        return StepOutcome(draft_ids=[tokens[node] for node in line],
-                           choices=[choices[row] for row in [0] + [node + 1 for node in line]],
-                           n_accepted=accepted, draft_ms=draft_ms, verify_ms=verify_ms,
-                           tree_size=0 if trees.is_chain(parents) else count)  # as the host loop counts it
+        outcome = StepOutcome(draft_ids=[tokens[node] for node in line],
+                              choices=[choices[row] for row in [0] + [node + 1 for node in line]],
+                              n_accepted=accepted, draft_ms=draft_ms, verify_ms=verify_ms,
+                              tree_size=0 if trees.is_chain(parents) else count)  # as the host loop counts it
+        return outcome, line

@@ -90,6 +90,59 @@ def lean_record(index, draft: Draft, draft_ids: list[int], logits, verdict, kept
     )
 
 
+@dataclasses.dataclass
+class StepFigures:
+    """What a detailed record shows of a step's distributions, read from the device."""
+    p_of: list[float]  # the target's probability of each draft token
+    q_of: list  # the drafter's (None for a lookup)
+    p_tops: list[TopTokens]  # the target's top tokens before each draft token (and after the last)
+    q_tops: list  # the drafter's (None for a lookup)
+    next_top: TopTokens  # where the next token is drawn from
+    next_p: float  # the target's probability of the next token
+
+
+def detailed_record(index, draft_ids: list[int], verdict, kept: list[int], detokenizer, figures: StepFigures,
+                    draft_ms, verify_ms, elapsed_s, total_emitted) -> StepRecord:
+    """A step's record with detail (the app's): every position's figures and token texts."""
+    gamma = len(draft_ids)
+    n, cut = accepted_in_output(verdict.n_accepted, kept)
+    p_of, q_of, p_tops, q_tops = figures.p_of, figures.q_of, figures.p_tops, figures.q_tops
+    positions, tokens = [], []
+    for i, token_id in enumerate(draft_ids):
+        accepted, reached, u, shown = position_state(i, n, cut, verdict.uniforms)
+        text = detokenizer.push(token_id) if accepted else detokenizer.peek(token_id)
+        positions.append(DraftPosition(
+            token_id=token_id, text=text, q=q_of[i], p=p_of[i], accept_prob=verdict.accept_probs[i],
+            u=u, accepted=accepted, reached=reached, p_top=p_tops[i], q_top=q_tops[i],
+        ))
+        if shown:
+            tokens.append(TokenRecord(
+                id=token_id, text=text, kind=TokenKind.ACCEPTED if accepted else TokenKind.REJECTED,
+                step=index, p=p_of[i], q=q_of[i], accept_prob=verdict.accept_probs[i], u=u,
+            ))
+
+    kind = TokenKind.TARGET if gamma == 0 else TokenKind.BONUS if verdict.n_accepted == gamma else TokenKind.RESAMPLED
+    next_token = TokenRecord(id=verdict.next_token, text="", kind=kind, step=index, p=figures.next_p)
+    if not cut:
+        next_token.text = detokenizer.push(verdict.next_token)
+        tokens.append(next_token)
+    return StepRecord(
+        index=index, gamma=gamma, positions=positions, n_accepted=n, next_token=next_token,
+        next_top=figures.next_top, tokens=tokens, draft_ms=draft_ms, verify_ms=verify_ms, elapsed_s=elapsed_s,
+        emitted=len(kept), total_emitted=total_emitted,
+    )
+
+
+def figures_of(detail, n: int) -> StepFigures:
+    """A greedy lookup step's figures from the device loop's StepDetail (device_loop.py), n drafts accepted in
+    the output: the drafter's are None, as for a lookup on the host; the next token is the target's argmax,
+    so its probability is the top one at row n."""
+    tops = [TopTokens(ids=ids, probs=probs) for ids, probs in zip(detail.top_ids, detail.top_probs)]
+    gamma = len(detail.p_drafts)
+    return StepFigures(p_of=detail.p_drafts, q_of=[None] * gamma, p_tops=tops, q_tops=[None] * gamma,
+                       next_top=tops[n], next_p=tops[n].probs[0])
+
+
 def keep_tokens(new_ids: list[int], output: list[int], max_new_tokens: int, eos_ids) -> list[int]:
     """Appends to output what a step keeps of new_ids: up to max_new_tokens in all, and up to an EOS."""
     kept = []
@@ -347,7 +400,8 @@ class SpeculativeRun:
     def _device_loop(self):
         """A DeviceLoop (device_loop.py) for this run where one applies, its graphs captured; None otherwise
         (and when capturing fails: the host loop then runs, with a warning)."""
-        loop = DeviceLoop.for_run(self.runner, self.proposer, self.settings, self.detail, len(self.prompt_ids))
+        loop = DeviceLoop.for_run(self.runner, self.proposer, self.settings, TOP_N if self.detail else 0,
+                                  len(self.prompt_ids))
         if loop is not None:
             try:
                 loop.prepare(len(self.prompt_ids) + self.settings.max_new_tokens)
@@ -367,8 +421,13 @@ class SpeculativeRun:
             kept = keep_tokens(outcome.draft_ids[:n] + [verdict.next_token], run.output, settings.max_new_tokens,
                                run.eos_ids)
             run.sequence.extend(kept)  # the device holds its own copy: no staging
-            record = lean_record(len(self.steps), None, outcome.draft_ids, None, verdict, kept, None,
-                                 outcome.draft_ms, outcome.verify_ms, time.perf_counter() - run.start, len(run.output))
+            timing = (outcome.draft_ms, outcome.verify_ms, time.perf_counter() - run.start, len(run.output))
+            if outcome.detail is None:
+                record = lean_record(len(self.steps), None, outcome.draft_ids, None, verdict, kept, None, *timing)
+            else:
+                figures = figures_of(outcome.detail, accepted_in_output(n, kept)[0])
+                record = detailed_record(len(self.steps), outcome.draft_ids, verdict, kept, run.detokenizer,
+                                         figures, *timing)
             record.tree_size = outcome.tree_size
             self.steps.append(record)
             run.shown.extend(record.tokens)
@@ -422,7 +481,7 @@ class SpeculativeRun:
                 draft_ms, verify_ms, elapsed_s, total_emitted) -> StepRecord:
         settings = self.settings
         gamma = draft.size
-        n, cut = accepted_in_output(verdict.n_accepted, kept)
+        n = accepted_in_output(verdict.n_accepted, kept)[0]
         p_shown = display_probs(logits, settings)  # [g + 1, V]
         q_shown = None
         if draft.probs is not None:
@@ -431,35 +490,12 @@ class SpeculativeRun:
             rows = torch.arange(gamma, device=probs.device)
             return probs[rows, torch.tensor(draft_ids, dtype=torch.long, device=probs.device)].tolist()
 
-        p_of = of_draft(p_shown) if gamma else []
-        q_of = of_draft(q_shown) if gamma and q_shown is not None else [None] * gamma
-        p_tops = _top(p_shown)
-        q_tops = _top(q_shown) if q_shown is not None else [None] * gamma
-
-        positions, tokens = [], []
-        for i, token_id in enumerate(draft_ids):
-            accepted, reached, u, shown = position_state(i, n, cut, verdict.uniforms)
-            text = detokenizer.push(token_id) if accepted else detokenizer.peek(token_id)
-            positions.append(DraftPosition(
-                token_id=token_id, text=text, q=q_of[i], p=p_of[i], accept_prob=verdict.accept_probs[i],
-                u=u, accepted=accepted, reached=reached, p_top=p_tops[i], q_top=q_tops[i],
-            ))
-            if shown:
-                tokens.append(TokenRecord(
-                    id=token_id, text=text, kind=TokenKind.ACCEPTED if accepted else TokenKind.REJECTED,
-                    step=index, p=p_of[i], q=q_of[i], accept_prob=verdict.accept_probs[i], u=u,
-                ))
-
-        kind = TokenKind.TARGET if gamma == 0 else TokenKind.BONUS if verdict.n_accepted == gamma else TokenKind.RESAMPLED
-        next_id = verdict.next_token
         # greedy draws from a one-hot; show the target's softmax instead
         next_top = _top((p_shown[n] if settings.greedy else verdict.next_distribution).unsqueeze(0))[0]
-        next_token = TokenRecord(id=next_id, text="", kind=kind, step=index, p=float(p_shown[n, next_id]))
-        if not cut:
-            next_token.text = detokenizer.push(next_id)
-            tokens.append(next_token)
-        return StepRecord(
-            index=index, gamma=gamma, positions=positions, n_accepted=n, next_token=next_token, next_top=next_top,
-            tokens=tokens, draft_ms=draft_ms, verify_ms=verify_ms, elapsed_s=elapsed_s,
-            emitted=len(kept), total_emitted=total_emitted,
-        )
+        figures = StepFigures(p_of=of_draft(p_shown) if gamma else [],
+                              q_of=of_draft(q_shown) if gamma and q_shown is not None else [None] * gamma,
+                              p_tops=_top(p_shown), q_tops=_top(q_shown) if q_shown is not None else [None] * gamma,
+                              next_top=next_top, next_p=float(p_shown[n, verdict.next_token]))
+        return detailed_record(index, draft_ids, verdict, kept, detokenizer, figures, draft_ms, verify_ms,
+                               elapsed_s, total_emitted)
+

@@ -194,6 +194,43 @@ def test_device_loop_runs_give_the_host_loops_output_and_steps(default_target, m
             assert any(step.tree_size for step in device.steps)
 
 
+@pytest.mark.parametrize("method,gamma,tree", [("plain", 1, 0), ("ngram", 8, 0), ("retrieval", 8, 31)])
+def test_device_loop_records_with_detail_are_the_host_loops(default_target, monkeypatch, method, gamma, tree):
+    """With detail (the app's records), the device loop's steps show what the host loop's show: the same token
+    texts and kinds, the target's probability of each draft, its top tokens at every position and where the
+    next token came from (a tree's: along the line shown)."""
+    settings = DecodeSettings(max_new_tokens=40, gamma=gamma, tree=tree)
+    ids = encode(default_target, PROMPTS[1])
+    runs = {}
+    for mode in ("0", "force"):
+        monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", mode)
+        runs[mode] = run_once(default_target, make_proposer(method, default_target), ids, settings, detail=True)
+    host, device = runs["0"], runs["force"]
+    assert (host.settings["loop"], device.settings["loop"]) == ("host", "device")
+    assert device.token_ids == host.token_ids and device.text == host.text
+    compared = 0
+    for host_step, device_step in zip(host.steps, device.steps):
+        if settings.max_new_tokens - (host_step.total_emitted - host_step.emitted) - 1 < gamma:
+            break  # the host loop drafted less from here on
+        for mine, theirs in zip(device_step.positions, host_step.positions, strict=True):
+            assert (mine.token_id, mine.text, mine.accepted, mine.reached, mine.q) == \
+                (theirs.token_id, theirs.text, theirs.accepted, theirs.reached, theirs.q)
+            assert mine.p == pytest.approx(theirs.p, abs=1e-5) and mine.accept_prob == theirs.accept_prob
+            assert mine.p_top.ids[:5] == theirs.p_top.ids[:5]
+            assert mine.p_top.probs == pytest.approx(theirs.p_top.probs, abs=1e-5)
+        assert [(t.id, t.text, t.kind) for t in device_step.tokens] == [(t.id, t.text, t.kind) for t in host_step.tokens]
+        assert device_step.next_top.ids[:5] == host_step.next_top.ids[:5]
+        assert device_step.next_token.p == pytest.approx(host_step.next_token.p, abs=1e-5)
+        compared += 1
+    assert compared >= len(host.steps) // 2
+    # not lean records (NaN, empty top lists)
+    assert all(0 < step.next_token.p <= 1 and len(step.next_top.ids) == 20 for step in device.steps)
+    shown = [p for step in device.steps for p in step.positions]
+    assert all(0 < p.p <= 1 and len(p.p_top.ids) == 20 for p in shown)
+    if method != "plain":
+        assert any(p.accepted for p in shown) and any(not p.accepted for p in shown)
+
+
 def test_device_loop_stops_at_eos(default_target, monkeypatch):
     monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "force")
     ids = encode(default_target, "Say just the word yes.")
@@ -208,8 +245,8 @@ def test_device_loop_stops_at_eos(default_target, monkeypatch):
 
 
 def test_device_loop_only_where_it_applies(default_target, monkeypatch):
-    """The host loop for what the device loop does not do: sampling, detailed records (the app), other
-    drafters; and on a CPU unless forced."""
+    """The host loop for what the device loop does not do: sampling, other drafters; and on a CPU unless
+    forced. Detailed records (the app's) run in it too."""
     ids = encode(default_target, PROMPTS[0])
     short = DecodeSettings(max_new_tokens=4, gamma=4)
 
@@ -219,7 +256,7 @@ def test_device_loop_only_where_it_applies(default_target, monkeypatch):
     assert loop_of() == "host"  # a CPU runner has no graphs
     monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "force")
     assert loop_of() == "device"
-    assert loop_of(detail=True) == "host"
+    assert loop_of(detail=True) == "device"
     assert loop_of(settings=DecodeSettings(max_new_tokens=4, gamma=4, temperature=0.7, seed=1)) == "host"
     assert loop_of(settings=DecodeSettings(max_new_tokens=4, gamma=4, tree=8)) == "device"
     assert loop_of("retrieval", settings=DecodeSettings(max_new_tokens=4, gamma=4, tree=8)) == "device"
@@ -230,8 +267,9 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 
 
 @cuda
-@pytest.mark.parametrize("method,tree", [("ngram", 0), ("retrieval", 0), ("ngram", 15), ("retrieval", 63)])
-def test_a_device_loop_step_never_waits_for_the_host(method, tree):
+@pytest.mark.parametrize("method,tree,detail_top", [("ngram", 0, 0), ("retrieval", 0, 0), ("ngram", 15, 0),
+                                                    ("retrieval", 63, 0), ("ngram", 0, 20), ("retrieval", 31, 20)])
+def test_a_device_loop_step_never_waits_for_the_host(method, tree, detail_top):
     """What a graph captures must not read anything back: run a step's functions eagerly with CUDA's sync
     check set to fail on any read-back."""
     from specviz import load_model
@@ -240,7 +278,7 @@ def test_a_device_loop_step_never_waits_for_the_host(method, tree):
     target = load_model("default", device="cuda", dtype="float32")
     runner = make_runner(target.model, compile=False)
     loop = device_loop.DeviceLoop.for_run(runner, make_proposer(method, target), DecodeSettings(gamma=8, tree=tree),
-                                          False, 10)
+                                          detail_top, 10)
     loop.reserve(64)
     state = loop._state()
     state.start(torch.tensor([1, 2, 3, 1, 2, 3, 1, 2], device="cuda"))

@@ -363,7 +363,7 @@ def prepare(target: LoadedModel, proposer, prompt_ids: list[int], settings: Deco
     with ENGINE_LOCK:
         warm_up(target, settings.gamma + 1,
                 min(len(prompt_ids) + settings.max_new_tokens + settings.tree + 1, target.context_length),
-                [proposer], tree=settings.tree)
+                [proposer], tree=settings.tree, device_loop=settings.greedy, detail=True)
 
 
 # -- sessions ----------------------------------------------------------------------------------------------
