@@ -313,3 +313,25 @@ def test_device_loop_through_graphs_gives_the_host_loops_output_in_float32(defau
             assert device.token_ids == host.token_ids
             assert device.metrics.verify_seconds > 0
             assert [s.n_accepted for s in device.steps][:-2] == [s.n_accepted for s in host.steps][:-2]
+
+
+@cuda
+def test_device_loop_records_with_detail_through_graphs_are_the_host_loops_in_float32(monkeypatch):
+    """The app's records on a GPU come from the device loop's graphs: the host loop's tokens, texts and figures."""
+    from specviz import load_model
+
+    target = load_model("default", device="cuda", dtype="float32")
+    for method, tree in (("plain", 0), ("ngram", 0), ("retrieval", 31)):
+        settings = DecodeSettings(max_new_tokens=64, gamma=8, tree=tree)
+        ids = encode(target, PROMPTS[1])
+        runs = {}
+        for mode in ("1", "0"):
+            monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", mode)
+            runs[mode] = run_once(target, make_proposer(method, target), ids, settings, detail=True)
+        device, host = runs["1"], runs["0"]
+        assert (device.settings["loop"], host.settings["loop"]) == ("device", "host")
+        assert device.token_ids == host.token_ids and device.text == host.text
+        for mine, theirs in list(zip(device.steps, host.steps))[:-2]:
+            assert [(t.id, t.text, t.kind) for t in mine.tokens] == [(t.id, t.text, t.kind) for t in theirs.tokens]
+            assert [p.p for p in mine.positions] == pytest.approx([p.p for p in theirs.positions], abs=1e-4)
+            assert mine.next_top.ids[:3] == theirs.next_top.ids[:3]
