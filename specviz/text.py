@@ -12,6 +12,13 @@ class IncrementalDetokenizer:
         self.ids: list[int] = []
         self.read = 0  # ids[:read] are already turned into text
         self.special_ids = set(getattr(tokenizer, "all_special_ids", None) or ())
+        self._before = (-1, "")  # (read, the text of the context before ids[read:]): peeks share it
+
+    def _text_before(self) -> str:
+        """The decoded context before ids[read:]: ids[:read] never change, so it is decoded once per read."""
+        if self._before[0] != self.read:
+            self._before = (self.read, self.decode(self.ids[max(0, self.read - _CONTEXT):self.read]))
+        return self._before[1]
 
     def decode(self, ids: list[int]) -> str:
         if self.tokenizer is None:  # tiny test models without a tokenizer
@@ -20,9 +27,7 @@ class IncrementalDetokenizer:
 
     def _new_text(self, ids: list[int]) -> str | None:
         """Text that ids[self.read:] add after ids[:self.read]; None while a character is incomplete."""
-        start = max(0, self.read - _CONTEXT)
-        before = self.decode(ids[start:self.read])
-        after = self.decode(ids[start:])
+        before, after = self._text_before(), self.decode(ids[max(0, self.read - _CONTEXT):])
         if after.endswith("\ufffd"):
             return None
         return after[len(before):] if after.startswith(before) else after
