@@ -1,10 +1,12 @@
 """What the app's step detail costs in the library: the same prompt, method and settings run with lean records
-(detail=False, the bench's) and with detailed ones (detail=True, the app's), in turns, one process; prints
-each way's median tok/s and the loop that ran it (device or host).
+(detail=False, the bench's), with detailed ones (detail=True, the app's), and with detailed ones on the host
+loop (SPECVIZ_DEVICE_LOOP=0, how the app ran before the device loop kept detail), in turns, one process;
+prints each way's median tok/s and the loop that ran it.
 
     python3 scripts/gpu_detail_cost.py [--method ngram --gamma 8 --repeats 7]
 """
 import argparse
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -33,17 +35,20 @@ def main() -> None:
     for detail in (False, True):
         warm_up(target, args.gamma + 1, len(ids) + args.max_new_tokens + args.gamma + 1,
                 [make_proposer(args.method, target)], device_loop=True, detail=detail)
+    ways = {"lean": (False, "1"), "detail": (True, "1"), "detail, host loop": (True, "0")}
     speeds, loops = {}, {}
     for _ in range(args.repeats):
-        for detail in (False, True):
+        for way, (detail, device_loop) in ways.items():
+            os.environ["SPECVIZ_DEVICE_LOOP"] = device_loop
             for name, make in (("plain", PlainProposer), (args.method, lambda: make_proposer(args.method, target))):
                 result = run_once(target, make(), ids, settings, PROMPT, detail=detail)
-                speeds.setdefault((name, detail), []).append(len(result.token_ids) / result.metrics.wall_seconds)
-                loops[(name, detail)] = result.settings["loop"]
+                speeds.setdefault((name, way), []).append(len(result.token_ids) / result.metrics.wall_seconds)
+                loops[(name, way)] = result.settings["loop"]
     for name in ("plain", args.method):
-        lean, full = (statistics.median(speeds[(name, d)]) for d in (False, True))
-        print(f"{name}: lean {lean:.0f} tok/s ({loops[(name, False)]} loop), detail {full:.0f} tok/s "
-              f"({loops[(name, True)]} loop), detail / lean {full / lean:.3f}")
+        lean = statistics.median(speeds[(name, "lean")])
+        print(f"{name}: " + ", ".join(f"{way} {statistics.median(speeds[(name, way)]):.0f} tok/s "
+                                      f"({loops[(name, way)]} loop, {statistics.median(speeds[(name, way)]) / lean:.3f})"
+                                      for way in ways))
 
 
 if __name__ == "__main__":

@@ -331,7 +331,9 @@ def test_device_loop_records_with_detail_through_graphs_are_the_host_loops_in_fl
         device, host = runs["1"], runs["0"]
         assert (device.settings["loop"], host.settings["loop"]) == ("device", "host")
         assert device.token_ids == host.token_ids and device.text == host.text
-        for mine, theirs in list(zip(device.steps, host.steps))[:-2]:
+        for mine, theirs in zip(device.steps, host.steps):
+            if settings.max_new_tokens - (theirs.total_emitted - theirs.emitted) - 1 < settings.gamma:
+                break  # the host loop drafted less from here on
             assert [(t.id, t.text, t.kind) for t in mine.tokens] == [(t.id, t.text, t.kind) for t in theirs.tokens]
             assert [p.p for p in mine.positions] == pytest.approx([p.p for p in theirs.positions], abs=1e-4)
             assert mine.next_top.ids[:3] == theirs.next_top.ids[:3]
