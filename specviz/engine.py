@@ -348,7 +348,7 @@ class SpeculativeRun:
         record = make_record(len(self.steps), draft, draft_ids, logits, verdict, kept, run.detokenizer,
                              (draft_end - step_start) * 1e3, (verify_end - draft_end) * 1e3,
                              time.perf_counter() - run.start, len(run.output))  # no sync: the next step's has it
-        record.tree_size = tree_size
+        record.tree_size, record.doubted = tree_size, draft.doubted
         self.steps.append(record)
         run.shown.extend(record.tokens)
         return record

@@ -76,6 +76,7 @@ class StepRecord:
     total_emitted: int  # output tokens so far
     tree_size: int = 0  # draft tokens verified in a tree this step (0: a chain); `positions` then shows its
     # accepted path and, below it, the drafter's favourite line
+    doubted: bool = False  # the drafter stopped early, after a token it gave less than the draft stop
 
     @property
     def emitted_tokens(self) -> list[TokenRecord]:

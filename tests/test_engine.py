@@ -42,6 +42,10 @@ def test_a_draft_model_that_stops_where_it_doubts_drafts_less_and_keeps_plain_ou
     early = lambda steps: [s for s in steps if s.total_emitted <= 40]  # noqa: E731  not cut by max_new_tokens
     assert all(s.gamma == 6 for s in early(full.steps))  # control: without the stop, every chain is full
     assert any(0 < s.gamma < 6 for s in early(stopped.steps))
+    # the records say which chains the drafter cut, and it doubted their last token
+    assert all(s.doubted == (s.gamma < 6) for s in early(stopped.steps))
+    assert all(s.positions[-1].q < 0.5 for s in early(stopped.steps) if s.doubted)
+    assert not any(s.doubted for s in full.steps)
     assert stopped.metrics.drafted < full.metrics.drafted
     assert stopped.metrics.acceptance_rate > full.metrics.acceptance_rate
 

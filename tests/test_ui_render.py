@@ -380,7 +380,7 @@ def test_api_help_names_the_address_the_page_came_from():
 
 
 def test_the_story_of_a_step_in_plain_words(steps):
-    from specviz.ui.readouts import step_story
+    from specviz.ui.readouts import quoted, step_story
 
     assert step_story(steps[0], sampling=True) == ("Step 0: the drafter proposed 4 tokens; the target agreed with the "
                                                    "first 2; it rejected ‘sat’ and drew ‘is’ from the residual.")
@@ -389,6 +389,12 @@ def test_the_story_of_a_step_in_plain_words(steps):
     assert "agreed with none" in step_story(steps[2], sampling=False)
     ended = steps[0].__class__(**{**steps[0].__dict__, "emitted": 2})  # cut at the end of text after 2 drafts
     assert step_story(ended, sampling=False).endswith("agreed with the first 2, and the output ends there.")
+    assert "stopped" not in step_story(steps[0], sampling=False)  # control: a chain the drafter did not cut
+    doubted = steps[1].__class__(**{**steps[1].__dict__, "doubted": True})
+    last = doubted.positions[-1]
+    assert step_story(doubted, sampling=False).startswith(
+        f"Step 1: the drafter proposed {doubted.gamma} tokens and stopped there: it gave {quoted(last.text)} only "
+        f"{last.q:.0%}, under the draft stop; the target agreed")
 
 
 def test_whitespace_shows_as_marks():

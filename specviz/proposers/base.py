@@ -16,6 +16,7 @@ class Draft:
     logits: torch.Tensor | None = None  # [g, V]: the drafter's raw logits, for display (softmax when greedy)
     parents: list[int] | None = None  # a draft tree (tree.py): each token's parent, -1 = the last accepted
     # token; None = a chain. Tree drafts are verified as one-hot candidates: probs and logits are None.
+    doubted: bool = False  # the drafter ended the chain after its last token, which it doubted (draft_stop)
 
     @property
     def size(self) -> int:

@@ -94,13 +94,14 @@ class ModelDrafter(Proposer):
         ids = self._accepted(tokens)
         keep = self._rollback_to_common_prefix(ids, keep_last=True)
         logits = self._feed(ids[keep:])
-        drafted, all_probs, all_logits = [], [], []
+        drafted, all_probs, all_logits, doubted = [], [], [], False
         for i in range(gamma):
             token, probs = self.choose(logits)  # q
             drafted.append(token)
             all_probs.append(probs)
             all_logits.append(logits)
-            if doubts(logits, token, self.settings.draft_stop):
+            doubted = doubts(logits, token, self.settings.draft_stop)
+            if doubted:
                 break
             if i + 1 < gamma:
                 logits = self._feed([token])
@@ -109,6 +110,7 @@ class ModelDrafter(Proposer):
             token_ids=torch.tensor(drafted, dtype=torch.long),  # on the host, where the engine reads them
             probs=torch.stack(all_probs).to(device),
             logits=torch.stack(all_logits).to(device),
+            doubted=doubted and len(drafted) < gamma,  # the last of a full chain ends it anyway
         )
 
     def observe(self, feedback: Feedback) -> None:

@@ -185,6 +185,15 @@ def quoted(text: str) -> str:
     return f"‘{shown.replace(chr(10), '⏎')}’"
 
 
+def doubt(step: StepRecord) -> str:
+    """Why a draft model's chain is short: it stopped after a token it doubted (the draft stop)."""
+    if not step.doubted:
+        return ""
+    q = step.positions[-1].q if step.positions else None
+    sure = f"it gave {quoted(step.positions[-1].text)} only {q:.0%}" if q is not None else "it doubted its last one"
+    return f" and stopped there: {sure}, under the draft stop"
+
+
 def step_story(step: StepRecord | None, sampling: bool) -> str:
     """One step in plain words: what was drafted, how much the target kept, what it wrote itself."""
     if step is None:
@@ -193,7 +202,8 @@ def step_story(step: StepRecord | None, sampling: bool) -> str:
     if step.gamma == 0:
         return f"Step {step.index}: no draft; the target wrote {drawn} itself, as plain decoding does."
     tree = f" (a tree of {step.tree_size} candidates)" if step.tree_size else ""
-    proposed = f"Step {step.index}: the drafter proposed {step.gamma} token{'s' if step.gamma > 1 else ''}{tree}; "
+    proposed = f"Step {step.index}: the drafter proposed {step.gamma} token{'s' if step.gamma > 1 else ''}{tree}"
+    proposed += doubt(step) + "; "
     agreed = ("the target agreed with none" if step.n_accepted == 0 else
               "the target agreed with the first one" if step.n_accepted == 1 else
               "the target agreed with all of them" if step.n_accepted == step.gamma else
