@@ -194,24 +194,38 @@ def test_device_loop_runs_give_the_host_loops_output_and_steps(default_target, m
             assert any(step.tree_size for step in device.steps)
 
 
+def detailed_runs_on_both_loops(target, monkeypatch, method, settings, device_mode):
+    """(host loop, device loop) runs of PROMPTS[1] with detail (the app's records): checked to have run on
+    those loops and to give the same output."""
+    ids = encode(target, PROMPTS[1])
+    runs = {}
+    for mode in ("0", device_mode):
+        monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", mode)
+        runs[mode] = run_once(target, make_proposer(method, target), ids, settings, detail=True)
+    host, device = runs["0"], runs[device_mode]
+    assert (host.settings["loop"], device.settings["loop"]) == ("host", "device")
+    assert device.token_ids == host.token_ids and device.text == host.text
+    return host, device
+
+
+def drafted_in_full(host, device, settings):
+    """The (host step, device step) pairs until the host loop drafts less than gamma near the token limit
+    (the device loop does not)."""
+    for host_step, device_step in zip(host.steps, device.steps):
+        if settings.max_new_tokens - (host_step.total_emitted - host_step.emitted) - 1 < settings.gamma:
+            return
+        yield host_step, device_step
+
+
 @pytest.mark.parametrize("method,gamma,tree", [("plain", 1, 0), ("ngram", 8, 0), ("retrieval", 8, 31)])
 def test_device_loop_records_with_detail_are_the_host_loops(default_target, monkeypatch, method, gamma, tree):
     """With detail (the app's records), the device loop's steps show what the host loop's show: the same token
     texts and kinds, the target's probability of each draft, its top tokens at every position and where the
     next token came from (a tree's: along the line shown)."""
     settings = DecodeSettings(max_new_tokens=40, gamma=gamma, tree=tree)
-    ids = encode(default_target, PROMPTS[1])
-    runs = {}
-    for mode in ("0", "force"):
-        monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", mode)
-        runs[mode] = run_once(default_target, make_proposer(method, default_target), ids, settings, detail=True)
-    host, device = runs["0"], runs["force"]
-    assert (host.settings["loop"], device.settings["loop"]) == ("host", "device")
-    assert device.token_ids == host.token_ids and device.text == host.text
+    host, device = detailed_runs_on_both_loops(default_target, monkeypatch, method, settings, "force")
     compared = 0
-    for host_step, device_step in zip(host.steps, device.steps):
-        if settings.max_new_tokens - (host_step.total_emitted - host_step.emitted) - 1 < gamma:
-            break  # the host loop drafted less from here on
+    for host_step, device_step in drafted_in_full(host, device, settings):
         for mine, theirs in zip(device_step.positions, host_step.positions, strict=True):
             assert (mine.token_id, mine.text, mine.accepted, mine.reached, mine.q) == \
                 (theirs.token_id, theirs.text, theirs.accepted, theirs.reached, theirs.q)
@@ -323,17 +337,8 @@ def test_device_loop_records_with_detail_through_graphs_are_the_host_loops_in_fl
     target = load_model("default", device="cuda", dtype="float32")
     for method, tree in (("plain", 0), ("ngram", 0), ("retrieval", 31)):
         settings = DecodeSettings(max_new_tokens=64, gamma=8, tree=tree)
-        ids = encode(target, PROMPTS[1])
-        runs = {}
-        for mode in ("1", "0"):
-            monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", mode)
-            runs[mode] = run_once(target, make_proposer(method, target), ids, settings, detail=True)
-        device, host = runs["1"], runs["0"]
-        assert (device.settings["loop"], host.settings["loop"]) == ("device", "host")
-        assert device.token_ids == host.token_ids and device.text == host.text
-        for mine, theirs in zip(device.steps, host.steps):
-            if settings.max_new_tokens - (theirs.total_emitted - theirs.emitted) - 1 < settings.gamma:
-                break  # the host loop drafted less from here on
+        host, device = detailed_runs_on_both_loops(target, monkeypatch, method, settings, "1")
+        for theirs, mine in drafted_in_full(host, device, settings):
             assert [(t.id, t.text, t.kind) for t in mine.tokens] == [(t.id, t.text, t.kind) for t in theirs.tokens]
             assert [p.p for p in mine.positions] == pytest.approx([p.p for p in theirs.positions], abs=1e-4)
             assert mine.next_top.ids[:3] == theirs.next_top.ids[:3]
