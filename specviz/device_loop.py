@@ -41,6 +41,7 @@ import torch
 
 from . import tree as trees
 from .proposers.base import DeviceLookup
+from .records import TopTokens
 from .runners.graphs import MIN_SPAN, capture_graph, compiled_static, graph_span
 from .tree_device import walk_tree, weighted_tree
 
@@ -179,8 +180,7 @@ class StepOutcome:
 class StepDetail:
     """The target's figures of a step along the drafts shown, as the host loop's records hold them."""
     p_drafts: list[float]  # the target's probability of each draft token
-    top_probs: list[list[float]]  # the target's most probable tokens before each draft token and after the last
-    top_ids: list[list[int]]
+    tops: list[TopTokens]  # the target's most probable tokens before each draft token and after the last
 
 
 def mode() -> str:
@@ -364,7 +364,7 @@ class DeviceLoop:
             probs, ids, drafted = read_detail(detail.tolist(), self.width, self.detail_top)
             rows = [0] + [node + 1 for node in line]  # the rows before each token shown, and after the last
             outcome.detail = StepDetail(p_drafts=[drafted[node] for node in line],
-                                        top_probs=[probs[r] for r in rows], top_ids=[ids[r] for r in rows])
+                                        tops=[TopTokens(ids=ids[r], probs=probs[r]) for r in rows])
         return outcome
 
     def _tree_outcome(self, values: list[int], draft_ms: float, verify_ms: float) -> tuple[StepOutcome, list[int]]:

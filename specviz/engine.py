@@ -137,8 +137,7 @@ def figures_of(detail, n: int) -> StepFigures:
     """A greedy lookup step's figures from the device loop's StepDetail (device_loop.py), n drafts accepted in
     the output: the drafter's are None, as for a lookup on the host; the next token is the target's argmax,
     so its probability is the top one at row n."""
-    tops = [TopTokens(ids=ids, probs=probs) for ids, probs in zip(detail.top_ids, detail.top_probs)]
-    gamma = len(detail.p_drafts)
+    tops, gamma = detail.tops, len(detail.p_drafts)
     return StepFigures(p_of=detail.p_drafts, q_of=[None] * gamma, p_tops=tops, q_tops=[None] * gamma,
                        next_top=tops[n], next_p=tops[n].probs[0])
 
