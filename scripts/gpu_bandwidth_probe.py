@@ -1,0 +1,84 @@
+"""How close a GPU's memory lets a decode step come to the spec-sheet floor: the read bandwidth a plain reduction
+reaches, and the time of a decode step's matrix products alone (one token, bfloat16, every layer's weights
+distinct, replayed from a CUDA graph) at a stated shape, each against the spec sheet's bandwidth.
+
+    python3 scripts/gpu_bandwidth_probe.py [--shapes llama-1.7b,llama-8b]
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from specviz.floor import spec_bandwidth  # noqa: E402
+from specviz.random_target import SHAPES  # noqa: E402
+
+
+def graph_ms(fn, inner: int = 10, replays: int = 50) -> float:
+    """Milliseconds for one call of fn, from a CUDA graph of `inner` calls replayed `replays` times."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(inner):
+            fn()
+    for _ in range(3):
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / (inner * replays)
+
+
+def matrices(shape: dict) -> list[tuple[int, int]]:
+    """(in, out) of every matrix product of one decode step: per layer q, k, v, o, gate, up, down; then the
+    output layer."""
+    h, i, heads, kv = shape["hidden"], shape["intermediate"], shape["heads"], shape["kv_heads"]
+    kv_width = h // heads * kv
+    layer = [(h, h), (h, kv_width), (h, kv_width), (h, h), (h, i), (h, i), (i, h)]
+    return layer * shape["layers"] + [(h, shape["vocab"])]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shapes", default="llama-1.7b,llama-8b")
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    bandwidth = spec_bandwidth(device)
+    print(f"{torch.cuda.get_device_name(device)}: spec sheet {bandwidth / 1e12:.2f} TB/s")
+    big = torch.ones(4 * 2**30 // 2, dtype=torch.bfloat16, device=device)  # 4 GiB, far past the L2 cache
+    total = torch.empty((), dtype=torch.float32, device=device)
+    ms = graph_ms(lambda: torch.sum(big, dtype=torch.float32, out=total), inner=2, replays=20)
+    print(f"read (sum of 4 GiB): {big.numel() * 2 / ms / 1e9:.2f} TB/s = {big.numel() * 2 / ms / 1e9 / (bandwidth / 1e12):.3f} of the spec sheet")
+    big = None  # freed before the shapes' weights are made
+    for name in args.shapes.split(","):
+        shape = SHAPES[name]
+        x = torch.randn(1, shape["hidden"], dtype=torch.bfloat16, device=device)
+        weights = [torch.randn(o, i, dtype=torch.bfloat16, device=device) * 0.01 for i, o in matrices(shape)]
+        wide = torch.randn(1, shape["intermediate"], dtype=torch.bfloat16, device=device)
+        inputs = [wide if i == shape["intermediate"] else x for i, _ in matrices(shape)]
+
+        def step():
+            for w, v in zip(weights, inputs):
+                torch.nn.functional.linear(v, w)
+
+        ms = graph_ms(step, inner=2, replays=20)
+        size = sum(w.numel() * 2 for w in weights)
+        floor_ms = size / bandwidth * 1e3
+        print(f"{name}: {len(weights)} matrix products, {size / 1e9:.2f} GB; alone {ms:.3f} ms a step against a "
+              f"floor of {floor_ms:.3f} ms ({ms / floor_ms:.2f}x; {size / ms / 1e9:.2f} TB/s)")
+        weights = inputs = None
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
