@@ -23,9 +23,13 @@ reading (max_new_tokens, EOS): the step already launched then is computed and dr
 Nothing in a step reads a value back to the host (a graph cannot hold that): no tensor is indexed by a 0-d
 tensor (that reads the index back), gather / index_select instead; no tensor is made from a host list.
 
-With detail (the app's runs), the verify graph also writes what the app shows of each step (step_detail): the
-target's top tokens at every position and its probability of each drafted token, read back with the step's log,
-so that the host builds the app's records one step behind, while the GPU runs the next step.
+With detail (the app's runs), the verify graph also keeps its logits and drafts, and a third graph computes from
+them what the app shows of each step (step_detail): the target's top tokens at every position and its
+probability of each drafted token, read back with the step's log, so that the host builds the app's records one
+step behind. That graph runs on a second stream, beside the next step's lookup and verify pass: a top-k over the
+vocabulary takes ~80 us on an H200 (scripts/gpu_detail_topk_probe.py), 8% of a step of the default target, and
+its small kernels leave most of the card idle. It first copies the kept logits aside, so that the next verify pass
+waits only for that copy before it overwrites them.
 
 Exactly the drafts of the host proposers (tests compare them step by step), and greedy acceptance as
 verify.verify_greedy does it: the output is plain greedy output. The same functions run eagerly on a CPU
@@ -146,6 +150,11 @@ class LoopState:
         self.log = torch.zeros(3 * tree + 3 if tree else 2 * gamma + 3, dtype=torch.long, device=device)
         # step_detail's row (detail_top: its top tokens a position; 0: no detail)
         self.detail = torch.zeros(width * (2 * detail_top + 1) - 1 if detail_top else 0, device=device)
+        # what step_detail reads: the verify pass's logits, drafts and the rows that score them, as the verify
+        # graph leaves them ("kept") and as the detail graph copies them aside ("taken"); made by the first
+        # verify step, which runs before any capture
+        self.kept: list[torch.Tensor] | None = None
+        self.taken: list[torch.Tensor] | None = None
         self.chain_rows = torch.arange(gamma, device=device)  # a chain's drafts are scored at rows 0..gamma-1
         if tree:  # the tree's layout (tree_lookup writes it)
             self.depths = torch.zeros(width, dtype=torch.long, device=device)
@@ -155,6 +164,15 @@ class LoopState:
             self.real = torch.zeros(tree, dtype=torch.bool, device=device)
         self.lookup_graph: torch.cuda.CUDAGraph | None = None
         self.verify_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.take_graph: torch.cuda.CUDAGraph | None = None  # kept -> taken
+        self.detail_graph: torch.cuda.CUDAGraph | None = None  # taken -> detail
+
+    def keep(self, logits: torch.Tensor, tokens: torch.Tensor, rows: torch.Tensor) -> None:
+        if self.kept is None:
+            self.kept = [torch.empty_like(t) for t in (logits, tokens, rows)]
+            self.taken = [torch.empty_like(t) for t in (logits, tokens, rows)]
+        for mine, given in zip(self.kept, (logits, tokens, rows)):
+            mine.copy_(given)
 
     def start(self, sequence: torch.Tensor) -> None:
         """sequence [T] on the device: copies that queue behind what runs there (a prefill), no wait."""
@@ -203,6 +221,9 @@ class DeviceLoop:
         self.ahead = 2 * (self.gamma + 1) + self.width
         self.device = runner.device
         self.graphs = runner.use_graphs
+        # the detail graph's stream, and the event the next verify pass waits for (the kept logits taken)
+        self._side = torch.cuda.Stream(self.device) if self.graphs and detail_top else None
+        self._taken: torch.cuda.Event | None = None
         compiled = self.graphs and runner.use_compile
         self._advance = compiled_static(advance) if compiled else advance
         self._tree_lookup = compiled_static(tree_lookup) if compiled else tree_lookup
@@ -243,7 +264,7 @@ class DeviceLoop:
                                        float_logits=False)
         if self.detail_top:  # before acceptance moves the inputs on
             parent_rows = state.parents + 1 if self.tree else state.chain_rows  # a tree's root: parent -1, row 0
-            state.detail.copy_(step_detail(logits, state.inputs[1:self.width], parent_rows, self.detail_top))
+            state.keep(logits, state.inputs[1:self.width], parent_rows)
         if not self.tree:
             self._advance(logits, state.sequence, state.length, state.inputs, state.draft_length, state.log)
             return
@@ -252,6 +273,14 @@ class DeviceLoop:
         # the accepted nodes' keys and values (every layer's) moved next to the root's, as runner.keep_nodes
         # does; outside compiled code, which might copy the whole cache to write into it
         self.runner.move_slots(moved, behind)
+
+    @staticmethod
+    def _take_step(state: LoopState) -> None:
+        for mine, kept in zip(state.taken, state.kept):
+            mine.copy_(kept)
+
+    def _detail_step(self, state: LoopState) -> None:
+        state.detail.copy_(step_detail(*state.taken, self.detail_top))
 
     # state and graphs -----------------------------------------------------------------------------------
     def _state(self) -> LoopState:
@@ -275,6 +304,10 @@ class DeviceLoop:
         for tensor, value in zip((state.sequence, state.length, state.inputs), saved):
             tensor.copy_(value)
         state.verify_graphs[span] = graph
+        if self.detail_top and state.detail_graph is None:  # after a verify step has kept what they read
+            state.take_graph, state.detail_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            capture_graph(state.take_graph, lambda: self._take_step(state), self.device, space)
+            capture_graph(state.detail_graph, lambda: self._detail_step(state), self.device, space)
 
     def _spans(self, max_length: int) -> list[int]:
         last, spans = graph_span(max_length, self.runner.context_length), []
@@ -308,6 +341,7 @@ class DeviceLoop:
         self.reserve(sequence.shape[0] + max_new_tokens)
         state = self._state()
         state.start(sequence)
+        self._taken = None
         produced, step, in_flight = 0, 0, deque()  # produced: tokens of the steps read so far
         most = max_new_tokens + 1  # every step adds a token: never reached
         rows = torch.empty((most, state.log.shape[0]), dtype=torch.long, pin_memory=self.graphs)
@@ -332,6 +366,9 @@ class DeviceLoop:
             if self.gamma:
                 self._lookup_step(state)
             self._verify_step(state, span)
+            if self.detail_top:
+                self._take_step(state)
+                self._detail_step(state)
             row.copy_(state.log)
             detail.copy_(state.detail)
             return None
@@ -342,16 +379,33 @@ class DeviceLoop:
         if state.lookup_graph is not None:
             state.lookup_graph.replay()
         events[1].record()
+        if self._taken is not None:  # the previous step's detail has copied the logits this pass overwrites
+            torch.cuda.current_stream(self.device).wait_event(self._taken)
         state.verify_graphs[span].replay()
         row.copy_(state.log, non_blocking=True)
-        detail.copy_(state.detail, non_blocking=True)
         events[2].record()
+        if self.detail_top:
+            events.append(self._launch_detail(state, events[2], detail))
         return events
+
+    def _launch_detail(self, state: LoopState, verified: torch.cuda.Event, detail: torch.Tensor) -> torch.cuda.Event:
+        """The step's detail on the side stream, after its verify pass; returns the event of its copy to the host."""
+        self._side.wait_event(verified)
+        with torch.cuda.stream(self._side):
+            state.take_graph.replay()
+            self._taken = torch.cuda.Event()
+            self._taken.record(self._side)
+            state.detail_graph.replay()
+            detail.copy_(state.detail, non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record(self._side)
+        return copied
 
     def _read(self, events, row: torch.Tensor, detail: torch.Tensor) -> StepOutcome:
         draft_ms = verify_ms = 0.0
         if events is not None:
-            events[2].synchronize()
+            for event in events[2:]:  # the step's log, then its detail (when it has one)
+                event.synchronize()
             draft_ms, verify_ms = events[0].elapsed_time(events[1]), events[1].elapsed_time(events[2])
         values, gamma = row.tolist(), self.gamma
         if self.tree:

@@ -301,6 +301,9 @@ def test_a_device_loop_step_never_waits_for_the_host(method, tree, detail_top):
     try:
         loop._lookup_step(state)
         loop._verify_step(state, 128)
+        if detail_top:  # the detail graph's two steps
+            loop._take_step(state)
+            loop._detail_step(state)
     finally:
         torch.cuda.set_sync_debug_mode(0)
     if tree:  # the path: at least "3 1 2" (what followed "1 2" before), if the target agrees
