@@ -166,6 +166,9 @@ class LoopState:
         self.verify_graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.take_graph: torch.cuda.CUDAGraph | None = None  # kept -> taken
         self.detail_graph: torch.cuda.CUDAGraph | None = None  # taken -> detail
+        # the detail graphs' own memory pool: they run beside the verify graphs, which may reuse their pool's
+        # memory for any graph's temporaries only because they never run at the same time
+        self.pool = None
 
     def keep(self, logits: torch.Tensor, tokens: torch.Tensor, rows: torch.Tensor) -> None:
         if self.kept is None:
@@ -306,8 +309,8 @@ class DeviceLoop:
         state.verify_graphs[span] = graph
         if self.detail_top and state.detail_graph is None:  # after a verify step has kept what they read
             state.take_graph, state.detail_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-            capture_graph(state.take_graph, lambda: self._take_step(state), self.device, space)
-            capture_graph(state.detail_graph, lambda: self._detail_step(state), self.device, space)
+            capture_graph(state.take_graph, lambda: self._take_step(state), self.device, state)
+            capture_graph(state.detail_graph, lambda: self._detail_step(state), self.device, state)
 
     def _spans(self, max_length: int) -> list[int]:
         last, spans = graph_span(max_length, self.runner.context_length), []
