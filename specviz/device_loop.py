@@ -166,11 +166,12 @@ class LoopState:
         self.verify_graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.take_graph: torch.cuda.CUDAGraph | None = None  # kept -> taken
         self.detail_graph: torch.cuda.CUDAGraph | None = None  # taken -> detail
-        # the detail graphs' own memory pool: they run beside the verify graphs, which may reuse their pool's
-        # memory for any graph's temporaries only because they never run at the same time
+        # the detail graphs' own memory pool: graphs in one pool may reuse each other's temporaries, which is
+        # safe only for graphs that never run at once, and these run beside the verify graphs
         self.pool = None
 
     def keep(self, logits: torch.Tensor, tokens: torch.Tensor, rows: torch.Tensor) -> None:
+        """Copies what step_detail reads into `kept` (made on the first call, with `taken`, its copy's place)."""
         if self.kept is None:
             self.kept = [torch.empty_like(t) for t in (logits, tokens, rows)]
             self.taken = [torch.empty_like(t) for t in (logits, tokens, rows)]
@@ -296,6 +297,8 @@ class DeviceLoop:
 
     def _capture(self, state: LoopState, span: int) -> None:
         space = self.runner.workspace
+        if self._side is not None:  # a capture runs the verify step, which overwrites what the detail reads
+            torch.cuda.current_stream(self.device).wait_stream(self._side)
         if self.gamma and state.lookup_graph is None:
             graph = torch.cuda.CUDAGraph()
             capture_graph(graph, lambda: self._lookup_step(state), self.device, space)  # idempotent
