@@ -9,6 +9,7 @@
 #                                             (LIMIT, default 500 s): one a call is the safe way (three side by
 #                                             side in one call wrote nothing in 9 minutes on 2026-11-27)
 #   STAGE=bench VARIANT=l2-first METHODS=... bash scripts/gpu_distill.sh   all 480 prompts, bf16 (PER_CATEGORY=N: fewer)
+#                                             DRAFT=distilled instead of VARIANT: the shipped model (carry its folder)
 # Results and the weights come back under $OUT.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 WORK=/root/dm
@@ -34,6 +35,6 @@ case ${STAGE:-data} in
     done ;;
   bench)
     python3 -m specviz bench --prompts data/spec_bench/question.jsonl ${PER_CATEGORY:+--per-category $PER_CATEGORY} \
-        --methods "${METHODS:-draft:4}" --draft "$WORK/${VARIANT:-l2-first}" --max-new-tokens ${TOKENS:-256} \
-        --dtype ${DTYPE:-bfloat16} --out "$OUT/bench-${VARIANT:-l2-first}.json" 2>&1 | quiet | tail -40 | tee "$OUT/bench.log" ;;
+        --methods "${METHODS:-draft:4}" --draft "${DRAFT:-$WORK/${VARIANT:-l2-first}}" --max-new-tokens ${TOKENS:-256} \
+        --dtype ${DTYPE:-bfloat16} --out "$OUT/bench-${VARIANT:-${DRAFT:-l2-first}}.json" 2>&1 | quiet | tail -40 | tee "$OUT/bench.log" ;;
 esac
