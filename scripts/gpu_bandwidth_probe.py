@@ -15,8 +15,8 @@ from specviz.floor import spec_bandwidth  # noqa: E402
 from specviz.random_target import SHAPES  # noqa: E402
 
 
-def graph_ms(fn, inner: int = 10, replays: int = 50) -> float:
-    """Milliseconds for one call of fn, from a CUDA graph of `inner` calls replayed `replays` times."""
+def capture(fn, inner: int = 1) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of `inner` calls of fn, after three calls on a side stream (lazy set-up, allocations)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -27,6 +27,12 @@ def graph_ms(fn, inner: int = 10, replays: int = 50) -> float:
     with torch.cuda.graph(graph):
         for _ in range(inner):
             fn()
+    return graph
+
+
+def graph_ms(fn, inner: int = 10, replays: int = 50) -> float:
+    """Milliseconds for one call of fn, from a CUDA graph of `inner` calls replayed `replays` times."""
+    graph = capture(fn, inner)
     for _ in range(3):
         graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

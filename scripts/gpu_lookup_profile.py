@@ -12,24 +12,18 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from specviz import device_loop as dl  # noqa: E402
 from specviz import tree_device  # noqa: E402
 from specviz.proposers import ngram_device, retrieval_device  # noqa: E402
 from specviz.datastore import Datastore  # noqa: E402
+from gpu_bandwidth_probe import capture  # noqa: E402
 
 STORE = Path(__file__).resolve().parents[1] / "assets" / "drafters" / "smollm2-135m-instruct" / "retrieval"
 
 
 def time_graph(fn, replays: int = 500) -> tuple[float, int]:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    graph = capture(fn)
     for _ in range(20):
         graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
