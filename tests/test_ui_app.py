@@ -216,6 +216,8 @@ def test_compare_methods(url):
     assert "Done" in status
     rows = {row[0]: row for row in table["data"]}
     assert set(rows) == {"plain", "ngram"} and rows["ngram"][-1] == "yes"
+    c = table["headers"].index("c")
+    assert rows["plain"][c] == "–" and float(rows["ngram"][c]) >= 0  # plain drafts nothing, so it has no c
     assert len(plot(chart)["data"]) == 2
 
 
@@ -326,7 +328,9 @@ def test_compare_drafts_with_the_distilled_model_on_the_default_target(url):
     client = Client(url, verbose=False)
     status, table, _ = client.predict(PROMPT, ["draft"], "default", "none", 4, 0, 1, 8, 0, api_name="/compare")
     assert "Done" in status and "Skipped" not in status
-    assert {row[0] for row in table["data"]} == {"plain", "draft"}
+    rows = {row[0]: row for row in table["data"]}
+    assert set(rows) == {"plain", "draft"}
+    assert 0 < float(rows["draft"][table["headers"].index("c")]) < 1  # a model's forward: its cost shows
 
 
 def test_replay_ends_with_its_last_frame(url):

@@ -31,14 +31,15 @@ class CompareTab:
         """inputs: prompt, target, draft, gamma, temperature, top-p, max new tokens, seed, tree, draft stop (the Run
         tab's)."""
         gr.Markdown("The prompt, models and settings of the Run tab, through plain decoding and each ticked "
-                    "method, one after another in this process.")
+                    "method, one after another in this process. c is what drafting one token costs, as a share "
+                    "of one verify pass.")
         self.methods = gr.CheckboxGroup([m for m in METHODS if m != "plain"],
                                         value=[m for m in ("ngram", "early-exit") if m in METHODS], label="Methods")
         with gr.Row():
             self.button = gr.Button("Compare", variant="primary", elem_id="sv-compare")
             self.stop = gr.Button("Stop", variant="stop", elem_id="sv-compare-stop")
         self.status = gr.HTML(label="compare status")
-        self.table = gr.Dataframe(headers=["method", "new tokens", "steps", "τ", "α", "tok/s", "speedup",
+        self.table = gr.Dataframe(headers=["method", "new tokens", "steps", "τ", "α", "c", "tok/s", "speedup",
                                            "same as plain"], interactive=False)
         self.plot = gr.Plot(label="compare chart")
         prompt, *rest = inputs
@@ -56,7 +57,8 @@ class CompareTab:
 
         def table():
             return [[r["method"], r["new_tokens"], r["steps"], round(r["tau"], 2),
-                     "–" if r["alpha"] is None else round(r["alpha"], 3), round(r["tokens_per_second"], 1),
+                     "–" if r["alpha"] is None else round(r["alpha"], 3),
+                     "–" if r["cost"] is None else round(r["cost"], 3), round(r["tokens_per_second"], 1),
                      "–" if r["speedup"] is None else f"{r['speedup']:.2f}×", r["same"]] for r in rows]
 
         def out(message, level="info"):
@@ -115,6 +117,7 @@ class CompareTab:
                 same = "yes" if first_difference(stepped.result.token_ids, plain_result.token_ids) is None else "no"
             rows.append({"method": method, "new_tokens": metrics.new_tokens, "steps": metrics.steps,
                          "tau": metrics.mean_accepted_length, "alpha": metrics.acceptance_rate,
+                         "cost": metrics.cost_ratio,
                          "tokens_per_second": metrics.tokens_per_second,
                          "speedup": plain_wall / stepped.engine_wall if plain_result is not None else None,
                          "same": same})
