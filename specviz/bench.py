@@ -168,7 +168,17 @@ def aggregate(rows: list[dict], plain_rows: list[dict]) -> dict:
         # what a step costs: drafting, and the target's verify pass (plain: its one-token forward)
         "draft_ms_per_step": _per_step_ms(rows, "draft_seconds"),
         "verify_ms_per_step": _per_step_ms(rows, "verify_seconds"),
+        "cost_ratio": _cost_ratio(rows, drafted),
     }
+
+
+def _cost_ratio(rows: list[dict], drafted: int) -> float | None:
+    """c as metrics.summarize gives it: one drafted token's time over one verify pass's."""
+    draft, verify = _per_step_ms(rows, "draft_seconds"), _per_step_ms(rows, "verify_seconds")
+    if not drafted or draft is None or not verify:
+        return None
+    steps = sum(r["target_forwards"] or 0 for r in rows)
+    return draft * steps / drafted / verify
 
 
 def _per_step_ms(rows: list[dict], key: str) -> float | None:

@@ -324,6 +324,14 @@ def test_compare_on_a_target_of_eight_words_skips_draft_and_runs_the_rest(url, f
     assert {row[0] for row in table["data"]} == {"plain", "ngram"}
 
 
+def test_compare_tab_shows_every_drafter_measured_on_spec_bench(url):
+    import httpx
+
+    page = json.dumps(httpx.get(f"{url}/config", timeout=30).json())
+    assert "Every drafter measured on Spec-Bench" in page
+    assert "retrieval:16:31" in page and "draft:4@0.5" in page  # the H200 run's rows and the CPU run's
+
+
 def test_compare_drafts_with_the_distilled_model_on_the_default_target(url):
     client = Client(url, verbose=False)
     status, table, _ = client.predict(PROMPT, ["draft"], "default", "none", 4, 0, 1, 8, 0, api_name="/compare")

@@ -9,6 +9,7 @@ from ..api import encode, first_difference, make_proposer
 from ..cost_curve import measure_cost_curve
 from ..engine import SpeculativeRun
 from ..errors import SpecvizError
+from ..measured import load_measured
 from ..models import DEFAULT_MODEL, load_model
 from ..proposers import METHODS, PlainProposer
 from ..settings import check_prompt_text
@@ -42,6 +43,15 @@ class CompareTab:
         self.table = gr.Dataframe(headers=["method", "new tokens", "steps", "τ", "α", "c", "tok/s", "speedup",
                                            "same as plain"], interactive=False)
         self.plot = gr.Plot(label="compare chart")
+        runs = load_measured()
+        if runs:
+            with gr.Accordion("Every drafter measured on Spec-Bench", open=False, elem_id="sv-measured"):
+                gr.Markdown("The same methods over many prompts of Spec-Bench (Xia et al. 2024), the benchmark of "
+                            "the field, on the default target. `draft` is the distilled draft model; `@0.5` its "
+                            "draft stop.")
+                for run in runs:
+                    gr.Markdown(view.measured_caption(run))
+                    gr.Dataframe(value=view.measured_table(run), headers=view.MEASURED_HEADERS, interactive=False)
         prompt, *rest = inputs
         event = self.button.click(gpu(self.on_compare), [prompt, self.methods, *rest],
                                   [self.status, self.table, self.plot], api_name="compare", **engine)

@@ -100,3 +100,21 @@ def step_of_token(steps: list[StepRecord], token_index: int) -> int | None:
         if step.total_emitted > token_index:
             return step.index
     return None
+
+
+MEASURED_HEADERS = ["method", "tok/s", "speedup", "τ", "α", "c"]
+
+
+def measured_table(run: dict) -> list[list]:
+    """A measured Spec-Bench run (measured.measured_run) as the Compare tab's reference table; '–' where a
+    method drafts nothing."""
+    def number(value, digits):
+        return "–" if value is None else f"{value:,.{digits}f}"
+
+    return [[m["method"], number(m["tokens_per_second"], 1), f"{m['speedup']:.2f}×", number(m["tau"], 2),
+             number(m["alpha"], 2), number(m["cost"], 2)] for m in run["methods"]]
+
+
+def measured_caption(run: dict) -> str:
+    """What the run was and where its doc lies."""
+    return f"**{run['label']}**: greedy, batch 1, every method beside plain decoding in one process (`{run['doc']}`)."

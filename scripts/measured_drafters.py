@@ -1,0 +1,35 @@
+"""Writes assets/measured/drafters-on-spec-bench.json, the Spec-Bench figures the app's Compare tab shows,
+from the bench reports of the runs listed below (each run's doc says its command and machine).
+
+    .venv/bin/python scripts/measured_drafters.py
+"""
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from specviz.measured import MEASURED, measured_run  # noqa: E402
+
+# label, the run's doc, its bench reports (a run too long for one call ran in parts)
+RUNS = [
+    ("2-core CPU, float32, 2 prompts a category (26), 128 new tokens",
+     "docs/benchmarks/2026-11-28-1f64947-every-drafter-side-by-side-on-the-2-core-cpu.md",
+     ["results/2026-11-28-cpu-drafters/bench.json"]),
+    ("one H200, bfloat16, all 480 prompts, 256 new tokens",
+     "docs/benchmarks/2026-11-28-68e964c-every-drafter-over-all-480-on-an-h200.md",
+     ["results/2026-11-28-h200-all-480-drafters/part1.json", "results/2026-11-28-h200-all-480-drafters/part2.json"]),
+]
+
+
+def main() -> None:
+    runs = [measured_run(label, doc, [json.loads((ROOT / f).read_text()) for f in files])
+            for label, doc, files in RUNS]
+    MEASURED.parent.mkdir(parents=True, exist_ok=True)
+    MEASURED.write_text(json.dumps({"source": "scripts/measured_drafters.py", "runs": runs}, indent=1) + "\n")
+    print(f"wrote {MEASURED.relative_to(ROOT)}: {len(runs)} runs")
+
+
+if __name__ == "__main__":
+    main()
