@@ -65,8 +65,6 @@ class ModelDrafter(Proposer):
         self.token_ids = getattr(model, "draft_vocab", None)
         self.cached_ids: list[int] = []  # the tokens whose keys and values are in the runner's cache
         self.sequence: list[int] = []  # host mirror of the accepted sequence
-        # greedy chains read nothing back until drafted where a read waits for the device (_greedy_chain)
-        self.chain_on_device = next(model.parameters()).device.type == "cuda"
 
     def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:
         super().reset(prompt_ids, settings, generator)
@@ -82,13 +80,10 @@ class ModelDrafter(Proposer):
         del self.cached_ids[keep:]
         return keep
 
-    def _forward(self, ids: torch.Tensor) -> torch.Tensor:
-        logits, _ = self.runner.forward(ids, logits_for="last")
-        return to_target_vocabulary(logits[-1], self.token_ids, self.vocab_size)
-
     def _feed(self, ids: list[int]) -> torch.Tensor:
+        logits, _ = self.runner.forward(torch.tensor(ids, dtype=torch.long), logits_for="last")
         self.cached_ids.extend(ids)
-        return self._forward(torch.tensor(ids, dtype=torch.long))
+        return to_target_vocabulary(logits[-1], self.token_ids, self.vocab_size)
 
     def _accepted(self, tokens: torch.Tensor) -> list[int]:
         if len(self.sequence) != tokens.shape[0]:  # a caller that skipped observe()
@@ -99,8 +94,6 @@ class ModelDrafter(Proposer):
         ids = self._accepted(tokens)
         keep = self._rollback_to_common_prefix(ids, keep_last=True)
         logits = self._feed(ids[keep:])
-        if self.settings.greedy and self.chain_on_device:
-            return self._greedy_chain(logits, gamma, tokens.device)
         drafted, all_probs, all_logits, doubted = [], [], [], False
         for i in range(gamma):
             token, probs = self.choose(logits)  # q
@@ -119,27 +112,6 @@ class ModelDrafter(Proposer):
             logits=torch.stack(all_logits).to(device),
             doubted=doubted and len(drafted) < gamma,  # the last of a full chain ends it anyway
         )
-
-    def _greedy_chain(self, logits: torch.Tensor, gamma: int, device: torch.device) -> Draft:
-        """propose's greedy chain without a read a token. On a GPU each read waits for the forward before it,
-        and the next forward cannot start until the host has read; here the host queues the whole chain and
-        reads once. The draft stop then cuts the chain after its first doubted token, the same cut propose
-        makes; the drafts past it cost forwards, and the next rollback drops them from the cache."""
-        chosen, shown, confidence = [], [], []
-        for i in range(gamma):
-            token = logits.argmax(-1, keepdim=True)  # [1], on the device
-            chosen.append(token)
-            shown.append(logits)
-            confidence.append(logits.float().softmax(-1).gather(-1, token))  # as doubts() computes it
-            if i + 1 < gamma:
-                logits = self._forward(token)
-        drafted = torch.cat(chosen).tolist()  # the one read
-        self.cached_ids.extend(drafted[:-1])
-        stop = self.settings.draft_stop
-        length = next((i + 1 for i, p in enumerate(torch.cat(confidence).tolist()) if stop > 0 and p < stop), gamma)
-        q = torch.nn.functional.one_hot(torch.cat(chosen[:length]), self.vocab_size).float()  # greedy: one-hot
-        return Draft(token_ids=torch.tensor(drafted[:length], dtype=torch.long),  # on the host, as propose's
-                     probs=q.to(device), logits=torch.stack(shown[:length]).to(device), doubted=length < gamma)
 
     def observe(self, feedback: Feedback) -> None:
         # Drop the rejected drafts now, so that the cache always holds a prefix of the accepted sequence.
