@@ -156,6 +156,8 @@ def aggregate(rows: list[dict], plain_rows: list[dict]) -> dict:
     plain_tps = sum(r["new_tokens"] for r in plain_rows) / max(1e-9, sum(r["wall_seconds"] for r in plain_rows))
     tps = tokens / wall if wall else 0.0
     identical = [r["identical_to_plain"] for r in rows if r["identical_to_plain"] is not None]
+    # what a step costs: drafting, and the target's verify pass (plain: its one-token forward)
+    draft_ms, verify_ms = _per_step_ms(rows, "draft_seconds"), _per_step_ms(rows, "verify_seconds")
     divergences = [r["first_difference"] for r in rows if r.get("first_difference") is not None]
     return {
         "prompts": len(rows), "new_tokens": tokens, "wall_seconds": wall, "tokens_per_second": tps,
@@ -165,20 +167,12 @@ def aggregate(rows: list[dict], plain_rows: list[dict]) -> dict:
         "identical_share": sum(identical) / len(identical) if identical else None,
         "first_difference_min": min(divergences) if divergences else None,
         "first_difference_median": statistics.median(divergences) if divergences else None,
-        # what a step costs: drafting, and the target's verify pass (plain: its one-token forward)
-        "draft_ms_per_step": _per_step_ms(rows, "draft_seconds"),
-        "verify_ms_per_step": _per_step_ms(rows, "verify_seconds"),
-        "cost_ratio": _cost_ratio(rows, drafted),
+        "draft_ms_per_step": draft_ms,
+        "verify_ms_per_step": verify_ms,
+        # c as metrics.summarize gives it: one drafted token's time over one verify pass's
+        "cost_ratio": draft_ms * sum(forwards) / drafted / verify_ms if drafted and draft_ms is not None and verify_ms
+        else None,
     }
-
-
-def _cost_ratio(rows: list[dict], drafted: int) -> float | None:
-    """c as metrics.summarize gives it: one drafted token's time over one verify pass's."""
-    draft, verify = _per_step_ms(rows, "draft_seconds"), _per_step_ms(rows, "verify_seconds")
-    if not drafted or draft is None or not verify:
-        return None
-    steps = sum(r["target_forwards"] or 0 for r in rows)
-    return draft * steps / drafted / verify
 
 
 def _per_step_ms(rows: list[dict], key: str) -> float | None:

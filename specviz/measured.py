@@ -15,15 +15,15 @@ MEASURED = Path(__file__).resolve().parent.parent / "assets" / "measured" / "dra
 def measured_run(label: str, doc: str, reports: list[dict]) -> dict:
     """One run (bench reports of the same settings, e.g. the halves of a long run) as the Compare tab's table:
     per method tok/s, speedup over plain, tau, alpha and c."""
+    config = reports[0]["config"]
     rows = [row for report in reports for row in report["results"]]
     summary = summarize_results(rows)
     methods = []
-    for method in reports[0]["config"]["methods"]:
+    for method in config["methods"]:
         overall = summary[method]["overall"]
         methods.append({"method": method, "tokens_per_second": overall["tokens_per_second"],
                         "speedup": overall["speedup"], "tau": overall["mean_accepted_length"],
                         "alpha": overall["acceptance_rate"], "cost": overall["cost_ratio"]})
-    config = reports[0]["config"]
     return {"label": label, "doc": doc, "device": reports[0]["device"]["name"], "dtype": config["dtype"],
             "prompts": len({row["prompt_id"] for row in rows}), "max_new_tokens": config["max_new_tokens"],
             "methods": methods}
