@@ -2,7 +2,7 @@
 2022). It works when the second set was trained from the first (train-drafter --init): both then lie in one
 basin, and their average can beat each of them (the shipped heads are made so; assets/drafters/README.md).
 
-    PYTHONPATH=. python scripts/average_medusa.py FIRST SECOND --out FOLDER [--weight 0.5]
+    python -m scripts.average_medusa FIRST SECOND --out FOLDER [--weight 0.5]
 
 The residual blocks are averaged (weight: the second set's share; checkpoints.average_medusa_blocks). Heads
 trained here share the target's output layer, so the blocks do not depend on the draft vocabulary; the average
@@ -49,7 +49,7 @@ def main() -> None:
     save_file(merged, str(args.out / WEIGHTS))
     config = configs[1]
     config["specviz"]["averaged"] = {
-        "command": "python scripts/average_medusa.py " + shlex.join(sys.argv[1:]),
+        "command": "python -m scripts.average_medusa " + shlex.join(sys.argv[1:]),
         "weight_of_second": args.weight,
         "first": configs[0]["specviz"],  # how the first set was made (the second's is the config's own record)
     }

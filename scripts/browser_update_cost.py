@@ -1,7 +1,7 @@
 """What each streamed update costs a browser on the same machine: chromium's CPU time (all its processes, from
 /proc) and the updates and bytes the page received, in each phase of a run of every example prompt.
 
-    python scripts/browser_update_cost.py [--variants app,tokens_only,status_only] [--rounds 1] [--out cost.json]
+    python -m scripts.browser_update_cost [--variants app,tokens_only,status_only] [--rounds 1] [--out cost.json]
 
 One process serves the app and drives Debian's chromium through Playwright (1280x720), as
 `python -m specviz.ui.overhead` does. Per run, the phases are: pre (the click on Run to the first speculative
@@ -25,7 +25,6 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.getcwd())
 
 PHASES = ("clear", "first", "spec", "base", "after")
 TICK = os.sysconf("SC_CLK_TCK")

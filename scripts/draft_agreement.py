@@ -9,7 +9,7 @@ Both count the same thing (a first draft after an accepted prefix), so the secon
 first would point at the engine's incremental drafting (its cache, positions, vocabulary mapping); the first
 falling below the training log's held-out figure is the drafter meeting prompts unlike its training data.
 
-    PYTHONPATH=. python scripts/draft_agreement.py --draft distilled --per-category 1 --tokens 64
+    python -m scripts.draft_agreement --draft distilled --per-category 1 --tokens 64
 """
 from __future__ import annotations
 

@@ -2,17 +2,14 @@
 reaches, and the time of a decode step's matrix products alone (one token, bfloat16, every layer's weights
 distinct, replayed from a CUDA graph) at a stated shape, each against the spec sheet's bandwidth.
 
-    python3 scripts/gpu_bandwidth_probe.py [--shapes llama-1.7b,llama-8b]
+    python3 -m scripts.gpu_bandwidth_probe [--shapes llama-1.7b,llama-8b]
 """
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from specviz.floor import spec_bandwidth  # noqa: E402
-from specviz.random_target import SHAPES  # noqa: E402
+from specviz.floor import spec_bandwidth
+from specviz.random_target import SHAPES
 
 
 def capture(fn, inner: int = 1) -> torch.cuda.CUDAGraph:

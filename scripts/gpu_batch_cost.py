@@ -3,22 +3,18 @@ costs against a plain step of the same batch (K = 1), through the batched runner
 a forward is bound by reading the weights, so K positions cost about one; as B x K grows the products turn
 compute-bound and extra positions cost nearly in proportion: where speculation stops paying.
 
-    python3 scripts/gpu_batch_cost.py --target random:llama-8b --batch-sizes 1,4,16,64 --positions 1,2,4,8
+    python3 -m scripts.gpu_batch_cost --target random:llama-8b --batch-sizes 1,4,16,64 --positions 1,2,4,8
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from specviz.models import load_model  # noqa: E402
-from specviz.runners.batched import BatchedRunner  # noqa: E402
+from specviz.models import load_model
+from specviz.runners.batched import BatchedRunner
 
 
 def main() -> None:

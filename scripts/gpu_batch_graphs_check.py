@@ -1,6 +1,6 @@
 """The batched runner's CUDA graphs on a GPU, before timing anything with them:
 
-    python3 scripts/gpu_batch_graphs_check.py [--sizes 8,32]
+    python3 -m scripts.gpu_batch_graphs_check [--sizes 8,32]
 
 1. float32: each row of a batch of 4 (6 prompts through the refill queue) equals its batch-1 output, for plain,
    ngram, retrieval and draft (the target drafting for itself);
@@ -8,15 +8,13 @@
    (the first captures)."""
 import argparse
 import os
-import sys
 
-sys.path.insert(0, ".")
-import torch  # noqa: E402
+import torch
 
-from specviz.api import encode, make_proposer, run_once  # noqa: E402
-from specviz.batch import batch_drafting, decode_batch  # noqa: E402
-from specviz.models import load_model  # noqa: E402
-from specviz.settings import DecodeSettings  # noqa: E402
+from specviz.api import encode, make_proposer, run_once
+from specviz.batch import batch_drafting, decode_batch
+from specviz.models import load_model
+from specviz.settings import DecodeSettings
 
 PROMPTS = ["Write a Python function that checks whether a number is prime.", "List the planets.",
            "Tell me a joke about caches, then explain it.", "Summarize the plot of Hamlet in three sentences.",

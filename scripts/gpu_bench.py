@@ -8,26 +8,23 @@ each stage writes its JSON as soon as it ends, so a run stopped at its time limi
   D  forward time against positions (the cost curve), the copy bandwidth and the bandwidth floor
   E  bfloat16, one prompt per category: early-exit (gamma 4) beside plain
 
-Run from the repository's root:  python3 scripts/gpu_bench.py --out DIR
+Run from the repository's root:  python3 -m scripts.gpu_bench --out DIR
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import sys
 import time
 import traceback
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from gpu_check import copy_bandwidth  # noqa: E402  (this folder: the same measurement as the check's)
-from specviz.bench import run_bench  # noqa: E402
-from specviz.runners.static import cost_curve, make_runner  # noqa: E402
-from specviz.models import load_model  # noqa: E402
-from specviz.settings import DecodeSettings  # noqa: E402
+from scripts.gpu_check import copy_bandwidth  # the same measurement as the check's
+from specviz.bench import run_bench
+from specviz.runners.static import cost_curve, make_runner
+from specviz.models import load_model
+from specviz.settings import DecodeSettings
 
 
 def weight_bytes(model) -> int:

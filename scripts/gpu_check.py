@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from specviz.runners.static import StaticRunner, cost_curve  # noqa: E402
-from specviz.models import load_model  # noqa: E402
-from specviz.runner import CausalRunner  # noqa: E402
+from specviz.runners.static import StaticRunner, cost_curve
+from specviz.models import load_model
+from specviz.runner import CausalRunner
 
 
 def copy_bandwidth(gigabytes: float = 1.0) -> float:

@@ -3,23 +3,20 @@
 loop (SPECVIZ_DEVICE_LOOP=0, how the app ran before the device loop kept detail), in turns, one process;
 prints each way's median tok/s and the loop that ran it.
 
-    python3 scripts/gpu_detail_cost.py [--method ngram --gamma 8 --repeats 7]
+    python3 -m scripts.gpu_detail_cost [--method ngram --gamma 8 --repeats 7]
 """
 import argparse
 import os
 import statistics
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from gpu_app_check import PROMPT  # noqa: E402
-from specviz.api import encode, make_proposer, run_once, warm_up  # noqa: E402
-from specviz.models import load_model  # noqa: E402
-from specviz.proposers import PlainProposer  # noqa: E402
-from specviz.settings import DecodeSettings  # noqa: E402
+from scripts.gpu_app_check import PROMPT
+from specviz.api import encode, make_proposer, run_once, warm_up
+from specviz.models import load_model
+from specviz.proposers import PlainProposer
+from specviz.settings import DecodeSettings
 
 
 def main() -> None:

@@ -3,18 +3,14 @@ verify pass, as the app shows them) costs on the GPU, against other ways of comp
 replayed from a CUDA graph on random bfloat16 logits of the default target's vocabulary, and checked against
 the shipped way.
 
-    python3 scripts/gpu_detail_topk_probe.py [--widths 9,17,64 --top 20]
+    python3 -m scripts.gpu_detail_topk_probe [--widths 9,17,64 --top 20]
 """
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_bandwidth_probe import graph_ms  # noqa: E402
-from specviz.device_loop import step_detail  # noqa: E402
+from scripts.gpu_bandwidth_probe import graph_ms
+from specviz.device_loop import step_detail
 
 
 def from_bf16_logits(logits, tokens, parent_rows, top):

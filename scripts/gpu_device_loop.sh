@@ -23,14 +23,14 @@ if [ "$STAGE" = check ]; then
 fi
 if [ "$STAGE" = sweep ]; then  # the lookups' GPU time, then draft lengths side by side (device loop)
   python3 -m pytest -q -x tests/test_device_loop.py -k "graphs or waits" 2>&1 | grep -v "^DEBUG\|^\s*$" | tail -3 | tee "$OUT/pytest.log"
-  python3 scripts/gpu_lookup_profile.py 2>&1 | grep -v "Warning\|_warn_once" | tee "$OUT/lookup-profile.txt"
+  python3 -m scripts.gpu_lookup_profile 2>&1 | grep -v "Warning\|_warn_once" | tee "$OUT/lookup-profile.txt"
   bench --per-category 2 --dtype bfloat16 --out "$OUT/sweep.json" | grep "overall"
 fi
 if [ "$STAGE" = prefill ]; then  # CUDA tests (chunks with and without the output layer), then prefill timings
   python3 -m pytest -q -x tests/test_device_loop.py tests/test_runners.py -k "graphs or waits or long_inputs or stand_in" 2>&1 \
       | grep -v "^DEBUG\|^\s*$" | tail -3 | tee "$OUT/pytest.log"
   grep -q " passed" "$OUT/pytest.log" && ! grep -q "failed" "$OUT/pytest.log" || exit 1
-  python3 scripts/gpu_prefill_timing.py 2>&1 | grep -v "Converting\|Loading weights\|Warning\|warn" | tee "$OUT/prefill-timing.txt"
+  python3 -m scripts.gpu_prefill_timing 2>&1 | grep -v "Converting\|Loading weights\|Warning\|warn" | tee "$OUT/prefill-timing.txt"
 fi
 if [ "$STAGE" = all ]; then
   bench --dtype bfloat16 --transformers hf-generate,hf-prompt-lookup --transformers-limit ${HF_LIMIT:-3} \

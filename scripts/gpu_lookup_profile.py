@@ -2,22 +2,19 @@
 captures them: microseconds a replay (mean of 500, replayed back to back) and kernels a replay. No model
 needed: the shipped datastore and a stretch of its own text as the sequence.
 
-    python scripts/gpu_lookup_profile.py            (on the GPU machine)
+    python -m scripts.gpu_lookup_profile            (on the GPU machine)
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from specviz import device_loop as dl  # noqa: E402
-from specviz import tree_device  # noqa: E402
-from specviz.proposers import ngram_device, retrieval_device  # noqa: E402
-from specviz.datastore import Datastore  # noqa: E402
-from gpu_bandwidth_probe import capture  # noqa: E402
+from specviz import device_loop as dl
+from specviz import tree_device
+from specviz.proposers import ngram_device, retrieval_device
+from specviz.datastore import Datastore
+from scripts.gpu_bandwidth_probe import capture
 
 STORE = Path(__file__).resolve().parents[1] / "assets" / "drafters" / "smollm2-135m-instruct" / "retrieval"
 

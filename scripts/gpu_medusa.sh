@@ -47,7 +47,7 @@ case ${STAGE:-data} in
     bench "${VARIANT:-l3}-26" bfloat16 ${METHODS:-medusa:4,medusa:4:32,medusa:5:64,medusa:5:127} "$WORK/${VARIANT:-l3}" "--per-category 2" ;;
   sim)
     heads=$([ "$VARIANT" = shipped ] || echo "$WORK/$VARIANT")
-    python3 scripts/medusa_sim.py --prompts data/spec_bench/question.jsonl --cache "$WORK/greedy-480.json" --batch 480 --dtype float32 \
+    python3 -m scripts.medusa_sim --prompts data/spec_bench/question.jsonl --cache "$WORK/greedy-480.json" --batch 480 --dtype float32 \
         --trees ${TREES:-127,511} ${heads:+--heads "$heads"} 2>&1 | quiet | tee "$OUT/sim-$VARIANT.log" | tail -8 ;;
   all)  # VARIANT=shipped: the heads in assets/; PROMPTS_FILE=runs/partN.jsonl: a third of the 480; FP32=1: also 13 in float32
     heads=$([ "$VARIANT" = shipped ] || echo "$WORK/$VARIANT")

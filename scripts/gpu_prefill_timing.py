@@ -2,20 +2,17 @@
 output layer (logits_for="last") and without ("none", as the engine's prefill now asks), in chunks of 256, 512
 or 1024 positions, and as the runner chunks now (512 while more than 256 remain, then 256: "256+512").
 
-    python scripts/gpu_prefill_timing.py            (on the GPU machine, the default model staged)
+    python -m scripts.gpu_prefill_timing            (on the GPU machine, the default model staged)
 """
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from specviz import fast  # noqa: E402
-from specviz.models import load_model  # noqa: E402
+from specviz import fast
+from specviz.models import load_model
 
 LENGTHS = (64, 200, 500, 800, 1500)
 

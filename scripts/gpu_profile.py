@@ -6,20 +6,17 @@ its kernel count and the kernels that take the most time, grouped by name, with 
 gpu_attention's kernel and by scaled_dot_product_attention side by side; and EAGLE-2 tree drafting's step
 time, uncompiled and compiled, with a random drafter shaped like the shipped one.
 
-    python3 scripts/gpu_profile.py [--dtype bfloat16] [--context 300] [--parts attention,runners,eagle]"""
+    python3 -m scripts.gpu_profile [--dtype bfloat16] [--context 300] [--parts attention,runners,eagle]"""
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from collections import defaultdict
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from specviz.runners.static import StaticRunner  # noqa: E402
+from specviz.runners.static import StaticRunner
 
 
 def default_shaped_model(dtype: torch.dtype):

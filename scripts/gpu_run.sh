@@ -18,7 +18,7 @@ if [ "$MODE" = dev ]; then
   step pytest
   python3 -m pytest tests/test_runners.py tests/test_engine.py -q -x -k "not default_model and not distribution" 2>&1 | tail -15 | tee "$OUT/pytest.log"
   step check
-  python3 scripts/gpu_check.py --out "$OUT/check.json" 2>&1 | grep -v "Converting\|Loading weights" | tee "$OUT/check.log"
+  python3 -m scripts.gpu_check --out "$OUT/check.json" 2>&1 | grep -v "Converting\|Loading weights" | tee "$OUT/check.log"
   step bench-bf16
   python3 -m specviz bench --prompts data/spec_bench/question.jsonl --per-category 2 --methods ngram,adaptive,early-exit \
       --gamma ${GAMMA:-8} --max-new-tokens 256 --dtype bfloat16 --transformers hf-generate,hf-prompt-lookup \
@@ -33,7 +33,7 @@ if [ "$MODE" = dev ]; then
 fi
 if [ "$MODE" = full ]; then
   step bench
-  python3 scripts/gpu_bench.py --out "$OUT" --budget ${BUDGET:-540} --stages ${STAGES:-A,D,B,C,E} --hf-limit ${HF_LIMIT:-3} 2>&1 \
+  python3 -m scripts.gpu_bench --out "$OUT" --budget ${BUDGET:-540} --stages ${STAGES:-A,D,B,C,E} --hf-limit ${HF_LIMIT:-3} 2>&1 \
       | grep -v "Converting\|Loading weights\|bench:\|clean_up_tokenization"
 fi
 step done

@@ -2,7 +2,7 @@
 method of METHODS (METHOD:GAMMA:TREE, default plain:1:0,ngram:16:0,eagle:7:63), on 6 Spec-Bench prompts (one
 per category, 256 tokens, bf16); plus the kernels and host calls that cost most (torch.profiler tables,
 cProfile). On the GPU machine, from the repository's root with Spec-Bench's data/spec_bench/question.jsonl there:
-PYTHONPATH=. python3 scripts/gpu_step_profile.py > profile.txt"""
+python3 -m scripts.gpu_step_profile > profile.txt"""
 import cProfile, io, os, pstats, time, torch
 from torch.profiler import profile, ProfilerActivity
 from specviz.api import make_proposer, encode, run_once, warm_up

@@ -4,7 +4,7 @@ in perf_counter timers (a wrapper costs ~0.1 us), mean microseconds a step for e
 land where the host first reads a result (_clock's synchronize, verify's argmax). From the repository's root,
 on the GPU machine or here (COLLECTOR=on: leave the garbage collector running during runs, as before the engine
 paused it):
-    METHODS=plain:1:0,retrieval:16:0,retrieval:16:63 PYTHONPATH=. python3 scripts/host_timing.py [cuda|cpu]"""
+    METHODS=plain:1:0,retrieval:16:0,retrieval:16:63 python3 -m scripts.host_timing [cuda|cpu]"""
 import collections, functools, gc, os, sys, time
 
 import torch

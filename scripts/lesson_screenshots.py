@@ -2,7 +2,7 @@
 took in the browser (from pressing Run lesson to its sentence); or, with --saved, drawn from lessons measured
 elsewhere (`python -m specviz learn all --out DIR` on a GPU machine with no browser).
 
-    python scripts/lesson_screenshots.py [--out assets/screenshots] [--only mechanic,exact,cost,acceptance,batch,drafters]
+    python -m scripts.lesson_screenshots [--out assets/screenshots] [--only mechanic,exact,cost,acceptance,batch,drafters]
         [--timings results/DIR/lessons.json] [--saved DIR [--suffix -h100]]
 
 Each lesson runs with its defaults on the offline default model; its panel is saved as learn-KEY.png. The app is
@@ -20,9 +20,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from screenshots import chosen, served_app  # noqa: E402
+from scripts.screenshots import chosen, served_app
 
 LESSON_KEYS = ("mechanic", "exact", "cost", "acceptance", "batch", "drafters")
 

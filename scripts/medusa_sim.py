@@ -4,7 +4,7 @@ greedy continuation, so with the continuation and the target's hidden states kno
 prompt + answer), every step can be replayed. Figures match `specviz bench` up to numerical noise (the bench
 verifies with other batch shapes; bf16 more so).
 
-    PYTHONPATH=. python scripts/medusa_sim.py --prompts data/spec_bench/question.jsonl --per-category 2 \
+    python -m scripts.medusa_sim --prompts data/spec_bench/question.jsonl --per-category 2 \
         --cache runs/greedy-26.json --trees 63,127,255 [--heads FOLDER] [--full-vocab]
 
 Continuations are cached (--cache), so a second call only replays. Evaluation only: nothing here trains.

@@ -1,7 +1,6 @@
 """Detail cost on the GPU, one process: lean records (device loop, and host loop), detail gathered in one read
 (the engine's step_figures), and detail read piece by piece (the former way, patched in here)."""
 import os, statistics, sys
-sys.path.insert(0, ".")
 import torch
 import specviz.engine as engine
 from specviz.api import encode, make_proposer, run_once, warm_up
