@@ -11,8 +11,8 @@ import os
 
 import torch
 
-from specviz.api import encode, make_proposer, run_once
-from specviz.batch import batch_drafting, decode_batch
+from specviz.api import batch_drafting, encode, make_proposer, run_once
+from specviz.batch import decode_batch
 from specviz.models import load_model
 from specviz.settings import DecodeSettings
 

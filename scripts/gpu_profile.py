@@ -103,7 +103,7 @@ def profile_eagle_drafting(model, context: int, compiled: bool) -> None:
     layer like the target's, a 16,384-token draft vocabulary): one tree step's time, graph replay and the
     host copy of the tree included."""
     from specviz.proposers.draft_head import DraftHead, TargetParts
-    from specviz.proposers.eagle import EagleConfig, EagleDrafter, EagleNet
+    from specviz.proposers.eagle_net import EagleConfig, EagleDrafter, EagleNet
     from specviz.proposers.eagle_tree import TreeDrafting
 
     os.environ["SPECVIZ_COMPILE"] = "1" if compiled else "0"

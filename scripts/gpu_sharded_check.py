@@ -22,7 +22,7 @@ from specviz import DecodeSettings, load_model
 from specviz.models import unload_all
 from specviz.api import make_proposer, run_once
 from specviz.proposers import PlainProposer
-from specviz.testing import word_tokenizer
+from specviz.random_target import word_tokenizer
 
 
 MAX_MEMORY = {"bfloat16": "0=3GiB,1=60GiB", "float32": "0=6GiB,1=60GiB"}  # forces a split of both GPUs

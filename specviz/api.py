@@ -6,10 +6,12 @@
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from .batch_draft import ModelDrafting
 from .device_loop import DeviceLoop
 from .engine import TOP_N, SpeculativeRun
 from .runners.static import make_runner, runners_of
@@ -18,8 +20,21 @@ from .models import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_mode
 from .proposers import (METHODS, AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,
                         NgramProposer, PlainProposer, Proposer, RetrievalProposer)
 from .proposers.checkpoints import load_draft_model, load_drafter, shipped_drafter_exists
+from .proposers.early_exit import decoder_layers, default_exit_layer, truncated_view
 from .records import RunResult
 from .settings import DecodeSettings, check_prompt_text
+
+
+BATCHED_METHODS = ("plain", "ngram", "retrieval", "draft", "early-exit")  # what batch.decode_batch drafts with
+
+
+def check_drafter(method: str, draft) -> None:
+    """The one check that a method has the drafter model it needs: `draft` (the method that drafts with a separate
+    model) needs one. draft: a loaded model or its name, before anything is loaded; None or "": none chosen."""
+    if method == "draft" and not draft:
+        raise InvalidSettingError("the draft method needs a draft model: choose one ('default', a Hub id, a folder or a "
+                                  ".gguf file: --draft on the command line, draft= in the API, the drafter list "
+                                  "in the app)")
 
 
 def make_proposer(
@@ -45,10 +60,7 @@ def make_proposer(
     if method == "early-exit":
         return EarlyExitDrafter(target.model, vocab_size, exit_layer)
     if method == "draft":
-        if draft is None:
-            raise InvalidSettingError("the draft method needs a draft model: choose one ('default', a Hub id, a folder or a "
-                                      ".gguf file: --draft on the command line, draft= in the API, the drafter list "
-                                      "in the app)")
+        check_drafter(method, draft)
         check_same_vocabulary(target, draft)
         return ModelDrafter(draft.model, vocab_size)
     if method == "medusa":
@@ -80,6 +92,28 @@ def make_proposer(
             lookup = NgramProposer()
         return AdaptiveProposer(make_proposer(base, target, draft, exit_layer, heads=heads), lookup=lookup)
     raise InvalidSettingError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+
+
+def check_batchable(method: str) -> None:
+    if method not in BATCHED_METHODS:
+        raise InvalidSettingError(f"{method} does not batch: batched decoding runs {', '.join(BATCHED_METHODS)} "
+                                  "(a drafter that reads the target's hidden states would need them per row)")
+
+
+def batch_drafting(method: str, target: LoadedModel, draft: LoadedModel | None = None,
+                   exit_layer: int | None = None, heads: str | None = None) -> Callable[[], Proposer] | ModelDrafting:
+    """What batch.decode_batch drafts with for `method`: a draft model for the whole batch (`draft`,
+    `early-exit`), else a factory of one lookup proposer a row."""
+    check_batchable(method)
+    if method == "early-exit":
+        layers = len(decoder_layers(target.model))
+        cut = default_exit_layer(layers) if exit_layer is None else exit_layer
+        return ModelDrafting(truncated_view(target.model, cut), target.vocab_size)
+    if method == "draft":
+        check_drafter(method, draft)
+        check_same_vocabulary(target, draft)
+        return ModelDrafting(draft.model, target.vocab_size)
+    return lambda: make_proposer(method, target, heads=heads)
 
 
 def default_lookup(target: LoadedModel) -> str:

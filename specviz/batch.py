@@ -28,18 +28,15 @@ import torch
 
 from . import verify as verification
 from .clock import device_clock
-from .api import make_proposer
 from .batch_draft import ModelDrafting, RowProposers
 from .engine import SpeculativeRun, keep_tokens
 from .errors import InvalidSettingError
-from .models import LoadedModel, check_same_vocabulary
+from .models import LoadedModel
 from .proposers import Draft, Feedback, ModelDrafter, Proposer
-from .proposers.early_exit import decoder_layers, default_exit_layer, truncated_view
 from .runners.batched import BatchedRunner, batched_runner, give_back
 from .sampling import make_generator, warp_probs
 from .settings import DecodeSettings
 
-BATCHED_METHODS = ("plain", "ngram", "retrieval", "draft", "early-exit")
 PATHS = ("auto", "batched", "single")  # decode_batch's: auto = single at one row, batched otherwise
 
 
@@ -84,35 +81,12 @@ class BatchRun:
         return self.accepted / self.drafted if self.drafted else None
 
 
-def check_batchable(method: str) -> None:
-    if method not in BATCHED_METHODS:
-        raise InvalidSettingError(f"{method} does not batch: batched decoding runs {', '.join(BATCHED_METHODS)} "
-                                  "(a drafter that reads the target's hidden states would need them per row)")
-
-
-def batch_drafting(method: str, target: LoadedModel, draft: LoadedModel | None = None,
-                   exit_layer: int | None = None, heads: str | None = None) -> Callable[[], Proposer] | ModelDrafting:
-    """What decode_batch drafts with for `method`: a draft model for the whole batch (`draft`, `early-exit`),
-    else a factory of one lookup proposer a row."""
-    check_batchable(method)
-    if method == "early-exit":
-        layers = len(decoder_layers(target.model))
-        cut = default_exit_layer(layers) if exit_layer is None else exit_layer
-        return ModelDrafting(truncated_view(target.model, cut), target.vocab_size)
-    if method == "draft":
-        if draft is None:
-            raise InvalidSettingError("the draft method needs a draft model: --draft on the command line ('default' "
-                                      "drafts with the target itself)")
-        check_same_vocabulary(target, draft)
-        return ModelDrafting(draft.model, target.vocab_size)
-    return lambda: make_proposer(method, target, heads=heads)
-
-
 @torch.inference_mode()
 def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDrafting, prompts: list[list[int]],
                  settings: DecodeSettings, batch_size: int | None = None, path: str = "auto") -> BatchRun:
     """Decode every prompt (token ids), batch_size rows at a time (None: all at once). drafting: a factory of
-    one proposer a row (the lookups), or a draft model that drafts for the whole batch (batch_drafting picks).
+    one proposer a row (the lookups), or a draft model that drafts for the whole batch (api.batch_drafting
+    picks).
     A finished row's slot takes the next prompt waiting, so the batch stays full while prompts wait. Prompt b's
     generator is seeded settings.seed + b, so that it samples as a batch-1 run of that seed does.
     path: "auto" decodes a batch of one row through the single-sequence loop (the module's docstring says

@@ -14,8 +14,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from .api import encode, make_proposer, resolve_models, warm_up
-from .batch import BatchRun, batch_drafting, check_batchable, decode_batch, single_proposer
+from .api import batch_drafting, check_batchable, encode, make_proposer, resolve_models, warm_up
+from .batch import BatchRun, decode_batch, single_proposer
 from .bench import device_info, load_prompts, parse_method
 from .errors import InvalidSettingError
 from .runners.graphs import graphs_allowed

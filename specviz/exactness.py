@@ -20,6 +20,7 @@ from functools import partial
 
 import torch
 
+from .engine import SpeculativeRun
 from .models import LoadedModel
 from .proposers import Proposer
 from .sampling import warp_probs
@@ -150,8 +151,6 @@ def sample_outputs(target: LoadedModel, make_proposer: Callable[[], Proposer], p
                    settings: DecodeSettings, depth: int, runs: int, first_seed: int = 0, verifier=None,
                    progress: Callable[[int], None] | None = None) -> Samples:
     """The first `depth` tokens of `runs` engine runs (seeds first_seed, first_seed + 1, ...), counted."""
-    from .engine import SpeculativeRun
-
     samples = Samples(Counter())
     for i in range(runs):
         run_settings = dataclasses.replace(settings, seed=first_seed + i)

@@ -29,7 +29,7 @@ from ..runners.onednn import pack_linears
 from ..models import DEFAULT_MODEL, LoadedModel, load_model
 from .distilled import DISTILLED, is_distilled_folder, load_distilled
 from .draft_head import DraftHead, TargetParts
-from .eagle import EagleConfig, EagleDrafter, EagleNet
+from .eagle_net import EagleConfig, EagleDrafter, EagleNet
 from .medusa import MedusaDrafter, MedusaHeads
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "drafters"

@@ -26,7 +26,7 @@ import torch
 
 from .. import gpu_attention
 from ..runners.graphs import capture_graph, compile_allowed, graphs_allowed, no_cudnn_attention
-from .eagle import attend
+from .eagle_net import attend
 
 MIN_CAPACITY = 512  # smallest drafter cache on a GPU (a power of two: few graphs serve every length)
 CATCH_UP_ROWS = 64  # positions one replay of the catch-up graph feeds (a prompt, or steps drafted by others)

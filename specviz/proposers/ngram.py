@@ -6,6 +6,7 @@ import torch
 
 from ..tree import weighted_trie
 from .base import Draft, Feedback, Proposer
+from .ngram_device import NgramLookup
 
 
 def lookup_continuation(tokens: torch.Tensor, gamma: int, max_ngram: int, min_ngram: int) -> torch.Tensor:
@@ -106,8 +107,6 @@ class NgramProposer(Proposer):
         return Draft(torch.tensor(continuation, dtype=torch.long), probs=None)
 
     def device_lookup(self, settings, runner):
-        from .ngram_device import NgramLookup
-
         return NgramLookup(settings.gamma, settings.tree, self.sizes(), runner.use_graphs and runner.use_compile)
 
     def sizes(self) -> tuple[int, ...]:

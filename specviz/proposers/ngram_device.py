@@ -8,9 +8,12 @@ import torch
 
 from ..runners.graphs import compiled_static
 from .base import DeviceLookup
-from .retrieval import SEQUENCE_WEIGHT
 
 PER_SIZE = 8  # NgramIndex.candidates' per_size: latest occurrences of each suffix n-gram looked at
+# the sequence's own matches weigh this times 4^(n-1) on the device, and so in `retrieval` on the host, which weighs
+# the datastore's below them; whole-number weights add up exactly, in any order (this lookup adds them in
+# another order than tree.py and must break the same ties)
+SEQUENCE_WEIGHT = 100.0
 
 
 def latest_matches(sequence: torch.Tensor, length: torch.Tensor, sizes: tuple[int, ...], per_size: int) -> torch.Tensor:

@@ -15,10 +15,10 @@ from ..datastore import Datastore
 from ..tree import heaviest_line, weighted_trie
 from .base import Draft
 from .ngram import NgramProposer
+from .ngram_device import SEQUENCE_WEIGHT
+from .retrieval_device import RetrievalLookup, device_datastore
 
 STORE_WEIGHT = 0.01  # a datastore continuation against one of the sequence's own (chosen on self-written data)
-SEQUENCE_WEIGHT = 100.0  # both scaled by this: whole-number weights add up exactly, in any order (the device
-# loop's lookup adds them in another order than tree.py and must break the same ties)
 STORE_LIMIT = 32  # datastore continuations a step looks at
 
 
@@ -51,8 +51,6 @@ class RetrievalProposer(NgramProposer):
         return Draft(torch.tensor(heaviest_line(candidates, gamma), dtype=torch.long), probs=None)
 
     def device_lookup(self, settings, runner):
-        from .retrieval_device import RetrievalLookup, device_datastore
-
         return RetrievalLookup(settings.gamma, settings.tree, self.sizes(), device_datastore(self.datastore, runner.device),
                                self.store_limit, self.store_weight * SEQUENCE_WEIGHT,
                                compiled=runner.use_graphs and runner.use_compile, streams=runner.use_graphs)

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from .. import gpu_attention
 from ..clock import device_clock
+from ..runner import CausalRunner
 from ..settings import MAX_GAMMA, MAX_TREE
 from ..tree import check_tree, depths as tree_depths, unpack_visibility, visibility_words
 from .graphs import (MIN_SPAN, CapturedGraph, capture_graph, compile_allowed, compiled_fn, graph_span,
@@ -436,8 +437,6 @@ _compile_failed = False
 def make_runner(model: torch.nn.Module, fast: bool | None = None, **options):
     """The fastest runner for `model`: StaticRunner where the model is supported, else CausalRunner.
     fast=None reads the environment: SPECVIZ_FAST=0 forces transformers' forward (CausalRunner)."""
-    from ..runner import CausalRunner
-
     if fast is None:
         fast = os.environ.get("SPECVIZ_FAST", "1") != "0"
     if fast and unsupported_reason(model) is None:

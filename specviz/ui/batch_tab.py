@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ..api import encode, make_proposer, warm_up
-from ..batch import batch_drafting, decode_batch, forward_cost
+from ..api import batch_drafting, encode, make_proposer, warm_up
+from ..batch import decode_batch, forward_cost
 from ..batch_bench import batches_of, parse_batch_sizes, row_of, summarize_batches
 from ..errors import SpecvizError
 from ..lessons.batch_size import batch_sentence as verdict_line
@@ -68,7 +68,7 @@ class BatchTab:
 
     @staticmethod
     def drafting(method: str, name: str, model):
-        """What `method` batches with: a lookup proposer a row, or a draft model (batch.batch_drafting)."""
+        """What `method` batches with: a lookup proposer a row, or a draft model (api.batch_drafting)."""
         if method == SELF_DRAFT:
             return batch_drafting("draft", model, model)
         if method == "draft":
