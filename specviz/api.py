@@ -17,6 +17,7 @@ from .engine import TOP_N, SpeculativeRun
 from .runners.static import make_runner, runners_of
 from .errors import InvalidSettingError
 from .models import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
+from .options import EngineOptions
 from .proposers import (METHODS, AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,
                         NgramProposer, PlainProposer, Proposer, RetrievalProposer)
 from .proposers.checkpoints import load_draft_model, load_drafter, shipped_drafter_exists
@@ -45,11 +46,14 @@ def make_proposer(
     adaptive_base: str = "auto",
     heads: str | None = None,
     adaptive_lookup: str = "auto",
+    options: EngineOptions | None = None,
 ) -> Proposer:
     """A fresh proposer for `method`. `draft` is the drafter model for `draft` (and for `adaptive`'s base);
     `heads` the trained drafter for `medusa` and `eagle`, the datastore for `retrieval` (folder or Hub id;
     None = the one shipped for the default target). `adaptive_lookup`: what `adaptive` looks up beside a model
-    drafter, "ngram" (the sequence), "retrieval" (the sequence and the datastore) or "auto" (default_lookup)."""
+    drafter, "ngram" (the sequence), "retrieval" (the sequence and the datastore) or "auto" (default_lookup).
+    options: the engine's switches for the drafter's own runners and graphs (None: from the environment)."""
+    options = options or EngineOptions.from_environment()
     vocab_size = target.vocab_size
     if method == "plain":
         return PlainProposer()
@@ -58,15 +62,15 @@ def make_proposer(
     if method == "retrieval":
         return RetrievalProposer(load_drafter("retrieval", target, heads))
     if method == "early-exit":
-        return EarlyExitDrafter(target.model, vocab_size, exit_layer)
+        return EarlyExitDrafter(target.model, vocab_size, exit_layer, options)
     if method == "draft":
         check_drafter(method, draft)
         check_same_vocabulary(target, draft)
-        return ModelDrafter(draft.model, vocab_size)
+        return ModelDrafter(draft.model, vocab_size, options)
     if method == "medusa":
-        return MedusaProposer(load_drafter("medusa", target, heads))
+        return MedusaProposer(load_drafter("medusa", target, heads, options))
     if method == "eagle":
-        return EagleProposer(load_drafter("eagle", target, heads))
+        return EagleProposer(load_drafter("eagle", target, heads, options), options)
     if method == "adaptive":
         base = adaptive_base
         if base == "auto":
@@ -90,7 +94,8 @@ def make_proposer(
             lookup = RetrievalProposer(load_drafter("retrieval", target, None))
         else:
             lookup = NgramProposer()
-        return AdaptiveProposer(make_proposer(base, target, draft, exit_layer, heads=heads), lookup=lookup)
+        return AdaptiveProposer(make_proposer(base, target, draft, exit_layer, heads=heads, options=options),
+                                lookup=lookup)
     raise InvalidSettingError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
 
@@ -136,7 +141,7 @@ _warmed: set[int] = set()
 
 
 def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024, proposers=(), tree: int = 0,
-            device_loop: bool = False, detail: bool = False) -> None:
+            device_loop: bool = False, detail: bool = False, options: EngineOptions | None = None) -> None:
     """Untimed work before anything is measured: one short run per model (allocator, kernels, lazy
     imports), and on the fast path the CUDA graphs (and compiled kernels) for forwards of up to
     `max_positions` positions in sequences of up to `max_length` tokens, for the target and for the
@@ -144,17 +149,20 @@ def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024,
     the proposers' own: EAGLE's tree drafting at gamma = max_positions - 1).
     With device_loop, also the device loop's graphs for plain decoding and the proposers where it applies
     (device_loop.py), for records without detail (the bench's) or with it (detail: the app's). Graphs already
-    captured are kept, so calling it again is cheap."""
+    captured are kept, so calling it again is cheap. options: the runs' EngineOptions (None: from the
+    environment)."""
+    options = options or EngineOptions.from_environment()
     if id(target.model) not in _warmed:
         ids = [1 + i % (target.vocab_size - 1) for i in range(8)]  # any 8 ids of the vocabulary, however small
-        for _ in SpeculativeRun(target, PlainProposer(), ids, DecodeSettings(max_new_tokens=4, stop_at_eos=False)):
+        for _ in SpeculativeRun(target, PlainProposer(), ids, DecodeSettings(max_new_tokens=4, stop_at_eos=False),
+                                options=options):
             pass
         _warmed.add(id(target.model))
-    runner = make_runner(target.model)
+    runner = make_runner(target.model, options=options)
     for proposer in (PlainProposer(), *proposers) if device_loop else ():  # first: they reserve the most cache
         loop = DeviceLoop.for_run(runner, proposer, DecodeSettings(max_new_tokens=1, gamma=max(1, max_positions - 1),
                                                                    tree=tree), detail_top=TOP_N if detail else 0,
-                                  prompt_length=0)
+                                  prompt_length=0, options=options)
         if loop is not None:
             loop.prepare(max_length)
     if hasattr(runner, "warm_up"):
@@ -169,8 +177,9 @@ def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024,
 
 
 def run_once(target: LoadedModel, proposer: Proposer, prompt_ids: list[int], settings: DecodeSettings,
-             prompt_text: str = "", detail: bool = True) -> RunResult:
-    run = SpeculativeRun(target, proposer, prompt_ids, settings, prompt_text=prompt_text, detail=detail)
+             prompt_text: str = "", detail: bool = True, options: EngineOptions | None = None) -> RunResult:
+    run = SpeculativeRun(target, proposer, prompt_ids, settings, prompt_text=prompt_text, detail=detail,
+                         options=options)
     for _ in run:
         pass
     return run.result
@@ -247,14 +256,17 @@ def generate(
     draft_device: str | None = None,
     heads: str | None = None,
     adaptive_lookup: str = "auto",
+    options: EngineOptions | None = None,
 ) -> Report:
     settings = (settings or DecodeSettings()).validate()
+    options = options or EngineOptions.from_environment()
     check_prompt_text(prompt)  # before loading anything
     target_model, draft_model = resolve_models(target, draft, device, dtype, device_map, max_memory, draft_device)
-    proposer = make_proposer(method, target_model, draft_model, exit_layer, heads=heads, adaptive_lookup=adaptive_lookup)
+    proposer = make_proposer(method, target_model, draft_model, exit_layer, heads=heads, adaptive_lookup=adaptive_lookup,
+                             options=options)
     prompt_ids = encode(target_model, prompt, chat)
     warm_up(target_model, settings.gamma + 1,  # the graphs these runs replay, before they are timed
             min(len(prompt_ids) + settings.max_new_tokens + settings.tree + 1, target_model.context_length),
-            [proposer], tree=settings.tree)
-    plain = run_once(target_model, PlainProposer(), prompt_ids, settings, prompt) if compare_plain else None
-    return Report(run_once(target_model, proposer, prompt_ids, settings, prompt), plain)
+            [proposer], tree=settings.tree, options=options)
+    plain = run_once(target_model, PlainProposer(), prompt_ids, settings, prompt, options=options) if compare_plain else None
+    return Report(run_once(target_model, proposer, prompt_ids, settings, prompt, options=options), plain)

@@ -32,6 +32,7 @@ from .batch_draft import ModelDrafting, RowProposers
 from .engine import SpeculativeRun, keep_tokens
 from .errors import InvalidSettingError
 from .models import LoadedModel
+from .options import EngineOptions
 from .proposers import Draft, Feedback, ModelDrafter, Proposer
 from .runners.batched import BatchedRunner, batched_runner, give_back
 from .sampling import make_generator, warp_probs
@@ -83,17 +84,20 @@ class BatchRun:
 
 @torch.inference_mode()
 def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDrafting, prompts: list[list[int]],
-                 settings: DecodeSettings, batch_size: int | None = None, path: str = "auto") -> BatchRun:
+                 settings: DecodeSettings, batch_size: int | None = None, path: str = "auto",
+                 options: EngineOptions | None = None) -> BatchRun:
     """Decode every prompt (token ids), batch_size rows at a time (None: all at once). drafting: a factory of
     one proposer a row (the lookups), or a draft model that drafts for the whole batch (api.batch_drafting
     picks).
     A finished row's slot takes the next prompt waiting, so the batch stays full while prompts wait. Prompt b's
     generator is seeded settings.seed + b, so that it samples as a batch-1 run of that seed does.
     path: "auto" decodes a batch of one row through the single-sequence loop (the module's docstring says
-    why), "batched" always through the batched runner, "single" always one prompt after another."""
+    why), "batched" always through the batched runner, "single" always one prompt after another. options:
+    EngineOptions (None: read from the environment here, once for the whole batch)."""
     if path not in PATHS:
         raise InvalidSettingError(f"path is one of {', '.join(PATHS)}, got {path!r}")
     settings = settings.validate()
+    options = options or EngineOptions.from_environment()
     if settings.tree:
         raise InvalidSettingError("batched decoding drafts chains; set tree to 0")
     if settings.draft_stop:
@@ -109,9 +113,9 @@ def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDr
     eos_ids = target.eos_token_ids if settings.stop_at_eos else set()
     width = min(batch_size or len(prompts), len(prompts))
     if path == "single" or (path == "auto" and width == 1):
-        return decode_one_at_a_time(target, drafting, prompts, settings)
-    runner = batched_runner(target.model, width, capacity)
-    rows = drafting.open(width, capacity) if isinstance(drafting, ModelDrafting) else RowProposers(drafting)
+        return decode_one_at_a_time(target, drafting, prompts, settings, options)
+    runner = batched_runner(target.model, width, capacity, options)
+    rows = drafting.open(width, capacity, options) if isinstance(drafting, ModelDrafting) else RowProposers(drafting)
     try:
         return _decode_rows(target, runner, rows, prompts, settings, width, eos_ids)
     finally:  # pooled where it holds graphs, for the next call
@@ -216,7 +220,8 @@ def single_proposer(drafting: Callable[[], Proposer] | ModelDrafting) -> Propose
 
 
 def decode_one_at_a_time(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDrafting,
-                         prompts: list[list[int]], settings: DecodeSettings) -> BatchRun:
+                         prompts: list[list[int]], settings: DecodeSettings,
+                         options: EngineOptions | None = None) -> BatchRun:
     """decode_batch's prompts through the single-sequence loop, one after another (prompt b seeded seed + b),
     counted as a batch of one row: forwards are every run's verify passes, the wall time all of them."""
     runs = []
@@ -224,7 +229,7 @@ def decode_one_at_a_time(target: LoadedModel, drafting: Callable[[], Proposer] |
     for b, ids in enumerate(prompts):
         proposer = single_proposer(drafting)
         seeded = settings if settings.seed is None else replace(settings, seed=settings.seed + b)
-        run = SpeculativeRun(target, proposer, ids, seeded, detail=False)
+        run = SpeculativeRun(target, proposer, ids, seeded, detail=False, options=options)
         for _ in run:
             pass
         runs.append(run.result)

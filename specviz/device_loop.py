@@ -37,13 +37,13 @@ verify.verify_greedy does it: the output is plain greedy output. The same functi
 """
 from __future__ import annotations
 
-import os
 from collections import deque
 from dataclasses import dataclass
 
 import torch
 
 from . import tree as trees
+from .options import EngineOptions
 from .proposers.base import DeviceLookup
 from .records import TopTokens
 from .runners.graphs import MIN_SPAN, capture_graph, compiled_static, graph_span
@@ -205,17 +205,11 @@ class StepDetail:
     tops: list[TopTokens]  # the target's most probable tokens before each draft token and after the last
 
 
-def mode() -> str:
-    """SPECVIZ_DEVICE_LOOP: "1" (default) where the fast path has CUDA graphs, "0" never, "force" also without
-    graphs (eagerly, a step at a time: how the tests run it on a CPU)."""
-    return os.environ.get("SPECVIZ_DEVICE_LOOP", "1")
-
-
 class DeviceLoop:
     """One run's steps on the device (the module's docstring). lookup: the proposer's drafting on the device
     (Proposer.device_lookup; its gamma 0 for plain decoding, its tree the draft tree's nodes, 0 for chains)."""
 
-    def __init__(self, runner, lookup: DeviceLookup, detail_top: int = 0):
+    def __init__(self, runner, lookup: DeviceLookup, detail_top: int = 0, detail_stream: bool = True):
         self.runner, self.lookup = runner, lookup
         self.gamma, self.tree = lookup.gamma, lookup.tree
         self.detail_top = detail_top  # with detail: the top tokens kept a position (0: none)
@@ -226,7 +220,7 @@ class DeviceLoop:
         self.device = runner.device
         self.graphs = runner.use_graphs
         # the detail graph's stream, and the event the next verify pass waits for (the kept logits taken)
-        self._side = torch.cuda.Stream(self.device) if self.graphs and detail_top else None
+        self._side = torch.cuda.Stream(self.device) if self.graphs and detail_top and detail_stream else None
         self._taken: torch.cuda.Event | None = None
         compiled = self.graphs and runner.use_compile
         self._advance = compiled_static(advance) if compiled else advance
@@ -234,11 +228,14 @@ class DeviceLoop:
         self._advance_tree = compiled_static(advance_tree) if compiled else advance_tree
 
     @classmethod
-    def for_run(cls, runner, proposer, settings, detail_top: int, prompt_length: int) -> "DeviceLoop | None":
-        """The loop for this run where it applies: greedy, the fast path with graphs, a proposer with a device
-        lookup (plain, ngram, retrieval), and room in the context for a step launched ahead. detail_top: the top
-        tokens a position the records show (the app's), 0 for records without detail (the bench's)."""
-        wanted = mode()
+    def for_run(cls, runner, proposer, settings, detail_top: int, prompt_length: int,
+                options: EngineOptions | None = None) -> "DeviceLoop | None":
+        """The loop for this run where it applies: greedy, the fast path with graphs (or options.device_loop
+        "force"), a proposer with a device lookup (plain, ngram, retrieval), and room in the context for a step
+        launched ahead. detail_top: the top tokens a position the records show (the app's), 0 for records
+        without detail (the bench's). options: EngineOptions (None: from the environment)."""
+        options = options or EngineOptions.from_environment()
+        wanted = options.device_loop
         if wanted == "0" or not settings.greedy:
             return None
         if not hasattr(runner, "decode") or not (runner.use_graphs or wanted == "force"):
@@ -246,7 +243,7 @@ class DeviceLoop:
         lookup = proposer.device_lookup(settings, runner)
         if lookup is None or (lookup.tree and not runner.supports_tree):
             return None
-        loop = cls(runner, lookup, detail_top)
+        loop = cls(runner, lookup, detail_top, options.detail_stream)
         if prompt_length + settings.max_new_tokens + loop.ahead + loop.gamma + 1 > runner.context_length:
             return None
         return loop
@@ -395,16 +392,18 @@ class DeviceLoop:
         return events
 
     def _launch_detail(self, state: LoopState, verified: torch.cuda.Event, detail: torch.Tensor) -> torch.cuda.Event:
-        """The step's detail on the side stream, after its verify pass; returns the event of its copy to the host."""
-        self._side.wait_event(verified)
-        with torch.cuda.stream(self._side):
+        """The step's detail after its verify pass, on the side stream (or, with detail_stream off, on the verify
+        pass's own); returns the event of its copy to the host."""
+        stream = self._side or torch.cuda.current_stream(self.device)
+        stream.wait_event(verified)
+        with torch.cuda.stream(stream):
             state.take_graph.replay()
             self._taken = torch.cuda.Event()
-            self._taken.record(self._side)
+            self._taken.record(stream)
             state.detail_graph.replay()
             detail.copy_(state.detail, non_blocking=True)
             copied = torch.cuda.Event()
-            copied.record(self._side)
+            copied.record(stream)
         return copied
 
     def _read(self, events, row: torch.Tensor, detail: torch.Tensor) -> StepOutcome:

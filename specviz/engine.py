@@ -20,6 +20,7 @@ from .clock import device_clock
 from .errors import InvalidSettingError
 from .metrics import summarize
 from .models import LoadedModel
+from .options import EngineOptions
 from .proposers import Draft, Feedback, Proposer
 from .records import DraftPosition, RunResult, StepRecord, TokenKind, TokenRecord, TopTokens
 from .device_loop import DeviceLoop
@@ -220,7 +221,10 @@ class SpeculativeRun:
 
     detail=True (the app) fills every record: token texts, p and q of each draft, top-20 lists. detail=False
     (the bench) keeps ids, kinds, decisions and timings and skips the per-step display work: probabilities
-    are NaN, top lists and token texts empty; result.text is still the decoded output."""
+    are NaN, top lists and token texts empty; result.text is still the decoded output.
+
+    options: the engine's switches (EngineOptions; None: read from the environment here, once), passed down
+    to the runner the run makes and to its device loop."""
 
     def __init__(
         self,
@@ -229,18 +233,20 @@ class SpeculativeRun:
         prompt_ids: list[int],
         settings: DecodeSettings,
         prompt_text: str = "",
-        runner=None,  # a CausalRunner or fast.StaticRunner; default: the fastest for the target
+        runner=None,  # a CausalRunner or runners.static.StaticRunner; default: the fastest for the target
         verifier: Callable | None = None,  # replaces verify_sampled (tests use it to plant a wrong verifier)
         detail: bool = True,
+        options: EngineOptions | None = None,
     ):
         self.settings = settings.validate()
+        self.options = options or EngineOptions.from_environment()
         check_prompt(target, prompt_ids, self.settings)
         self.target = target
         self.proposer = proposer
         self.prompt_ids = list(prompt_ids)
         self.prompt_text = prompt_text
         self._owns_runner = runner is None
-        self.runner = runner or make_runner(target.model)
+        self.runner = runner or make_runner(target.model, options=self.options)
         if self.settings.tree and not proposer.drafts_trees:
             if proposer.drafts:  # plain decoding drafts nothing: nothing to say
                 warnings.warn(f"specviz: {proposer.name} drafts chains; draft trees are for ngram, retrieval, medusa, eagle "
@@ -400,7 +406,7 @@ class SpeculativeRun:
         """A DeviceLoop (device_loop.py) for this run where one applies, its graphs captured; None otherwise
         (and when capturing fails: the host loop then runs, with a warning)."""
         loop = DeviceLoop.for_run(self.runner, self.proposer, self.settings, TOP_N if self.detail else 0,
-                                  len(self.prompt_ids))
+                                  len(self.prompt_ids), self.options)
         if loop is not None:
             try:
                 loop.prepare(len(self.prompt_ids) + self.settings.max_new_tokens)

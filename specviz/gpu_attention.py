@@ -19,7 +19,6 @@ zero, so a row's result does not depend on the span or on the rows beside it.
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
@@ -34,9 +33,9 @@ _available: bool | None = None
 
 def supported(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
     """On CUDA where Triton imports, for a power-of-two head size of 16 to 256 (tl.arange's and tl.dot's
-    limits), unless SPECVIZ_TRITON_ATTENTION=0."""
+    limits). Callers also ask EngineOptions.triton_attention."""
     global _available
-    if device.type != "cuda" or os.environ.get("SPECVIZ_TRITON_ATTENTION", "1") == "0":
+    if device.type != "cuda":
         return False
     if dtype not in (torch.float16, torch.bfloat16, torch.float32) or head_dim & (head_dim - 1) or not 16 <= head_dim <= 256:
         return False

@@ -81,7 +81,7 @@ class DraftHead:
     weight [K, H] (the target's output rows for those tokens, or a head's own output layer)."""
 
     def __init__(self, weight: torch.Tensor, vocab_size: int, token_ids: torch.Tensor | None = None,
-                 bias: torch.Tensor | None = None):
+                 bias: torch.Tensor | None = None, onednn: bool = True):
         self.token_ids = token_ids
         self.vocab_size = vocab_size
         if token_ids is not None:
@@ -91,7 +91,8 @@ class DraftHead:
         self.bias = bias.detach() if bias is not None else None
         # on a CPU in float32, prepacked for oneDNN like the target's matrices (specviz.runners.onednn): a draft head
         # is most of a small drafter's cost there
-        packable = onednn_allowed(self.weight.device, self.weight.dtype, self.weight.numel() * self.weight.element_size())
+        packable = onednn and onednn_allowed(self.weight.device, self.weight.dtype,
+                                             self.weight.numel() * self.weight.element_size())
         self.packed = pack_matrix(self.weight) if packable else None
 
     @property
@@ -100,9 +101,9 @@ class DraftHead:
         return int(self.weight.shape[0])
 
     @classmethod
-    def from_target(cls, parts: TargetParts, token_ids: torch.Tensor | None) -> "DraftHead":
+    def from_target(cls, parts: TargetParts, token_ids: torch.Tensor | None, onednn: bool = True) -> "DraftHead":
         ids = token_ids.to(parts.device) if token_ids is not None else None
-        return cls(parts.output.weight, parts.vocab_size, ids, getattr(parts.output, "bias", None))
+        return cls(parts.output.weight, parts.vocab_size, ids, getattr(parts.output, "bias", None), onednn)
 
     def sub_logits(self, features: torch.Tensor) -> torch.Tensor:
         """features [..., H] -> [..., K] float32."""

@@ -14,7 +14,7 @@ import weakref
 
 import torch
 
-from ..runners.graphs import graphs_allowed
+from ..options import EngineOptions
 from ..tree import depths as tree_depths
 from .base import Draft, Feedback, Proposer
 from .eagle_net import DraftCache, EagleDrafter
@@ -28,8 +28,9 @@ class EagleProposer(Proposer):
     needs_target_hidden = True
     drafts_trees = True
 
-    def __init__(self, drafter: EagleDrafter):
+    def __init__(self, drafter: EagleDrafter, options: EngineOptions | None = None):
         self.drafter = drafter
+        self.options = options or EngineOptions.from_environment()  # graphs and compile for its trees
 
     def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:
         super().reset(prompt_ids, settings, generator)
@@ -52,7 +53,7 @@ class EagleProposer(Proposer):
     def _tree_drafting(self, length: int, gamma: int):
         rows = gamma + 1  # what a step feeds: the accepted drafts and the token before them
         scratch = max(rows + (gamma - 1) * self.tree_width, CATCH_UP_ROWS)  # slots written past the prefix
-        return TreeDrafting(self.drafter, length + scratch + 1, rows)
+        return TreeDrafting(self.drafter, length + scratch + 1, rows, self.options)
 
     @torch.inference_mode()
     def warm_up(self, max_length: int, gamma: int, tree: int) -> None:
@@ -60,7 +61,7 @@ class EagleProposer(Proposer):
         with this gamma and tree will replay, before anything is timed: compiling it takes 15-30 s. The graph
         stays with the drafter's pool of caches for the runs after."""
         parts = self.drafter.parts
-        if not tree or gamma < 1 or parts.device.type != "cuda" or not graphs_allowed():
+        if not tree or gamma < 1 or parts.device.type != "cuda" or not self.options.graphs:
             return  # nothing is captured: no cache to make
         trees = self._tree_drafting(max_length, gamma)
         features = torch.zeros(1, self.drafter.net.config.hidden_size, device=parts.device, dtype=parts.dtype)

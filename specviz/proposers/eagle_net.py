@@ -215,4 +215,4 @@ class EagleDrafter:
         self.parts = parts
         self.head = head
         self.source = source
-        self.tree_workspaces: dict = {}  # cache capacity -> free eagle_tree.TreeWorkspace (graphs kept from run to run)
+        self.tree_workspaces: dict = {}  # (capacity, attention kernel) -> free eagle_tree.TreeWorkspaces (their graphs kept)

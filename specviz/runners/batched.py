@@ -27,7 +27,8 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from .graphs import capture_graph, graph_span, graphs_allowed, next_power_of_two, no_cudnn_attention
+from ..options import EngineOptions
+from .graphs import capture_graph, graph_span, next_power_of_two, no_cudnn_attention
 from .llama import layer_input, layer_mlp, layer_weights, rms_norm, text_config, unsupported_reason
 from .onednn import model_matrices, onednn_allowed, parameter_bytes
 
@@ -63,9 +64,12 @@ class BatchedRunner:
     """forward(ids [B, K]) appends K tokens to each row at its own length and returns logits [B, K, V];
     rollback(lengths [B]) keeps each row's first lengths[b] tokens; keep(rows) drops the other rows.
     padded_shapes: whole-batch forwards in the graphs' padded shapes (default: where graphs are used; the
-    tests set it on a CPU to check the padding without a GPU)."""
+    tests set it on a CPU to check the padding without a GPU). options: EngineOptions (None: from the
+    environment)."""
 
-    def __init__(self, model: torch.nn.Module, batch: int, capacity: int, padded_shapes: bool | None = None):
+    def __init__(self, model: torch.nn.Module, batch: int, capacity: int, padded_shapes: bool | None = None,
+                 options: EngineOptions | None = None):
+        options = options or EngineOptions.from_environment()
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"batched decoding needs the fast path's models: {reason}")
@@ -82,7 +86,7 @@ class BatchedRunner:
         head = model.get_output_embeddings()
         self.head = head.weight.detach()
         # MKL's products repack the weights each call: on a CPU the batch-1 step took twice the fast path's
-        self.use_onednn = onednn_allowed(self.device, self.dtype, parameter_bytes(model))
+        self.use_onednn = options.onednn and onednn_allowed(self.device, self.dtype, parameter_bytes(model))
         self.layer_tensors, self.head_matrix, self.linear = model_matrices(decoder, self.layers, head,
                                                                            self.use_onednn)
         self.embed = decoder.embed_tokens.weight.detach()
@@ -100,7 +104,7 @@ class BatchedRunner:
         self.cos, self.sin = cos[0].to(self.dtype), sin[0].to(self.dtype)
         self.all_lengths = torch.zeros(batch, dtype=torch.long, device=self.device)  # rows past self.batch: 0
         self.host_lengths = [0] * batch  # the rows in use, on the host: no device read to know a forward's span
-        self.use_graphs = self.device.type == "cuda" and graphs_allowed()
+        self.use_graphs = self.device.type == "cuda" and options.graphs
         self.padded_shapes = self.use_graphs if padded_shapes is None else padded_shapes
         self.shapes: dict[tuple, PaddedShape] = {}  # (width, count, span) -> its static ids and logits
         self.pool = None  # the graphs' shared memory pool (graphs.capture_graph)
@@ -228,7 +232,8 @@ _pool_lock = threading.Lock()
 CAPACITY_STEP = 64  # capacities rounded up to a multiple: calls with nearby lengths share a runner and its graphs
 
 
-def batched_runner(model: torch.nn.Module, batch: int, capacity: int) -> BatchedRunner:
+def batched_runner(model: torch.nn.Module, batch: int, capacity: int,
+                   options: EngineOptions | None = None) -> BatchedRunner:
     """A runner of `batch` rows holding at least `capacity` positions: where it uses graphs, one given back
     earlier (its graphs already captured), else a new one."""
     capacity = -(-capacity // CAPACITY_STEP) * CAPACITY_STEP
@@ -236,7 +241,7 @@ def batched_runner(model: torch.nn.Module, batch: int, capacity: int) -> Batched
         free = _pool.get(model, {}).get((batch, capacity))
         runner = free.pop() if free else None
     if runner is None:
-        return BatchedRunner(model, batch, capacity)
+        return BatchedRunner(model, batch, capacity, options=options)
     runner.reset()
     return runner
 

@@ -1,9 +1,8 @@
-"""CUDA graphs and compile for the fast path: the switches that allow them, the workspaces (a static KV cache
-and the graphs captured over it) pooled per model, capturing a graph, the attention spans graphs are made
-for, and layer functions compiled once per process."""
+"""CUDA graphs and compile for the fast path: the workspaces (a static KV cache and the graphs captured over it)
+pooled per model, capturing a graph, the attention spans graphs are made for, and layer functions compiled once
+per process. Whether graphs and compile are used at all is options.EngineOptions's to say."""
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 
@@ -28,19 +27,6 @@ def no_cudnn_attention():
 
 def next_power_of_two(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
-
-
-def compile_allowed() -> bool:
-    """torch.compile is used on CUDA unless SPECVIZ_COMPILE=0 or on ZeroGPU, which does not support it."""
-    if os.environ.get("SPECVIZ_COMPILE", "1") == "0" or os.environ.get("SPACES_ZERO_GPU"):
-        return False
-    return True
-
-
-def graphs_allowed() -> bool:
-    """CUDA graphs are used on CUDA unless SPECVIZ_GRAPHS=0 or on ZeroGPU, which lends the GPU per call: a
-    graph holds raw device addresses, which need not survive from one call to the next."""
-    return os.environ.get("SPECVIZ_GRAPHS", "1") != "0" and not os.environ.get("SPACES_ZERO_GPU")
 
 
 class CapturedGraph:

@@ -19,7 +19,6 @@ drafter use it unchanged; make_runner() picks it for every model it supports and
 """
 from __future__ import annotations
 
-import os
 import statistics
 import warnings
 import weakref
@@ -30,11 +29,12 @@ import torch.nn.functional as F
 
 from .. import gpu_attention
 from ..clock import device_clock
+from ..options import EngineOptions
 from ..runner import CausalRunner
 from ..settings import MAX_GAMMA, MAX_TREE
 from ..tree import check_tree, depths as tree_depths, unpack_visibility, visibility_words
-from .graphs import (MIN_SPAN, CapturedGraph, capture_graph, compile_allowed, compiled_fn, graph_span,
-    graphs_allowed, next_power_of_two, no_cudnn_attention, return_workspace, take_workspace)
+from .graphs import (MIN_SPAN, CapturedGraph, capture_graph, compiled_fn, graph_span, next_power_of_two,
+    no_cudnn_attention, return_workspace, take_workspace)
 from .llama import (attention_mask, decoder_layer, layer_weights, rms_norm, text_config, tree_attention_mask,
     triton_decoder_layer, unsupported_reason)
 from .onednn import model_matrices, onednn_allowed, onednn_linear, parameter_bytes
@@ -54,10 +54,13 @@ class StaticRunner:
     float32, hidden [K, H]); rollback(length) keeps the first `length` tokens; the cache holds exactly the
     first `length` tokens of the sequence (positions past it hold stale values that no forward attends to).
     A runner serves one sequence at a time; its workspace goes back to the model's pool when the runner
-    is garbage-collected or release() is called."""
+    is garbage-collected or release() is called. graphs, compile, onednn and triton_attention: None takes the
+    switch from `options` (None: EngineOptions.from_environment()), a bool overrides it."""
 
     def __init__(self, model: torch.nn.Module, graphs: bool | None = None, compile: bool | None = None,
-                 onednn: bool | None = None, triton_attention: bool | None = None):
+                 onednn: bool | None = None, triton_attention: bool | None = None,
+                 options: EngineOptions | None = None):
+        options = options or EngineOptions.from_environment()
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"the fast path does not support this model: {reason}")
@@ -83,9 +86,10 @@ class StaticRunner:
         self.head_bias = None if getattr(head, "bias", None) is None else head.bias.detach()
         self.rotary = decoder.rotary_emb
         cuda = self.device.type == "cuda"
-        self.use_graphs = (cuda and graphs_allowed()) if graphs is None else (graphs and cuda)
-        self.use_onednn = onednn_allowed(self.device, self.dtype, parameter_bytes(model)) if onednn is None else onednn
-        self.use_compile = (cuda and compile_allowed() and not _compile_failed) if compile is None else compile
+        self.use_graphs = cuda and (options.graphs if graphs is None else graphs)
+        self.use_onednn = (options.onednn and onednn_allowed(self.device, self.dtype, parameter_bytes(model))
+                           if onednn is None else onednn)
+        self.use_compile = (cuda and options.compile and not _compile_failed) if compile is None else compile
         self.use_compile = self.use_compile and not self.use_onednn  # compile traces F.linear, not prepacked weights
         self.layer_tensors, self.head_matrix, self._linear = model_matrices(decoder, self.layers, head,
                                                                             self.use_onednn)
@@ -94,8 +98,8 @@ class StaticRunner:
         # gpu_attention's kernel in captured graphs only: their shapes are fixed, so its Triton code compiles
         # while they are captured; eager forwards of new lengths would compile new specialisations mid-run
         self.use_triton_attention = self.use_graphs and (
-            gpu_attention.supported(self.device, self.dtype, self.head_dim) if triton_attention is None
-            else triton_attention)
+            options.triton_attention and gpu_attention.supported(self.device, self.dtype, self.head_dim)
+            if triton_attention is None else triton_attention)
         self._layer_fn = self._captured_layer_fn(self.use_compile)
         # one pool per (layers, head, dtype, options): an early-exit cut and the full model differ
         key = (len(self.layers), self.head.data_ptr(), self.dtype, self.use_graphs, self.use_compile,
@@ -434,14 +438,17 @@ class StaticRunner:
 _compile_failed = False
 
 
-def make_runner(model: torch.nn.Module, fast: bool | None = None, **options):
-    """The fastest runner for `model`: StaticRunner where the model is supported, else CausalRunner.
-    fast=None reads the environment: SPECVIZ_FAST=0 forces transformers' forward (CausalRunner)."""
+def make_runner(model: torch.nn.Module, fast: bool | None = None, options: EngineOptions | None = None,
+                **overrides):
+    """The fastest runner for `model`: StaticRunner where the model is supported, else CausalRunner. fast=None
+    takes options.fast (EngineOptions; None: from the environment), where False forces transformers' forward;
+    overrides go to StaticRunner (graphs=False, ...)."""
+    options = options or EngineOptions.from_environment()
     if fast is None:
-        fast = os.environ.get("SPECVIZ_FAST", "1") != "0"
+        fast = options.fast
     if fast and unsupported_reason(model) is None:
         try:
-            return StaticRunner(model, **options)
+            return StaticRunner(model, options=options, **overrides)
         except Exception as error:  # never fail a run over the fast path: say so and take the slow one
             warnings.warn(f"specviz: fast path unavailable ({error}); using the transformers forward")
     return CausalRunner(model)
