@@ -14,7 +14,7 @@ import torch
 from .batch_draft import ModelDrafting
 from .device_loop import DeviceLoop
 from .engine import TOP_N, SpeculativeRun
-from .runners.static import make_runner, runners_of
+from .runners.static import make_runner
 from .errors import InvalidSettingError
 from .models import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
 from .options import EngineOptions
@@ -165,15 +165,12 @@ def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024,
                                   prompt_length=0, options=options)
         if loop is not None:
             loop.prepare(max_length)
-    if hasattr(runner, "warm_up"):
-        runner.warm_up(max_positions, max_length, tree)  # only the target verifies draft trees
-    for each in (r for p in proposers for r in runners_of(p)):
-        if hasattr(each, "warm_up"):
+    runner.warm_up(max_positions, max_length, tree)  # only the target verifies draft trees
+    for proposer in proposers:
+        for each in proposer.runners():
             each.warm_up(max_positions, max_length)
-    for proposer in proposers:  # what proposers capture themselves (EAGLE's tree drafting)
-        proposer.warm_up(max_length, max_positions - 1, tree)
-    if hasattr(runner, "release"):
-        runner.release()
+        proposer.warm_up(max_length, max_positions - 1, tree)  # what it captures itself (EAGLE's tree drafting)
+    runner.release()
 
 
 def run_once(target: LoadedModel, proposer: Proposer, prompt_ids: list[int], settings: DecodeSettings,

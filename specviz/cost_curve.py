@@ -52,8 +52,7 @@ def measure_positions(target: LoadedModel, positions: Sequence[int] = POSITIONS,
             ms = fast_cost_curve(target.model, [k], context=context, repeats=repeats, runner=runner)[k]
             yield CostPoint("positions", k, ms, context)
     finally:
-        if hasattr(runner, "release"):  # the static runner's cache goes back to the model's pool
-            runner.release()
+        runner.release()  # the static runner's cache goes back to the model's pool
 
 
 @torch.inference_mode()

@@ -47,6 +47,7 @@ from .options import EngineOptions
 from .proposers.base import DeviceLookup
 from .records import TopTokens
 from .runners.graphs import MIN_SPAN, capture_graph, compiled_static, graph_span
+from .runners.static import StaticRunner
 from .tree_device import walk_tree, weighted_tree
 
 
@@ -238,7 +239,7 @@ class DeviceLoop:
         wanted = options.device_loop
         if wanted == "0" or not settings.greedy:
             return None
-        if not hasattr(runner, "decode") or not (runner.use_graphs or wanted == "force"):
+        if not isinstance(runner, StaticRunner) or not (runner.use_graphs or wanted == "force"):
             return None
         lookup = proposer.device_lookup(settings, runner)
         if lookup is None or (lookup.tree and not runner.supports_tree):

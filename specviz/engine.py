@@ -252,7 +252,7 @@ class SpeculativeRun:
                 warnings.warn(f"specviz: {proposer.name} drafts chains; draft trees are for ngram, retrieval, medusa, eagle "
                               "and adaptive on medusa or eagle")
             self.settings = dataclasses.replace(self.settings, tree=0)
-        if self.settings.tree and not getattr(self.runner, "supports_tree", False):
+        if self.settings.tree and not self.runner.supports_tree:
             warnings.warn(f"specviz: {type(self.runner).__name__} cannot verify draft trees; drafting chains")
             self.settings = dataclasses.replace(self.settings, tree=0)
         self.context = target.context_length  # read once: a property that walks the config
@@ -267,7 +267,7 @@ class SpeculativeRun:
             with collector_paused():
                 yield from self._run()
         finally:  # also when the caller stops early: the runner's cache and graphs go back to the pool
-            if self._owns_runner and hasattr(self.runner, "release"):
+            if self._owns_runner:
                 self.runner.release()
             self.proposer.release()  # and the proposer's (a tree drafter's cache and graphs), for the next run
 

@@ -17,6 +17,8 @@ class Draft:
     parents: list[int] | None = None  # a draft tree (tree.py): each token's parent, -1 = the last accepted
     # token; None = a chain. Tree drafts are verified as one-hot candidates: probs and logits are None.
     doubted: bool = False  # the drafter ended the chain after its last token, which it doubted (draft_stop)
+    key: object = None  # what kind of draft it is, where the drafter can say (n-gram lookup: the matched n-gram's
+    # size): `adaptive` keeps an acceptance rate per key
 
     @property
     def size(self) -> int:
@@ -61,8 +63,15 @@ class DeviceLookup:
 
 
 class Proposer:
-    """Base class. Subclasses set `name` and implement propose(); they keep their own state (caches)
-    in step with the accepted sequence, which reset() and observe() give them."""
+    """Base class of every drafting method. The engine calls, of each proposer:
+
+    - reset() once a run, propose() and observe() once a step, release() when the run ends (subclasses
+      implement propose(); they keep their own state, such as caches, in step with the accepted sequence);
+    - runners(): the runners it drafts with, and warm_up(): graphs of its own, both for api.warm_up to prepare
+      before anything is timed;
+    - device_lookup(): its drafting as tensor functions for the device loop, where it has that.
+
+    The flags below say what the engine and `adaptive` may count on; nothing else is read from a proposer."""
 
     name = "proposer"
     drafts = True  # False for plain decoding, which never proposes anything
@@ -72,6 +81,8 @@ class Proposer:
     # adaptive method then looks at the whole draft before choosing how much of it to verify
     drafts_on_host = False  # True when propose() and observe() launch no work on the device (lookups, plain):
     # the engine then times a step without waiting for the device in between
+    settings: DecodeSettings | None = None  # the run's, from reset()
+    generator: torch.Generator | None = None
 
     def reset(self, prompt_ids: torch.Tensor, settings: DecodeSettings, generator: torch.Generator,
               target_hidden: torch.Tensor | None = None) -> None:
@@ -87,9 +98,13 @@ class Proposer:
     def observe(self, feedback: Feedback) -> None:
         """Called after every verification."""
 
+    def runners(self) -> list:
+        """The runners it drafts with (a draft model's), whose graphs api.warm_up captures before timing."""
+        return []
+
     def warm_up(self, max_length: int, gamma: int, tree: int) -> None:
         """Untimed preparation for runs of up to max_length tokens with these settings (api.warm_up calls it):
-        graphs to capture, code to compile. Most proposers have none."""
+        graphs to capture, code to compile, other than its runners'. Most proposers have none."""
 
     def device_lookup(self, settings: DecodeSettings, runner) -> DeviceLookup | None:
         """This proposer's drafting on the device, for the device loop, or None where it has none (then the
@@ -110,7 +125,7 @@ class Proposer:
     def tree_budget(self) -> int:
         """Draft tokens a tree may hold this run (settings.tree; the engine sets it to 0 where the runner
         cannot verify trees); 0 means draft a chain."""
-        return getattr(getattr(self, "settings", None), "tree", 0)
+        return self.settings.tree if self.settings is not None else 0
 
     def empty_draft(self, device) -> Draft:
         return Draft(torch.empty(0, dtype=torch.long, device=device), None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import configs
 from ..runners.onednn import onednn_allowed, onednn_linear, pack_matrix
 
 
@@ -42,8 +43,8 @@ class TargetParts:
         self.device, self.dtype = weight.device, weight.dtype
         self.vocab_size, self.hidden_size = weight.shape
         rotary = getattr(model.get_decoder(), "rotary_emb", None)
-        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        target_head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        config = configs.text_config(model.config)
+        target_head_dim = configs.head_dim(config)
         if rotary is not None and target_head_dim == head_dim:
             self._rotary = rotary  # the target's own (keeps its rope scaling, if any)
         else:

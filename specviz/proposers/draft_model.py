@@ -67,6 +67,9 @@ class ModelDrafter(Proposer):
         self.cached_ids: list[int] = []  # the tokens whose keys and values are in the runner's cache
         self.sequence: list[int] = []  # host mirror of the accepted sequence
 
+    def runners(self) -> list:
+        return [self.runner]
+
     def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:
         super().reset(prompt_ids, settings, generator)
         self.runner.reset()

@@ -31,6 +31,7 @@ class EagleProposer(Proposer):
     def __init__(self, drafter: EagleDrafter, options: EngineOptions | None = None):
         self.drafter = drafter
         self.options = options or EngineOptions.from_environment()  # graphs and compile for its trees
+        self.trees = self._finalizer = None  # a tree run's drafting on the device, and what gives it back
 
     def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:
         super().reset(prompt_ids, settings, generator)
@@ -71,7 +72,7 @@ class EagleProposer(Proposer):
 
     def release(self) -> None:
         """Give a tree run's static cache (and its graphs) back to the drafter's pool."""
-        if getattr(self, "_finalizer", None) is not None:
+        if self._finalizer is not None:
             self._finalizer()
         self.trees = self._finalizer = None
 

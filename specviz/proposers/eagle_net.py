@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..configs import head_dim, kv_heads
 from ..runners.graphs import no_cudnn_attention
 from .draft_head import DraftHead, TargetParts
 
@@ -38,8 +39,7 @@ class EagleConfig:
         heads = config.num_attention_heads
         return cls(
             hidden_size=config.hidden_size, intermediate_size=config.intermediate_size, num_attention_heads=heads,
-            num_key_value_heads=getattr(config, "num_key_value_heads", None) or heads,
-            head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+            num_key_value_heads=kv_heads(config), head_dim=head_dim(config),
             num_hidden_layers=num_layers, rms_norm_eps=config.rms_norm_eps,
         )
 

@@ -27,6 +27,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
+from ..configs import head_dim, kv_heads, norm_eps
 from ..options import EngineOptions
 from .graphs import capture_graph, graph_span, next_power_of_two, no_cudnn_attention
 from .llama import layer_input, layer_mlp, layer_weights, rms_norm, text_config, unsupported_reason
@@ -78,8 +79,7 @@ class BatchedRunner:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.heads = config.num_attention_heads
-        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.kv_heads, self.head_dim = kv_heads(config), head_dim(config)
         if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
             raise ValueError("batched decoding does not implement sliding-window attention")
         self.layers = [layer_weights(layer) for layer in decoder.layers]
@@ -91,7 +91,7 @@ class BatchedRunner:
                                                                            self.use_onednn)
         self.embed = decoder.embed_tokens.weight.detach()
         self.final_norm = decoder.norm.weight.detach()
-        self.final_eps = float(getattr(decoder.norm, "variance_epsilon", getattr(decoder.norm, "eps", 1e-6)))
+        self.final_eps = norm_eps(decoder.norm)
         self.head_bias = None if getattr(head, "bias", None) is None else head.bias.detach()
         self.capacity = capacity
         self.width = batch  # rows allocated; self.batch of them in use

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from .. import gpu_attention
 from ..clock import device_clock
+from ..configs import head_dim, kv_heads, norm_eps
 from ..options import EngineOptions
 from ..runner import CausalRunner
 from ..settings import MAX_GAMMA, MAX_TREE
@@ -70,8 +71,7 @@ class StaticRunner:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.heads = config.num_attention_heads
-        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.kv_heads, self.head_dim = kv_heads(config), head_dim(config)
         window = getattr(config, "sliding_window", None)
         use_window = getattr(config, "use_sliding_window", True)  # qwen2 keeps the field but switches it off
         self.window = int(window) if window and use_window else None
@@ -80,7 +80,7 @@ class StaticRunner:
         self.embed = decoder.embed_tokens.weight.detach()
         norm = decoder.norm
         self.final_norm = norm.weight.detach()
-        self.final_eps = float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6)))
+        self.final_eps = norm_eps(norm)
         head = model.get_output_embeddings()
         self.head = head.weight.detach()
         self.head_bias = None if getattr(head, "bias", None) is None else head.bias.detach()
@@ -452,23 +452,6 @@ def make_runner(model: torch.nn.Module, fast: bool | None = None, options: Engin
         except Exception as error:  # never fail a run over the fast path: say so and take the slow one
             warnings.warn(f"specviz: fast path unavailable ({error}); using the transformers forward")
     return CausalRunner(model)
-
-
-def runners_of(proposer) -> list:
-    """The runners a proposer drafts with (ModelDrafter.runner, an adaptive proposer's base's...), found
-    among its attributes, so that they can be warmed up before timing whatever the drafting method."""
-    found, stack, seen = [], [proposer], set()
-    while stack:
-        item = stack.pop()
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        for value in vars(item).values() if hasattr(item, "__dict__") else ():
-            if isinstance(value, StaticRunner):
-                found.append(value)
-            elif type(value).__module__.startswith("specviz.proposers") or hasattr(value, "propose"):
-                stack.append(value)
-    return found
 
 
 # The cost curve: forward time against the number of positions fed --------------------------------------
