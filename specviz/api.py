@@ -13,7 +13,7 @@ import torch
 
 from .batch_draft import ModelDrafting
 from .device_loop import DeviceLoop
-from .engine import TOP_N, SpeculativeRun
+from .engine import SpeculativeRun
 from .runners.static import make_runner
 from .errors import InvalidSettingError
 from .models import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
@@ -24,6 +24,7 @@ from .proposers.checkpoints import load_draft_model, load_drafter, shipped_draft
 from .proposers.early_exit import decoder_layers, default_exit_layer, truncated_view
 from .records import RunResult
 from .settings import DecodeSettings, check_prompt_text
+from .step_records import TOP_N
 
 
 BATCHED_METHODS = ("plain", "ngram", "retrieval", "draft", "early-exit")  # what batch.decode_batch drafts with

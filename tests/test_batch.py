@@ -219,7 +219,8 @@ def test_rows_give_their_batch_one_output_in_the_graphs_padded_shapes(tiny_targe
     import specviz.batch_draft
     from specviz.api import batch_drafting
 
-    padded = lambda model, batch, capacity: BatchedRunner(model, batch, capacity, padded_shapes=True)  # noqa: E731
+    padded = lambda model, batch, capacity, options=None: BatchedRunner(  # noqa: E731
+        model, batch, capacity, padded_shapes=True, options=options)
     monkeypatch.setattr(specviz.batch, "batched_runner", padded)
     monkeypatch.setattr(specviz.batch_draft, "batched_runner", padded)
     ids = [[3, 7, 1, 3, 7, 1, 3], [5, 2], [9, 9, 9, 4, 1, 2, 8]]
