@@ -26,13 +26,13 @@ from specviz.proposers.checkpoints import MEDUSA_WEIGHTS, average_medusa_blocks,
 WEIGHTS = MEDUSA_WEIGHTS[0]  # the safetensors file that train-drafter writes
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("first", type=Path)
     parser.add_argument("second", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--weight", type=float, default=0.5, help="the second set's share (0..1)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not 0 <= args.weight <= 1:
         sys.exit("--weight must be between 0 and 1")
     try:  # the loader's own readers, with its messages

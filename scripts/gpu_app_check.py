@@ -64,7 +64,7 @@ def table_rows(table) -> dict[str, dict]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     parser.add_argument("--method", default="ngram", help="ngram or retrieval (the default model ships a datastore)")
     parser.add_argument("--gamma", type=int, default=8)

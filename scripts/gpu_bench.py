@@ -36,8 +36,8 @@ def weight_bytes(model) -> int:
     return total
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--prompts", default="data/spec_bench/question.jsonl")
     parser.add_argument("--gamma", type=int, default=16)
@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--stages", default="A,D,B,C,E")
     parser.add_argument("--device", default="cuda", help="cpu: a dry run of this script")
     parser.add_argument("--max-new-tokens", type=int, default=256)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     began = time.perf_counter()
     common = dict(prompts_file=args.prompts, target="default", device=args.device, chat=True)

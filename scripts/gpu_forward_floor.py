@@ -34,13 +34,13 @@ def gpu_ms(runner: StaticRunner, feed, length: int, repeats: int = 300) -> float
     return (time.perf_counter() - start) / repeats * 1e3
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--context", type=int, default=300)
     parser.add_argument("--taus", default="chain17=2.87,tree16=3.08,tree64=3.59")
     parser.add_argument("--target", default="default")
     parser.add_argument("--positions", default="", help="chains of K positions to time against one, e.g. 2,4,8,16")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     target = load_model(args.target, device="cuda", dtype=torch.bfloat16)
     runner = StaticRunner(target.model)
     vocab = target.vocab_size

@@ -47,7 +47,7 @@ def figures(report: dict, spec: str) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="vicuna-7b", choices=sorted(SHAPES))
     parser.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     parser.add_argument("--work", default=None, help="where the drafter folders go (default: a temporary folder)")

@@ -46,12 +46,12 @@ def build(folder: Path, vocab: int, hidden: int, intermediate: int, layers: int,
     return params
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=4)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     assert torch.cuda.device_count() >= 2, "needs two GPUs"
     work = Path(tempfile.mkdtemp())
     vocab = 32000

@@ -55,7 +55,7 @@ def show_saved(page, key: str, title: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(ROOT / "assets" / "screenshots"))
     parser.add_argument("--only", default=",".join(LESSON_KEYS))
     parser.add_argument("--timings", default=None, help="write each lesson's seconds to this JSON file")

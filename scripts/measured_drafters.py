@@ -3,6 +3,7 @@ from the bench reports of the runs listed below (each run's doc says its command
 
     python -m scripts.measured_drafters
 """
+import argparse
 import json
 from pathlib import Path
 
@@ -21,7 +22,8 @@ RUNS = [
 ]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     runs = [measured_run(label, doc, [json.loads((ROOT / f).read_text()) for f in files])
             for label, doc, files in RUNS]
     MEASURED.parent.mkdir(parents=True, exist_ok=True)

@@ -51,8 +51,8 @@ def replay(answer: list[int], tops: tuple[torch.Tensor, torch.Tensor], prompt_le
     return steps, len(answer)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", required=True)
     parser.add_argument("--per-category", type=int)
     parser.add_argument("--limit", type=int)
@@ -69,7 +69,7 @@ def main() -> None:
     parser.add_argument("--replay-limit", type=int, default=None, help="replay only the first N prompts")
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     target = load_model(DEFAULT_MODEL, device=args.device, dtype=args.dtype)
     prompts = load_prompts(args.prompts, args.limit, args.per_category)

@@ -64,7 +64,7 @@ def take(browser, url: str, name: str, out: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(ROOT / "assets" / "screenshots"))
     parser.add_argument("--only", default=",".join(SCREENS), help=f"some of {','.join(SCREENS)}")
     args = parser.parse_args(argv)

@@ -15,7 +15,7 @@ from specviz.published_layouts import SHAPES, write_both
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="vicuna-7b", choices=sorted(SHAPES))
     parser.add_argument("--out", required=True)
     parser.add_argument("--seed", type=int, default=0)

@@ -26,10 +26,10 @@ tensor (that reads the index back), gather / index_select instead; no tensor is 
 With detail (the app's runs), the verify graph also keeps its logits and drafts, and a third graph computes from
 them what the app shows of each step (step_detail): the target's top tokens at every position and its
 probability of each drafted token, read back with the step's log, so that the host builds the app's records one
-step behind. That graph runs on a second stream, beside the next step's lookup and verify pass: a top-k over the
-vocabulary takes ~80 us on an H200 (scripts/gpu_detail_topk_probe.py), 8% of a step of the default target, and
-its small kernels leave most of the card idle. It first copies the kept logits aside, so that the next verify pass
-waits only for that copy before it overwrites them.
+step behind. That graph runs on a second stream (EngineOptions.detail_stream), beside the next step's lookup and
+verify pass: a top-k over the vocabulary is a noticeable part of a small target's step, and its small kernels leave
+most of the card idle (docs/fast-path.md has the figures). It first copies the kept logits aside, so that the next
+verify pass waits only for that copy before it overwrites them.
 
 Exactly the drafts of the host proposers (tests compare them step by step), and greedy acceptance as
 verify.verify_greedy does it: the output is plain greedy output. The same functions run eagerly on a CPU

@@ -5,8 +5,7 @@ Why: in a captured decode step of the default model, cuDNN's attention took 10 u
 were packed into rows and the mask repeated for them, then unpacked. These kernels read q in the layer's own
 [K, heads, D] layout, the mask as the forward built it ([K, span], shared by every layer), and writes [K,
 heads * D] for the output projection; it stops at the last slot any token may see (read from the device, so
-one captured graph serves every length up to its span). Measured in a captured forward of the default model
-(H100, bfloat16, 300 cached tokens; scripts/gpu_profile.py): see docs/fast-path.md.
+one captured graph serves every length up to its span). docs/fast-path.md has what it saves.
 
 In the target's layers (runners.llama.triton_decoder_layer) the kernel also takes the new tokens' own keys and values,
 reads them from there and writes them into the cache: two kernels fewer a layer than writing the cache first.
