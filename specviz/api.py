@@ -124,10 +124,9 @@ def batch_drafting(method: str, target: LoadedModel, draft: LoadedModel | None =
 
 def default_lookup(target: LoadedModel) -> str:
     """What `adaptive` looks up by default beside a model drafter. On a CPU, retrieval (where a datastore
-    ships for the target): a lookup of ~0.2 ms is nothing beside a ~40 ms forward, and it finds more (13
-    Spec-Bench prompts, 2 vCPUs: 1.37-1.53x over plain against 1.26-1.28x with n-gram lookup,
-    results/cpu-adaptive-auto-13prompts/). On a GPU, n-gram lookup: there the datastore's lookup is a sixth of
-    a ~1.2 ms step (H100, 26 prompts: 1.94x against 1.78x)."""
+    ships for the target): its lookup is nothing beside a forward there, and it finds more than the sequence
+    alone. On a GPU, n-gram lookup: there the datastore's lookup is a real share of a step. The measurements:
+    docs/benchmarks/2026-11-27-6f4be49-where-2-5x-stands-on-the-gpu-measured-adaptive-on-the-cpu.md."""
     if target.device.type == "cpu" and shipped_drafter_exists("retrieval", target):
         return "retrieval"
     return "ngram"

@@ -7,8 +7,9 @@
   positions speculation adds are no longer free, and speculation stops paying.
 
 The K curve is specviz.runners.static.cost_curve, one K at a time (so that the app can show progress and let other
-users' steps in between); the batch curve runs transformers' forward (the engine has no batched runner),
-with every cache call through specviz.runner. No UI imports (this runs on the GPU machine too).
+users' steps in between); the batch curve runs transformers' own forward, as any batched server would, with
+every cache call through specviz.runner (batch.forward_cost times the batch loop's runner instead, for the Batch
+tab and lesson 5). No UI imports (this runs on the GPU machine too).
 """
 from __future__ import annotations
 

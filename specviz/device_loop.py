@@ -1,10 +1,10 @@
 """The device loop: greedy plain, `ngram` and `retrieval` decoding (chains and draft trees) with every step's
 work on the GPU.
 
-Why: on an H100 a verify pass of the 135M target takes ~1.0 ms of GPU time, and the host loop (engine.py)
-spends 0.2 ms (plain) to 0.5 ms (retrieval) a step on the host while the GPU waits: reading the verdict,
-looking up the next draft, launching the next pass (scripts/gpu_forward_floor.py measured it). Here a step is
-two CUDA graphs that read and write only device tensors:
+Why: on a GPU a small target's verify pass is short, and the host loop (engine.py) spends a good part of a
+step on the host while the GPU waits: reading the verdict, looking up the next draft, launching the next pass
+(docs/fast-path.md has the measurements). Here a step is two CUDA graphs that read and write only device
+tensors:
 
 1. the lookup: the proposer's own drafting on the device (Proposer.device_lookup: for `ngram` the sequence's
    n-gram matches, proposers/ngram_device.py; for `retrieval` also the datastore's continuations, merged into

@@ -37,8 +37,8 @@ from .text import IncrementalDetokenizer
 @contextlib.contextmanager
 def collector_paused():
     """Python's cyclic garbage collector off for a run: a full collection walks every object alive (torch's
-    modules, a loaded model, the records so far) and would land inside whichever step allocated last, on a GPU
-    a step of ~1 ms. Reference counting still frees what a step drops; the collector resumes (as it was) when
+    modules, a loaded model, the records so far) and would land inside whichever step allocated last, many
+    times a GPU step's length. Reference counting still frees what a step drops; the collector resumes (as it was) when
     the run ends or is abandoned."""
     was_enabled = gc.isenabled()
     gc.disable()

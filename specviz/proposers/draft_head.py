@@ -64,7 +64,7 @@ TOP_K_CHUNK = 1024  # on a GPU, a long row's top k is taken in chunks of this ma
 def top_k(x: torch.Tensor, k: int, two_stage: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x.topk(k, dim=-1) (values, indices), best first. On a GPU (two_stage=None), rows longer than a chunk go in
     two stages: the k best of each TOP_K_CHUNK-long chunk, then the k best of those. Why: torch.topk gives
-    each row one block, which took ~90 us for 8 rows of 16,384 on an H100 (a draft tree takes one a depth)."""
+    each row one block, slow over a long row (a draft tree takes one a depth; docs/fast-path.md)."""
     length = x.shape[-1]
     two_stage = x.is_cuda if two_stage is None else two_stage
     if not two_stage or length <= TOP_K_CHUNK or length % TOP_K_CHUNK or k > TOP_K_CHUNK:

@@ -8,8 +8,9 @@ matrix, so a forward reads every weight once whatever the batch; attention runs 
 On a CPU in float32 the matrices are the fast path's oneDNN prepacked ones (onednn.py; shared with it, packed
 once a model).
 
-On a GPU a whole-batch forward is a CUDA graph: eager, the step is bound by launching its ~1,000 kernels (about
-20 ms for the default model at any batch size on an H100), which hides what the batch costs the device. Graph
+On a GPU a whole-batch forward is a CUDA graph: eager, the step is bound by launching its ~1,000 kernels, the
+same time at any batch size for a small model (docs/design.md, Batches), which hides what the batch costs the
+device. Graph
 shapes are fixed, so a forward is padded: the attention span up to a power of two (graphs.graph_span) and the
 batch up to a power of two with idle rows (length 0, token 0, their logits dropped). Rows that leave are
 moved down in place, so the cache's address, which the graphs hold, never changes; runners are pooled per

@@ -14,10 +14,9 @@ from ..tree import WORD
 MIN_SPAN = 128  # smallest attention span captured in a graph (positions are padded up to a power of two)
 
 
-# Eager forwards (prefills, any length) avoid cuDNN's attention: it builds a plan for every new shape (tens of
-# milliseconds in bfloat16 on an H100 or H200), so each new prompt length paid for plans. Captured graphs keep
-# it: their shapes are fixed, and in decode it is the fastest (excluding it there made a bfloat16 step
-# 1.3 -> 1.65 ms at ~300 cached tokens and 1.7 -> 3.2 ms at ~2,000 on an H200).
+# Eager forwards (prefills, any length) avoid cuDNN's attention: it builds a plan for every new shape, which in
+# bfloat16 costs more than the forward, so each new prompt length paid for plans. Captured graphs keep it: their
+# shapes are fixed, and in decode it is the fastest (docs/fast-path.md).
 ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 

@@ -14,8 +14,8 @@ from ..options import EngineOptions
 # Weights prepacked for oneDNN (CPU) ------------------------------------------------------------------------
 
 # oneDNN picks the packed layout for a batch size; packed for 8 rows, a row's result is bitwise the same alone
-# or among 2 to 33 others (packed for 1 it is not), and on this project's 2-core CPU the default model's
-# matrices took 15 ms at 1 row, 15 at 5, 17 at 9 and 20 at 17, against 34, 46, 51 and 54 ms for F.linear.
+# or among 2 to 33 others (packed for 1 it is not), and a forward of 1 to 17 rows costs nearly the same
+# (docs/fast-path.md has the figures).
 PACK_ROWS_HINT = 8
 MAX_PACKED_BYTES = 2 << 30  # packing copies the matrices: larger models keep F.linear and their memory
 

@@ -1,6 +1,6 @@
 """The fast path: a Llama-family forward over a static KV cache written by position (gpt-fast's design).
 
-Why: with transformers' eager forward a 135M model costs ~18 ms a step on an H200 whatever the number of
+Why: with transformers' eager forward a small model's step on a GPU costs the same whatever the number of
 positions (docs/fast-path.md): Python and kernel launches, not arithmetic. Here
 
 - the KV cache is one preallocated tensor per layer; a forward writes its tokens' keys and values at their
@@ -42,9 +42,8 @@ from .onednn import model_matrices, onednn_allowed, onednn_linear, parameter_byt
 
 MAX_GRAPH_POSITIONS = MAX_GAMMA + 1  # forwards over more positions (prefills) go through in chunks:
 PREFILL_CHUNK = 256  # positions of one captured prefill forward (the last chunk of an input padded)
-LONG_PREFILL_CHUNK = 512  # ... while more than PREFILL_CHUNK positions remain: on an H100, prompts of 500-1,500
-# tokens prefilled 25-30% faster in chunks of 512 than of 256, those of up to 200 a third slower
-# (docs/benchmarks, 2026-11-27, the device loop)
+LONG_PREFILL_CHUNK = 512  # ... while more than PREFILL_CHUNK positions remain: long prompts prefill faster in
+# larger chunks, short ones slower (docs/benchmarks, 2026-11-27, the device loop)
 MAX_TREE_POSITIONS = MAX_TREE + 1  # a tree verify pass: the last accepted token and the tree
 
 
@@ -283,11 +282,11 @@ class StaticRunner:
     def _forward_in_chunks(self, token_ids: torch.Tensor, logits_for: str):
         """A long input (a prompt) through captured graphs of LONG_PREFILL_CHUNK positions while more than
         PREFILL_CHUNK remain (and fit in the context), then of PREFILL_CHUNK, the last chunk padded:
-        eagerly, a forward is some 600 kernel launches from Python, 15-30 ms on an H100 whatever the prompt's
-        length, where a replay takes ~2 ms. The padding's keys and values land in slots past the input, where
+        eagerly, a forward is some 600 kernel launches from Python whatever the prompt's length, where a replay
+        is one (docs/fast-path.md). The padding's keys and values land in slots past the input, where
         no token looks before its own forward has overwritten them (as with a padded draft tree). With
         logits_for="none" the chunks' graphs have no output layer (its product for every row, their float32
-        copy and its clone: 0.1-0.7 ms a prompt on an H100)."""
+        copy and its clone: work nobody reads)."""
         last_only, head = logits_for != "all", logits_for != "none"
         logits, hidden = [], []
         begin, total = 0, int(token_ids.shape[0])
