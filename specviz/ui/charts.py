@@ -261,18 +261,26 @@ def inspector_figure(step: StepRecord | None, token_text: Callable[[int], str], 
                              "residual (drawn from)" if residual else "p (drawn from)",
                              COLOURS["residual"] if residual else COLOURS["drawn"]), panels))
         arrows.append((panels, labels[ids.index(step.next_token.id)], "drawn", COLOURS.get(kind, "#000")))
-    height = (170 + 240 * panels) if narrow else (150 + 190 * panels)
     has_q = any(pos.q_top is not None for pos in reached)
-    what = "p against q" if has_q else "p (the drafter gives no q: its guess is one-hot)"
+    what = "p against q" if has_q else f"p (the drafter gives no q:{br}its guess is one-hot)"
     title = f"Step {step.index}: {what}{br}at each drafted position"
     if ended:
         last = reached[-1]
-        title += (f"{br}(the output ends at {_token_name(last.text, last.token_id, token_text)}: nothing is drawn "
-                  "after it)")
-    fig = _figure(data, title, height, panels, 1, titles, vgap=min(0.16 if narrow else 0.12, 0.6 / panels))
+        title += f"{br}(the output ends at {_token_name(last.text, last.token_id, token_text)}:{br}nothing is drawn after it)"
+    # in pixels: a panel, the gap under it (its tick labels, then the next panel's arrow band and title), and
+    # the top margin (the figure's title, the first arrow band and title)
+    title_lines, panel_title_lines = title.count("<br>") + 1, 2 if narrow else 1
+    panel_px, gap_px = 150, 40 + 30 + 16 * panel_title_lines
+    top = 24 + 18 * title_lines + 30 + 16 * panel_title_lines
+    plot_px = panels * panel_px + (panels - 1) * gap_px
+    fig = _figure(data, title, plot_px + top + 100, panels, 1, titles, vgap=gap_px / plot_px)
+    fig["layout"]["title"].update({"yref": "container", "y": 1, "yanchor": "top", "pad": {"t": 16}})
+    fig["layout"]["margin"] = {**fig["layout"]["margin"], "t": top}
+    for annotation in fig["layout"]["annotations"]:
+        annotation["yshift"] = 30  # above the arrow band, where "drafted" and "drawn" stand
     fig["layout"]["barmode"] = "group"
     if narrow:
-        fig["layout"]["margin"] = {**fig["layout"]["margin"], "l": 45, "r": 10, "t": 110 if ended else 80}
+        fig["layout"]["margin"].update({"l": 45, "r": 10})
     for k in range(1, panels + 1):
         _axes(fig, k, {"type": "category"}, {"range": [0, 1.05], "title": {"text": "prob"}})
     for k, category, text, colour in arrows:
