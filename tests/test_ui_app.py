@@ -227,10 +227,11 @@ def test_cost_curve(url, monkeypatch):
     monkeypatch.setattr(tabs_module, "measure_cost_curve",
                         functools.partial(measure_cost_curve, positions=(1, 4), batch_sizes=(1, 2), repeats=1))
     client = Client(url, verbose=False)
-    status, chart = client.predict("default", api_name="/cost_curve")
+    status, chart, sentence = client.predict("default", api_name="/cost_curve")
     assert "Done" in status
     per_forward = [t for t in plot(chart)["data"] if t["name"].startswith("ms per forward")]
     assert [t["x"] for t in per_forward] == [[1, 4], [1, 2]] and all(y > 0 for t in per_forward for y in t["y"])
+    assert "One forward of 4 positions took" in sentence and "One forward of a batch of 2 took" in sentence
 
 
 def test_batch_view_measures_speedup_against_batch_size(url):

@@ -57,7 +57,7 @@ def _unchanged_headers(record: exactness.Unchanged) -> list[str]:
 
 
 def _batch_sentence(record: batch_size.BatchSizes) -> str:
-    return batch_size.batch_sentence(record.summary, record.method)
+    return batch_size.batch_sentence(record.summary, record.method, record.costs)
 
 
 LESSONS = [

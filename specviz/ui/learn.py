@@ -114,9 +114,10 @@ def what_if_figure(rows: list[lessons.AcceptanceRow], alpha: float, gamma: int, 
         mine = [r for r in measured if r.method == method]
         data.append({"type": "scatter", "mode": "markers", "x": [r.alpha for r in mine],
                      "y": [r.measured_speedup for r in mine], "name": f"{charts.escape_label(method)} (measured)",
-                     "customdata": [charts.escape_label(r.kind) for r in mine],
+                     "customdata": [charts.escape_label(r.kind) + (" (noisy)" if r.doubt else "") for r in mine],
                      "hovertemplate": "%{customdata}: α %{x:.2f}, %{y:.2f}×<extra></extra>",
-                     "marker": {"color": palette[i % len(palette)], "size": 10}})
+                     "marker": {"color": palette[i % len(palette)], "size": 10,  # hollow: failed its check
+                                "symbol": ["circle-open" if r.doubt else "circle" for r in mine]}})
     fig = charts._figure(data, "What if: expected speedup against acceptance α", 400)
     charts._axes(fig, 1, {"title": {"text": "α (share of drafts accepted)"}, "range": [0, 1]},
                  {"title": {"text": "speedup over plain"}, "rangemode": "tozero"})

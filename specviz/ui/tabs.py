@@ -6,11 +6,13 @@ import time
 import gradio as gr
 
 from ..api import encode, first_difference, make_proposer
-from ..cost_curve import measure_cost_curve
+from ..cost_curve import latest_points, measure_cost_curve
+from ..lessons.forward_cost import curve_sentence
 from ..engine import SpeculativeRun
 from ..errors import SpecvizError
 from ..measured import load_measured
 from ..models import DEFAULT_MODEL, load_model
+from ..plausibility import BUSY
 from ..proposers import METHODS, PlainProposer
 from ..settings import check_prompt_text
 from . import charts, render, view
@@ -135,21 +137,29 @@ class CompareTab:
         yield out(f"Done: {len(rows)} runs of the same prompt, same settings, same process.", "ok")
 
 
+def cost_sentence(points: list) -> str:
+    """What the Cost curve tab measured, in words: lesson 3's sentence for the K curve (one measurement, one
+    story), and the same for the batch curve; each with the noise note where its points do not add up."""
+    return " ".join(curve_sentence([p for p in points if p.axis == axis]) for axis in ("positions", "batch")).strip()
+
+
 class CostTab:
     """The target's forward time against new positions and batch size, measured on this machine."""
 
     def build(self, target, engine: dict):
-        gr.Markdown("One forward of the target over K new positions (what verifying γ = K - 1 drafts "
-                    "costs), and over a batch of B sequences, timed on this machine. On a GPU at batch 1 "
-                    "the time hardly grows with K: verification is nearly free. On a CPU it grows. And once "
-                    "batching fills the device, extra positions are no longer free: speculation stops paying.")
+        gr.Markdown("One forward of the target over K new positions (what verifying γ = K − 1 drafts costs), "
+                    "and over a batch of B sequences (one new position each), timed on this machine: the "
+                    "sentence under the chart says what it measured. Where checking more positions costs "
+                    "little, speculation's verify pass is nearly free; once a batch fills the device, extra "
+                    "positions cost, and speculation stops paying.")
         with gr.Row():
             self.button = gr.Button("Measure", variant="primary", elem_id="sv-cost")
             self.stop = gr.Button("Stop", variant="stop", elem_id="sv-cost-stop")
         self.status = gr.HTML(label="cost status")
         self.plot = gr.Plot(label="cost curve")
-        event = self.button.click(gpu(self.on_cost), [target], [self.status, self.plot], api_name="cost_curve",
-                                  **engine)
+        self.sentence = gr.Markdown(elem_id="sv-cost-sentence")
+        event = self.button.click(gpu(self.on_cost), [target], [self.status, self.plot, self.sentence],
+                                  api_name="cost_curve", **engine)
         self.stop.click(stop_tab, None, [self.status], cancels=[event], api_name="cost_stop", concurrency_limit=None)
         return event
 
@@ -159,7 +169,7 @@ class CostTab:
         points = []
         try:
             name = model_name(target) or DEFAULT_MODEL
-            yield {self.status: render.status_html(f"Loading {name}…", "info")}
+            yield {self.status: render.status_html(f"Loading {name}…", "info"), self.sentence: ""}
             model = load_model(name)
         except SpecvizError as error:
             yield {self.status: render.status_html(str(error), "error")}
@@ -171,11 +181,19 @@ class CostTab:
                 point = next(measurements, None)
             if point is None:
                 break
-            points.append(point)
+            again = any((p.axis, p.x) == (point.axis, point.x) for p in points)
+            points = latest_points([*points, point])  # a point measured again (cost_curve.py) replaces its first
             label = "new positions" if point.axis == "positions" else "batch size"
-            yield {self.status: render.status_html(f"Measured {label} {point.x}: {point.ms:.1f} ms", "info"),
+            what = "measured again (a wider forward measured cheaper)" if again else "measured"
+            yield {self.status: render.status_html(f"{label.capitalize()} {point.x} {what}: {point.ms:.1f} ms", "info"),
                    self.plot: plot(charts.cost_figure(points, device))}
         measurements.close()
-        done = "Stopped." if state.cancel.is_set() else "Done: median of 3 forwards per point."
-        yield {self.status: render.status_html(done, "warn" if state.cancel.is_set() else "ok"),
-               self.plot: plot(charts.cost_figure(points, device))}
+        sentence = cost_sentence(points)
+        if state.cancel.is_set():
+            status = render.status_html("Stopped.", "warn")
+        elif BUSY in sentence:
+            status = render.status_html("Done, but the machine was busy: the sentence below says which figure is "
+                                        "noisy.", "warn")
+        else:
+            status = render.status_html("Done: median of 3 forwards per point.", "ok")
+        yield {self.status: status, self.plot: plot(charts.cost_figure(points, device)), self.sentence: sentence}
