@@ -107,6 +107,35 @@ def test_distribution_passes_the_real_verifier_and_catches_the_wrong_one(tiny_ta
     assert sum(data["speculative"]["counts"].values()) == 300 and data["caught"] is True
 
 
+def test_lesson_2_decodes_plain_runs_in_batches_each_as_its_single_run(tiny_target, monkeypatch):
+    """Plain decoding's histogram comes from batches of seeds (a third of the lesson's time otherwise), and each
+    row's token is the one its batch-1 run of the same seed draws."""
+    import dataclasses
+
+    from specviz import DecodeSettings
+    from specviz.engine import SpeculativeRun
+    from specviz.lessons import exactness
+    from specviz.proposers import PlainProposer
+
+    widths = []
+    real = exactness.decode_batch
+    monkeypatch.setattr(exactness, "decode_batch", lambda *args, **kwargs: widths.append(len(args[2])) or real(*args, **kwargs))
+    make = lambda: ArgmaxDrafter(tiny_target.model)  # noqa: E731
+    record = lessons.finish(lessons.distribution(tiny_target, PROMPT, runs=30, make=make, wrong=False, first_seed=5))
+    assert widths == [25, 5]
+    settings = DecodeSettings(max_new_tokens=2, gamma=1, temperature=1.0, stop_at_eos=False)
+    single = Counter()
+    for i in range(30):
+        run = SpeculativeRun(tiny_target, PlainProposer(), PROMPT, dataclasses.replace(settings, seed=5 + 60 + i), detail=False)
+        for _ in run:
+            pass
+        single[run.result.token_ids[1]] += 1
+    assert record.plain.counts == single
+    assert record.speculative.counts != single  # the control: other seeds, another sample
+    sentence = lessons.distribution_sentence(lessons.finish(lessons.distribution(tiny_target, PROMPT, runs=10, make=make)))
+    assert "computed rather than sampled" in sentence  # why the exact fit sees more than the two-sample test
+
+
 def test_greedy_side_by_side_is_identical(tiny_target, tiny_drafter):
     proposer = ModelDrafter(tiny_drafter.model, tiny_target.vocab_size)
     result = lessons.greedy_side_by_side(tiny_target, PROMPT, max_new_tokens=24, proposer=proposer)
@@ -157,6 +186,15 @@ def test_drafter_costs_count_only_what_the_target_does_not_hold(tiny_target, tin
     assert rows["draft"].parameters == own  # a separate model: every weight is extra
     assert rows["draft"].bytes >= own * 4
     assert rows["draft"].target_parameters == sum(p.numel() for p in tiny_target.model.parameters())
+
+
+def test_lesson_1_on_the_default_model_writes_sense(default_target):
+    """The mechanic is read as text by a class: its prompt is one the small model answers sensibly (greedy, so
+    this is its one answer on a CPU in float32)."""
+    s = lessons.SETTINGS["mechanic"]
+    record = lessons.finish(lessons.mechanic(default_target, s["prompt"], s["method"], s["gamma"], s["max_new"]))
+    assert record.result.text.startswith("1. **Avoiding Caffeine and Alcohol Before Bed**: Caffeine and alcohol")
+    assert record.tokens_per_forward > 1.3  # and the drafter still has something to show
 
 
 def test_default_model_verify_cost_has_a_stated_floor(default_target):
