@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -125,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     learn.add_argument("--target", default="default", help="the model the lessons measure (as generate's --target)")
     learn.add_argument("--device", default="auto", help="auto, cpu or cuda")
     learn.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16")
-    learn.add_argument("--json", default=None, metavar="FILE", help="also write every lesson's results to FILE")
+    learn.add_argument("--json", default=None, metavar="FILE", help="also write every lesson's results to FILE, in "
+                       "one file the Learn tab's \"Open a saved run\" draws")
     learn.add_argument("--out", default=None, metavar="DIR", help="also write each lesson to DIR/lesson-N-KEY.json, "
                        "complete with where and when it was measured: the Learn tab's \"Open a saved run\" draws it")
 
@@ -286,16 +288,42 @@ def plain_sentence(markdown: str) -> str:
     return markdown.replace("**", "")
 
 
+def writable(path: str, folder: bool = False) -> None:
+    """A place for results, checked before a lesson runs (minutes of measuring, then no file, helps nobody):
+    --out's folder is made; --json's file must be in an existing folder. SpecvizError saying what to do."""
+    from pathlib import Path
+
+    target = Path(path)
+    try:
+        if folder:
+            target.mkdir(parents=True, exist_ok=True)
+            probe = target / ".specviz-write-check"
+            probe.touch()
+            probe.unlink()
+        else:
+            if not target.parent.is_dir():
+                raise SpecvizError(f"cannot write {path}: there is no folder {target.parent} (make it first, or give "
+                                   "a file in a folder that exists)")
+            if target.is_dir() or not os.access(target if target.exists() else target.parent, os.W_OK):
+                raise SpecvizError(f"cannot write {path}: {'it is a folder' if target.is_dir() else 'permission denied'}")
+    except OSError as error:
+        raise SpecvizError(f"cannot write {'to ' if folder else ''}{path}: {error.strerror or error}") from None
+
+
 def cmd_learn(args) -> int:
     from .lessons import lessons_to_run
+    from .lessons.saved import lesson_json, lessons_json, measured_on, save_lesson
     from .lessons.catalogue import plain
-    from .lessons.saved import measured_on, save_lesson
     from .models import load_model
 
     chosen = lessons_to_run(args.lesson)  # a wrong number fails here, before the model loads
+    if args.json:
+        writable(args.json)
+    if args.out:
+        writable(args.out, folder=True)
     print(f"loading {args.target}…", file=sys.stderr)
     target = load_model(args.target, args.device, args.dtype)
-    where = measured_on(target, args.target) if args.out else None
+    where = measured_on(target, args.target)
     results = []
     for lesson in chosen:
         print(f"lesson {lesson.number} · {lesson.title}: measuring on {target.device}…", file=sys.stderr)
@@ -313,13 +341,16 @@ def cmd_learn(args) -> int:
         print(f"Measured: {sentence}", flush=True)
         if lesson.sources:
             print("\nThe papers' own figures, on other models and machines:\n" + "\n".join(f"  {line}" for line in lesson.sources))
-        results.append({"lesson": lesson.number, "key": lesson.key, "title": lesson.title, "claim": lesson.claim,
-                        "headers": headers, "rows": rows, "sentence": sentence, "sources": list(lesson.sources),
-                        "record": plain(record)})
+        # what --out writes for the lesson (so that the Learn tab opens the file), its record's figures added
+        entry = lesson_json(lesson, record, where, round(seconds, 1))
+        figures = plain(record)
+        if isinstance(figures, dict) and isinstance(entry["record"], dict):
+            entry["record"] = figures | entry["record"]
+        results.append(entry | {"sentence": sentence})
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"target": args.target, "device": str(target.device), "lessons": results}, out,
-                      ensure_ascii=False, indent=1)
+            json.dump(lessons_json(results, args.target, str(target.device)), out, ensure_ascii=False, indent=1)
+        print(f"wrote {args.json}: the Learn tab's \"Open a saved run\" draws it", file=sys.stderr)
     return 0
 
 

@@ -352,6 +352,21 @@ def test_a_phones_inspector_breaks_its_titles(steps):
     assert narrow["layout"]["height"] > wide["layout"]["height"]
 
 
+def test_compare_ticks_at_first_the_drafters_that_accept_and_pay():
+    """Early exit accepts about nothing on the default model (alpha 0.01 on the 2-core CPU): not ticked at first."""
+    from specviz.measured import load_measured
+    from specviz.proposers import METHODS
+    from specviz.ui.tabs import default_methods
+
+    runs = load_measured()
+    choices = [m for m in METHODS if m != "plain"]
+    ticked = default_methods(runs, choices)
+    assert "early-exit" not in ticked and 1 <= len(ticked) <= 3
+    cpu = {m["method"].split(":")[0]: m for m in runs[0]["methods"]}
+    assert all(cpu[m]["alpha"] >= 0.2 and cpu[m]["speedup"] > 1 for m in ticked if m in cpu)
+    assert view.paying_methods({"methods": [{"method": "early-exit:4", "alpha": 0.01, "speedup": 0.4}]}, choices) == []
+
+
 def test_chart_labels_show_the_characters_plotly_would_otherwise_read_as_markup():
     import html
     for text in ['"', "'", "<b>x</b>", "$x$", "a & b", "<img src=x onerror=alert(1)>"]:

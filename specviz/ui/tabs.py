@@ -22,9 +22,21 @@ from .live import (ENGINE_LOCK, RunRequest, drafter_for, SteppedRun, load_models
 from .readouts import plot
 
 
+def quoted_prompt(prompt: str, most: int = 80) -> str:
+    """A prompt in a status line: quoted, cut to `most` characters."""
+    text = " ".join(str(prompt).split())
+    return f"‘{text if len(text) <= most else text[:most - 1] + '…'}’"
+
+
 def stop_tab(request: gr.Request):
     session_of(request).cancel.set()
     return render.status_html("Stopped.", "warn")
+
+
+def default_methods(runs: list[dict], choices: list[str]) -> list[str]:
+    """The methods the Compare tab ticks at first: those the first measured run (the 2-core CPU's) found accepting
+    and paying (view.paying_methods); n-gram lookup where there is no measured run."""
+    return view.paying_methods(runs[0], choices) if runs else ["ngram"]
 
 
 class CompareTab:
@@ -33,11 +45,14 @@ class CompareTab:
     def build(self, inputs: list, engine: dict):
         """inputs: prompt, target, draft, gamma, temperature, top-p, max new tokens, seed, tree, draft stop (the Run
         tab's)."""
-        gr.Markdown("The prompt, models and settings of the Run tab, through plain decoding and each ticked "
-                    "method, one after another in this process. c is what drafting one token costs, as a share "
-                    "of one verify pass.")
-        self.methods = gr.CheckboxGroup([m for m in METHODS if m != "plain"],
-                                        value=[m for m in ("ngram", "early-exit") if m in METHODS], label="Methods")
+        gr.Markdown("**The Run tab's prompt, models and settings** (change them there), through plain decoding "
+                    "and each ticked method, one after another in this process. c is what drafting one token "
+                    "costs, as a share of one verify pass. Ticked at first: the drafters that accept and pay on a "
+                    "2-core CPU (measured on Spec-Bench, below).")
+        runs = load_measured()
+        choices = [m for m in METHODS if m != "plain"]
+        self.methods = gr.CheckboxGroup(choices, value=default_methods(runs, choices), label="Methods",
+                                        elem_id="sv-compare-methods")
         with gr.Row():
             self.button = gr.Button("Compare", variant="primary", elem_id="sv-compare")
             self.stop = gr.Button("Stop", variant="stop", elem_id="sv-compare-stop")
@@ -45,7 +60,6 @@ class CompareTab:
         self.table = gr.Dataframe(headers=["method", "new tokens", "steps", "τ", "α", "c", "tok/s", "speedup",
                                            "same as plain"], interactive=False)
         self.plot = gr.Plot(label="compare chart")
-        runs = load_measured()
         if runs:
             with gr.Accordion("Every drafter measured on Spec-Bench", open=False, elem_id="sv-measured"):
                 gr.Markdown("The same methods over many prompts of Spec-Bench (Xia et al. 2024), the benchmark of "
@@ -90,7 +104,7 @@ class CompareTab:
             if target_name is None:
                 raise SpecvizError("choose a target model ('default' runs offline)")
             draft_name = next(filter(None, (drafter_for(m, target_name, draft) for m in chosen)), None)
-            yield out(f"Loading {target_name}…")
+            yield out(f"Loading {target_name}… (the prompt: the Run tab's, {quoted_prompt(prompt)})")
             target_model, draft_model = load_models(RunRequest(prompt, chosen[0], target_name, draft_name, settings))
             prompt_ids = encode(target_model, prompt)
         except SpecvizError as error:
@@ -134,7 +148,8 @@ class CompareTab:
                          "speedup": plain_wall / stepped.engine_wall if plain_result is not None else None,
                          "same": same})
             yield out(f"{method} done.")
-        yield out(f"Done: {len(rows)} runs of the same prompt, same settings, same process.", "ok")
+        yield out(f"Done: {len(rows)} runs of the Run tab's prompt, {quoted_prompt(prompt)}, same settings, same "
+                  "process.", "ok")
 
 
 def cost_sentence(points: list) -> str:
