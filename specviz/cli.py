@@ -85,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--method", default="ngram", choices=METHODS)
     add_model_options(gen)
     gen.add_argument("--compare-plain", action="store_true", help="also run plain decoding and report the speedup")
+    gen.add_argument("--steps", action="store_true", help="also print a line a step: what the drafter proposed, what "
+                     "the target kept, the token it wrote itself")
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of the coloured view")
 
     bench = commands.add_parser("bench", help="run a prompt file through plain decoding and several methods")
@@ -156,6 +158,18 @@ def render_terminal(tokens, colour: bool) -> str:
     return "".join(parts)
 
 
+def step_line(step) -> str:
+    """One step in a line: the drafted tokens, how many the target kept, the token it wrote itself and why."""
+    drafted = " ".join(repr(p.text) for p in step.positions) or "nothing"
+    if step.gamma == 0:
+        return f"step {step.index}: no draft; the target wrote {step.next_token.text!r}"
+    kept = f"kept {step.n_accepted} of {step.gamma}"
+    if step.emitted <= step.n_accepted:
+        return f"step {step.index}: drafted {drafted}; {kept}, and the output ends there"
+    how = "the bonus, all drafts kept" if step.n_accepted == step.gamma else f"{step.next_token.kind.value}"
+    return f"step {step.index}: drafted {drafted}; {kept}; the target wrote {step.next_token.text!r} ({how})"
+
+
 def cmd_generate(args) -> int:
     from .api import generate
 
@@ -170,6 +184,8 @@ def cmd_generate(args) -> int:
         return 0
     result, metrics = report.result, report.result.metrics
     colour = sys.stdout.isatty()
+    if args.steps:
+        print("\n".join(step_line(step) for step in result.steps) + "\n")
     print(render_terminal(result.tokens, colour))
     legend = "accepted=blue underlined, rejected=red struck, resampled=yellow bold, bonus=green bold underlined"
     print(f"\n[{legend}]" if colour else "\n[rejected drafts shown as [-text-]]")

@@ -104,3 +104,20 @@ def test_check_exactness_refuses_what_it_cannot_test():
         proc = run_cli("check-exactness", "--method", "ngram", *args)
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def test_generate_steps_prints_a_line_a_step(default_target, capsys):
+    import re
+
+    from specviz.cli import main
+
+    prompt = "Repeat this sentence three times, word for word: The quick brown fox jumps over the lazy dog."
+    assert main(["generate", "--prompt", prompt, "--method", "ngram", "--max-new-tokens", "24", "--device", "cpu",
+                 "--dtype", "float32", "--steps"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    steps = [line for line in lines if re.match(r"step \d+: ", line)]
+    assert [int(line.split()[1].rstrip(":")) for line in steps] == list(range(len(steps))) and len(steps) > 1
+    assert any("kept " in line and "the target wrote" in line for line in steps)
+    tau = float(re.search(r"tau=([\d.]+)", lines[-1]).group(1))
+    new_tokens = int(re.search(r": (\d+) tokens in", lines[-1]).group(1))
+    assert len(steps) == round(new_tokens / tau)  # one line for each target forward

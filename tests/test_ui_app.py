@@ -380,3 +380,16 @@ def test_a_run_sends_its_first_update_once_it_has_started(default_target, monkey
     monkeypatch.setattr(app_module, "load_models", lambda request: (time.sleep(0.8), load(request))[1])
     first, started = first_update("first-update-slow")  # control: a load that takes a while is reported
     assert not started and "Loading" in first[app.status] and set(first) == {app.status}
+
+
+def test_the_port_and_the_address_are_options(monkeypatch):
+    import app
+
+    monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)
+    monkeypatch.delenv("GRADIO_SERVER_NAME", raising=False)
+    default = app.options([])
+    assert (default.port, default.host) == (7860, "127.0.0.1")
+    chosen = app.options(["--port", "8081", "--host", "0.0.0.0"])
+    assert (chosen.port, chosen.host) == (8081, "0.0.0.0")
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "9000")  # what a Space or a container sets
+    assert app.options([]).port == 9000
