@@ -86,11 +86,12 @@ def cost_doubt(points: Sequence[tuple[int, float]], unit: str = "positions", tol
             "though it does more work: the narrower one was slowed while it was measured")
 
 
-def batch_doubt(speedup: float, tau: float, verify_ratio: float | None, batch_size: int,
+def batch_doubt(speedup: float, tau: float | None, verify_ratio: float | None, batch_size: int,
                 tolerance: float = TOLERANCE) -> str | None:
     """Why one batch size's figures are not to be trusted, or None: a speedup above tau, or a verify pass of
-    gamma + 1 positions a row measured cheaper than a plain step of one (verify_ratio: the first over the second)."""
-    if speedup > tau * (1 + tolerance):
+    gamma + 1 positions a row measured cheaper than a plain step of one (verify_ratio: the first over the second).
+    A figure that is None is not checked."""
+    if tau is not None and speedup > tau * (1 + tolerance):
         return (f"at batch {batch_size}, {speedup:.2f}× is more than τ = {tau:.2f}, which no speculative run can "
                 "beat: plain decoding was slowed while it was measured")
     if verify_ratio is not None and verify_ratio < 1 - tolerance:

@@ -74,7 +74,7 @@ def batch_doubts(summary: list[dict], method: str, costs: list[dict] = ()) -> di
     doubts = {}
     for s in summary:
         if s["method"] == method:
-            doubt = batch_doubt(s["speedup"], s["mean_accepted_length"], ratio.get(s["batch_size"]), s["batch_size"])
+            doubt = batch_doubt(s["speedup"], s.get("mean_accepted_length"), ratio.get(s["batch_size"]), s["batch_size"])
             if doubt:
                 doubts[s["batch_size"]] = doubt
     return doubts

@@ -6,7 +6,7 @@ import json
 import tempfile
 import time
 import weakref
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from gradio.components.plot import PlotData
@@ -156,6 +156,12 @@ def trace_file(run: LiveRun) -> str | None:
     report = run.report()
     if report is not None:
         data = report.to_dict()
+        # the speeds the page states: on engine time (each run's own steps; not the other run's turns, pauses or
+        # other users' steps, which its wall time holds)
+        data["metrics"] = asdict(engine_metrics(run.speculative))
+        if run.plain is not None and run.plain.done and "plain" in data:
+            data["plain"].update(wall_seconds=run.plain.engine_wall, tokens_per_second=run.plain.engine_tokens_per_second)
+            data["speedup"] = run.speedup
         data["engine_time"] = {"idle_seconds": run.speculative.idle_seconds,
                                "tokens_per_second": run.speculative.engine_tokens_per_second,
                                "plain_tokens_per_second": run.plain.engine_tokens_per_second if run.plain else None,
