@@ -245,7 +245,7 @@ def cmd_check_exactness(args) -> int:
     from tqdm import tqdm
 
     from .api import encode, make_proposer, resolve_models
-    from .exactness import check_exactness
+    from .exactness import check_exactness, coverage_warning
 
     if args.samples < 100:
         raise SpecvizError("--samples must be at least 100 for the test to mean anything")
@@ -279,6 +279,9 @@ def cmd_check_exactness(args) -> int:
           f"tree {settings.tree}, on {target.device} {str(target.dtype).replace('torch.', '')}")
     alpha = "n/a" if not report.drafted else f"{report.accepted / report.drafted:.2f}"
     print(f"  drafted {report.drafted}, accepted {report.accepted} (alpha {alpha})")
+    warning = coverage_warning(report.drafted, report.accepted)
+    if warning:
+        print(f"  warning: {warning}")
     print(f"  method:  chi-square {fit.statistic:.1f}, dof {fit.dof}, p = {fit.p_value:.3g}  "
           f"{'exact (no difference found)' if report.passed(args.alpha) else 'NOT the target distribution'}")
     if report.control is not None:

@@ -121,3 +121,17 @@ def test_generate_steps_prints_a_line_a_step(default_target, capsys):
     tau = float(re.search(r"tau=([\d.]+)", lines[-1]).group(1))
     new_tokens = int(re.search(r": (\d+) tokens in", lines[-1]).group(1))
     assert len(steps) == round(new_tokens / tau)  # one line for each target forward
+
+
+def test_check_exactness_warns_when_its_drafts_barely_tested_the_verifier(tmp_path):
+    from specviz.testing import save_tiny_model, word_tokenizer
+
+    folder = save_tiny_model(tmp_path / "tiny", vocab_size=8, tokenizer=word_tokenizer(8))
+    common = ("check-exactness", "--target", folder, "--raw-prompt", "--method", "ngram", "--samples", "100",
+              "--control", "0")
+    unpredictable = run_cli(*common, "--prompt", "w1 w2 w3 w4 w5 w6 w7")
+    assert unpredictable.returncode in (0, 1), unpredictable.stderr
+    assert "  warning: " in unpredictable.stdout and "drafts were accepted" in unpredictable.stdout
+    repeating = run_cli(*common, "--prompt", "w1 w2 w3 w1 w2 w3 w1")  # the control: lookups find their drafts
+    assert repeating.returncode == 0, repeating.stderr
+    assert "warning" not in repeating.stdout, repeating.stdout
