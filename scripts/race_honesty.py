@@ -84,7 +84,7 @@ def browser_run(page, previous) -> dict:
     spec, plain = run.speculative, run.plain
     return {"speedup": run.speedup, "tau": spec.result.metrics.mean_accepted_length,
             "tokens_per_second": spec.engine_tokens_per_second, "plain_tokens_per_second": plain.engine_tokens_per_second,
-            "doubt": run.doubt, "noted_on_page": "noisy" in status and "noisy" in summary,
+            "doubt": getattr(run, "doubt", None), "noted_on_page": "noisy" in status and "noisy" in summary,
             "stated": f"{run.speedup:.2f}×" in status and f"{run.speedup:.2f}×" in summary, "run": run}
 
 
