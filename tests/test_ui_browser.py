@@ -454,6 +454,8 @@ def test_the_answer_reads_as_text_and_the_drafts_show_the_marks(screens):
     from specviz.ui.render import END_MARK
 
     tab = screens["projector"]  # PROMPT: a rejected newline draft, then the end of text accepted
+    tab.locator("#sv-mode").get_by_text("answer").click()  # whatever mode an earlier test left
+    tab.wait_for_function("document.body.dataset.svMode === 'answer'")
     answer = output_text(tab)
     assert "<|im_end|>" not in answer and "⏎" not in answer and "·" not in answer
     assert answer.rstrip().endswith(END_MARK) and "lazy dog." in answer
