@@ -451,13 +451,13 @@ def output_text(tab) -> str:
 
 
 def test_the_answer_reads_as_text_and_the_drafts_show_the_marks(screens):
-    from specviz.ui.render import END_MARK
-
     tab = screens["projector"]  # PROMPT: a rejected newline draft, then the end of text accepted
     tab.locator("#sv-mode").get_by_text("answer").click()  # whatever mode an earlier test left
     tab.wait_for_function("document.body.dataset.svMode === 'answer'")
     answer = output_text(tab)
     assert "<|im_end|>" not in answer and "⏎" not in answer and "·" not in answer
+    from specviz.ui.render import END_MARK
+
     assert answer.rstrip().endswith(END_MARK) and "lazy dog." in answer
     tab.locator("#sv-mode").get_by_text("drafts").click()
     tab.wait_for_function("document.body.dataset.svMode === 'drafts'")
@@ -518,8 +518,9 @@ def test_two_quick_clicks_on_next_step_take_two_steps(page):
     page.locator("#sv-settings").get_by_text("step mode").click()
     page.click("#sv-run")
     page.wait_for_selector("#sv-status:has-text('paused before the first step')", timeout=240_000)
-    page.click("#sv-next")
-    page.click("#sv-next")
+    # a person's double click: the second 150 ms after the first, while its step is pending
+    page.evaluate("() => { const next = document.querySelector('#sv-next'); next.click(); "
+                  "setTimeout(() => next.click(), 150); }")
     page.wait_for_selector("#sv-status:has-text('Paused after step 1')", timeout=120_000)
     page.wait_for_timeout(1000)  # a third step would show by now
     assert page.locator("#sv-tokens .sv-step").count() == 2
