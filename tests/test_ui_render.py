@@ -216,6 +216,31 @@ def test_summary_shows_measurements_baseline_and_theory(steps):
     assert "yes, token for token" in same
 
 
+def test_a_noisy_speedup_is_marked_never_stated_as_fact(steps):
+    from types import SimpleNamespace
+
+    from specviz.plausibility import noise_note
+    from specviz.ui.readouts import headline
+
+    metrics = summarize(steps, steps[-1].total_emitted, 1.0, 0.1)
+    theory = view.theory(metrics, steps, 4, 5.3)
+    note = noise_note("5.30× is more than τ = 3.00")
+    out = render.summary_html(metrics, "ngram", metrics, 5.3, True, None, theory=theory, noise=note)
+    assert "speedup (noisy)" in out and "sv-tile sv-noisy" in out and render.NOISY_TILE in out
+    assert "5.30× (noisy)" in out and "5.30× is more than τ = 3.00" in out  # the whole note in the tile's title
+    plain = render.summary_html(metrics, "ngram", metrics, 2.0, True, None, theory=view.theory(metrics, steps, 4, 2.0))
+    assert "noisy" not in plain  # the control
+
+    def run(speedup, doubt):
+        result = SimpleNamespace(metrics=SimpleNamespace(mean_accepted_length=3.5))
+        return SimpleNamespace(speculative=SimpleNamespace(done=True, result=result), speedup=speedup, doubt=doubt)
+
+    assert headline(run(2.8, None)) == "2.80× the speed of plain decoding · τ = 3.50 tokens per step"
+    noisy = headline(run(5.3, "5.30× is more than τ = 3.50"))
+    assert noisy.startswith("5.30× the speed of plain decoding (noisy)") and "\nThe machine was busy" in noisy
+    assert headline(run(None, None)) == "τ = 3.50 tokens per step"  # no baseline: tau alone
+
+
 def test_theory_uses_measured_alpha_and_c(steps):
     metrics = summarize(steps, 9, 1.0, 0.0)
     theory = view.theory(metrics, steps, 4, 1.5)

@@ -230,15 +230,18 @@ EXPLAIN = {  # one line each, for a reader who has not met the letters
 }
 
 
+NOISY_TILE = "the machine was busy while it was measured: the status line says what does not add up"
+
+
 def _row(name: str, value: str, note: str = "") -> str:
     note_html = f'<span class="sv-note">{escape_text(note)}</span>' if note else ""
     return (f'<div class="sv-row"><span class="sv-key">{escape_text(name)}</span>'
             f'<span class="sv-val">{escape_text(value)}</span>{note_html}</div>')
 
 
-def _tile(value: str, name: str, note: str, noisy: bool = False) -> str:
+def _tile(value: str, name: str, note: str, noisy: bool = False, title: str | None = None) -> str:
     kind = "sv-tile sv-noisy" if noisy else "sv-tile"
-    return (f'<div class="{kind}" title="{escape_text(note)}"><div class="sv-big">{escape_text(value)}</div>'
+    return (f'<div class="{kind}" title="{escape_text(title or note)}"><div class="sv-big">{escape_text(value)}</div>'
             f'<div class="sv-key">{escape_text(name)}</div><div class="sv-note">{escape_text(note)}</div></div>')
 
 
@@ -252,8 +255,8 @@ def summary_html(metrics: RunMetrics, method: str, plain: RunMetrics | None = No
     m = metrics
     tiles = []
     if speedup is not None:
-        tiles.append(_tile(f"{speedup:.2f}×", "speedup (noisy)" if noise else "speedup", noise or EXPLAIN["speedup"],
-                           noisy=bool(noise)))
+        tiles.append(_tile(f"{speedup:.2f}×", "speedup (noisy)" if noise else "speedup",
+                           NOISY_TILE if noise else EXPLAIN["speedup"], noisy=bool(noise), title=noise))
     plain_note = f"plain decoding: {_number(plain.tokens_per_second, 1)} tok/s" if plain is not None else "engine time"
     tiles.append(_tile(f"{_number(m.tokens_per_second, 1)} tok/s", f"{method}", plain_note))
     if m.acceptance_rate is not None:
