@@ -165,6 +165,27 @@ def sample_outputs(target: LoadedModel, make_proposer: Callable[[], Proposer], p
     return samples
 
 
+LEAST_DECISIONS = 20  # accepted drafts, and rejected ones, below which a path of the verifier was barely tested
+LEAST_SHARE = 0.05  # ... or below this share of the drafts
+
+
+def coverage_warning(drafted: int, accepted: int) -> str | None:
+    """What a run of the test left untested, or None: a sampled verifier has two paths, keeping a draft (with
+    probability min(1, p/q)) and drawing from the residual after a rejection; a test whose drafts were nearly all
+    rejected (or all accepted) says little about the other path, whatever its p-value."""
+    if drafted == 0:
+        return "the method drafted nothing: the test checked plain decoding only; give a prompt the drafter can predict"
+    least = max(LEAST_DECISIONS, LEAST_SHARE * drafted)
+    rejected = drafted - accepted
+    if accepted < least:
+        return (f"only {accepted} of {drafted} drafts were accepted: the test barely exercised keeping a draft; give a "
+                "prompt the drafter can predict (--prompt) or a lower --temperature")
+    if rejected < least:
+        return (f"only {rejected} of {drafted} drafts were rejected: the test barely exercised the residual drawn after "
+                "a rejection; give a prompt the drafter predicts less well or a higher --temperature")
+    return None
+
+
 def _stage(progress: Callable[[str, int], None] | None, stage: str) -> Callable[[int], None] | None:
     return None if progress is None else partial(progress, stage)
 

@@ -16,6 +16,7 @@ from ..errors import SpecvizError
 from ..lessons.batch_size import batch_sentence as verdict_line
 from ..lessons.batch_size import prompts_for
 from ..models import DEFAULT_MODEL, load_model
+from ..plausibility import BUSY
 from ..proposers.checkpoints import load_draft_model
 from ..settings import DecodeSettings
 from . import charts, render
@@ -124,5 +125,6 @@ class BatchTab:
             yield {self.status: render.status_html(f"Measured batch {size}.", "info"),
                    self.plot: plot(charts.batch_figure(summary, device, method, costs))}
         summary = summarize_batches(rows)
-        yield {self.status: render.status_html(verdict_line(summary, method), "ok"),
+        verdict = verdict_line(summary, method, costs)
+        yield {self.status: render.status_html(verdict, "warn" if BUSY in verdict else "ok"),
                self.plot: plot(charts.batch_figure(summary, device, method, costs))}

@@ -6,11 +6,13 @@ import time
 import gradio as gr
 
 from ..api import encode, first_difference, make_proposer
-from ..cost_curve import measure_cost_curve
+from ..cost_curve import latest_points, measure_cost_curve
+from ..lessons.forward_cost import curve_sentence
 from ..engine import SpeculativeRun
 from ..errors import SpecvizError
 from ..measured import load_measured
 from ..models import DEFAULT_MODEL, load_model
+from ..plausibility import BUSY
 from ..proposers import METHODS, PlainProposer
 from ..settings import check_prompt_text
 from . import charts, render, view
@@ -20,9 +22,21 @@ from .live import (ENGINE_LOCK, RunRequest, drafter_for, SteppedRun, load_models
 from .readouts import plot
 
 
+def quoted_prompt(prompt: str, most: int = 80) -> str:
+    """A prompt in a status line: quoted, cut to `most` characters."""
+    text = " ".join(str(prompt).split())
+    return f"‘{text if len(text) <= most else text[:most - 1] + '…'}’"
+
+
 def stop_tab(request: gr.Request):
     session_of(request).cancel.set()
     return render.status_html("Stopped.", "warn")
+
+
+def default_methods(runs: list[dict], choices: list[str]) -> list[str]:
+    """The methods the Compare tab ticks at first: those the first measured run (the 2-core CPU's) found accepting
+    and paying (view.paying_methods); n-gram lookup where there is no measured run."""
+    return view.paying_methods(runs[0], choices) if runs else ["ngram"]
 
 
 class CompareTab:
@@ -31,11 +45,14 @@ class CompareTab:
     def build(self, inputs: list, engine: dict):
         """inputs: prompt, target, draft, gamma, temperature, top-p, max new tokens, seed, tree, draft stop (the Run
         tab's)."""
-        gr.Markdown("The prompt, models and settings of the Run tab, through plain decoding and each ticked "
-                    "method, one after another in this process. c is what drafting one token costs, as a share "
-                    "of one verify pass.")
-        self.methods = gr.CheckboxGroup([m for m in METHODS if m != "plain"],
-                                        value=[m for m in ("ngram", "early-exit") if m in METHODS], label="Methods")
+        gr.Markdown("**The Run tab's prompt, models and settings** (change them there), through plain decoding "
+                    "and each ticked method, one after another in this process. c is what drafting one token "
+                    "costs, as a share of one verify pass. Ticked at first: the drafters that accept and pay on a "
+                    "2-core CPU (measured on Spec-Bench, below).")
+        runs = load_measured()
+        choices = [m for m in METHODS if m != "plain"]
+        self.methods = gr.CheckboxGroup(choices, value=default_methods(runs, choices), label="Methods",
+                                        elem_id="sv-compare-methods")
         with gr.Row():
             self.button = gr.Button("Compare", variant="primary", elem_id="sv-compare")
             self.stop = gr.Button("Stop", variant="stop", elem_id="sv-compare-stop")
@@ -43,7 +60,6 @@ class CompareTab:
         self.table = gr.Dataframe(headers=["method", "new tokens", "steps", "τ", "α", "c", "tok/s", "speedup",
                                            "same as plain"], interactive=False)
         self.plot = gr.Plot(label="compare chart")
-        runs = load_measured()
         if runs:
             with gr.Accordion("Every drafter measured on Spec-Bench", open=False, elem_id="sv-measured"):
                 gr.Markdown("The same methods over many prompts of Spec-Bench (Xia et al. 2024), the benchmark of "
@@ -88,7 +104,7 @@ class CompareTab:
             if target_name is None:
                 raise SpecvizError("choose a target model ('default' runs offline)")
             draft_name = next(filter(None, (drafter_for(m, target_name, draft) for m in chosen)), None)
-            yield out(f"Loading {target_name}…")
+            yield out(f"Loading {target_name}… (the prompt: the Run tab's, {quoted_prompt(prompt)})")
             target_model, draft_model = load_models(RunRequest(prompt, chosen[0], target_name, draft_name, settings))
             prompt_ids = encode(target_model, prompt)
         except SpecvizError as error:
@@ -132,24 +148,33 @@ class CompareTab:
                          "speedup": plain_wall / stepped.engine_wall if plain_result is not None else None,
                          "same": same})
             yield out(f"{method} done.")
-        yield out(f"Done: {len(rows)} runs of the same prompt, same settings, same process.", "ok")
+        yield out(f"Done: {len(rows)} runs of the Run tab's prompt, {quoted_prompt(prompt)}, same settings, same "
+                  "process.", "ok")
+
+
+def cost_sentence(points: list) -> str:
+    """What the Cost curve tab measured, in words: lesson 3's sentence for the K curve (one measurement, one
+    story), and the same for the batch curve; each with the noise note where its points do not add up."""
+    return " ".join(curve_sentence([p for p in points if p.axis == axis]) for axis in ("positions", "batch")).strip()
 
 
 class CostTab:
     """The target's forward time against new positions and batch size, measured on this machine."""
 
     def build(self, target, engine: dict):
-        gr.Markdown("One forward of the target over K new positions (what verifying γ = K - 1 drafts "
-                    "costs), and over a batch of B sequences, timed on this machine. On a GPU at batch 1 "
-                    "the time hardly grows with K: verification is nearly free. On a CPU it grows. And once "
-                    "batching fills the device, extra positions are no longer free: speculation stops paying.")
+        gr.Markdown("One forward of the target over K new positions (what verifying γ = K − 1 drafts costs), "
+                    "and over a batch of B sequences (one new position each), timed on this machine: the "
+                    "sentence under the chart says what it measured. Where checking more positions costs "
+                    "little, speculation's verify pass is nearly free; once a batch fills the device, extra "
+                    "positions cost, and speculation stops paying.")
         with gr.Row():
             self.button = gr.Button("Measure", variant="primary", elem_id="sv-cost")
             self.stop = gr.Button("Stop", variant="stop", elem_id="sv-cost-stop")
         self.status = gr.HTML(label="cost status")
         self.plot = gr.Plot(label="cost curve")
-        event = self.button.click(gpu(self.on_cost), [target], [self.status, self.plot], api_name="cost_curve",
-                                  **engine)
+        self.sentence = gr.Markdown(elem_id="sv-cost-sentence")
+        event = self.button.click(gpu(self.on_cost), [target], [self.status, self.plot, self.sentence],
+                                  api_name="cost_curve", **engine)
         self.stop.click(stop_tab, None, [self.status], cancels=[event], api_name="cost_stop", concurrency_limit=None)
         return event
 
@@ -159,7 +184,7 @@ class CostTab:
         points = []
         try:
             name = model_name(target) or DEFAULT_MODEL
-            yield {self.status: render.status_html(f"Loading {name}…", "info")}
+            yield {self.status: render.status_html(f"Loading {name}…", "info"), self.sentence: ""}
             model = load_model(name)
         except SpecvizError as error:
             yield {self.status: render.status_html(str(error), "error")}
@@ -171,11 +196,19 @@ class CostTab:
                 point = next(measurements, None)
             if point is None:
                 break
-            points.append(point)
+            again = any((p.axis, p.x) == (point.axis, point.x) for p in points)
+            points = latest_points([*points, point])  # a point measured again (cost_curve.py) replaces its first
             label = "new positions" if point.axis == "positions" else "batch size"
-            yield {self.status: render.status_html(f"Measured {label} {point.x}: {point.ms:.1f} ms", "info"),
+            what = "measured again (a wider forward measured cheaper)" if again else "measured"
+            yield {self.status: render.status_html(f"{label.capitalize()} {point.x} {what}: {point.ms:.1f} ms", "info"),
                    self.plot: plot(charts.cost_figure(points, device))}
         measurements.close()
-        done = "Stopped." if state.cancel.is_set() else "Done: median of 3 forwards per point."
-        yield {self.status: render.status_html(done, "warn" if state.cancel.is_set() else "ok"),
-               self.plot: plot(charts.cost_figure(points, device))}
+        sentence = cost_sentence(points)
+        if state.cancel.is_set():
+            status = render.status_html("Stopped.", "warn")
+        elif BUSY in sentence:
+            status = render.status_html("Done, but the machine was busy: the sentence below says which figure is "
+                                        "noisy.", "warn")
+        else:
+            status = render.status_html("Done: median of 3 forwards per point.", "ok")
+        yield {self.status: status, self.plot: plot(charts.cost_figure(points, device)), self.sentence: sentence}
