@@ -4,8 +4,11 @@ against the target's exact distribution; beside them, bfloat16 greedy output tha
 alone, which is not a bug.
 
 The tested token is the first new one: the engine's first step drafts it (gamma = 1) and verifies it in the prompt's
-last forward, so every slip acts on it in full. Each seed runs the engine once; its verifier fans out (FanOut):
-every arm's verifier sees the same draft, q, p and random stream, so two arms differ by their verifier alone."""
+last forward, so every slip acts on it in full. Its p (the target's) and q (the drafter's) are the same for every
+seed; a seed changes only the draws: the drafter's, then the verifier's. So the engine runs the first ENGINE_SEEDS
+seeds itself, its verifier fanned out to every arm (the same draft, q, p and random stream for each), and the
+seeds after them replay those two draws on the p and q its forward passes gave: thousands of seeds in a second,
+each checked to give the engine's own tokens where the engine ran it."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,105 +19,124 @@ from functools import partial
 
 import torch
 
+from .. import verify
 from ..api import make_proposer
 from ..engine import SpeculativeRun
 from ..exactness import goodness_of_fit, next_token_probs
 from ..models import LoadedModel, load_model
 from ..proposers import PlainProposer, Proposer
+from ..sampling import draw, make_generator
 from ..settings import DecodeSettings
-from .. import verify
 from .common import p_text, prompt_ids, run_once, token_text
 
-CLAIM = ("Exactness is easy to break: engines have shipped verifiers and drafters that change the output's "
-         "distribution without any visible error. A test against the target's exact distribution catches each one "
-         "in a few hundred samples, and passes the correct verifier.")
+CLAIM = ("Exactness is easy to break without any visible error: engines have shipped verifiers and drafters that "
+         "change the output's distribution. A test against the target's exact distribution catches each one within "
+         "a few hundred samples, and passes the correct verifier.")
 HEADERS = ["verifier", "breaks exactness", "p at the verdict", "caught", "acceptance", "what it does", "reported"]
 SIGNIFICANCE = 0.01  # below it: "not the target's distribution"
 CHECK_EVERY = 10  # seeds between two looks at the fit
-FLOOR = 1e-6  # tokens the target gives less are left to goodness_of_fit's pooled cell
+ENGINE_SEEDS = 10  # seeds the engine runs itself; the replay must give each arm the engine's token on them
+FLOOR = 1e-6  # tokens the target (or the drafter) gives less are left out of the record's dicts
 
 
 @dataclass(frozen=True)
 class Slip:
-    """One arm of the lesson: how it verifies, whether that breaks exactness, and where it was reported."""
+    """One arm of the lesson: how it verifies (and, for a drafter's slip, what it proposes instead of its draw),
+    whether that breaks exactness, and where it was reported."""
     key: str
     label: str
     wrong: bool
     what: str
     reported: str
     verifier: Callable[[float], Callable]  # the run's temperature -> a verifier of verify_sampled's signature
-
-
-def _argmax_drafter(temperature: float) -> Callable:
-    """verify_sampled on the drafter's argmax instead of its draw (verify.draft_argmax_keeping_q), q unchanged."""
-    def verifier(draft_ids, draft_probs, target_probs, generator):
-        greedy = verify.draft_argmax_keeping_q(draft_probs).to(draft_ids.device, draft_ids.dtype)
-        verdict = verify.verify_sampled(greedy, draft_probs, target_probs, generator)
-        verdict.drafted = greedy  # what the first emitted token is when the draft is accepted
-        return verdict
-    return verifier
+    proposes: Callable | None = None  # (draft_ids [g], q [g, V]) -> the draft this slip proposes instead
 
 
 SLIPS = [
     Slip("correct", "correct (verify_sampled)", False,
          "accept with min(1, p/q); at a rejection draw from norm(max(0, p − q))",
-         "Leviathan et al. 2023, Chen et al. 2023", lambda t: verify.verify_sampled),
+         "Leviathan et al. 2023; Chen et al. 2023", lambda t: verify.verify_sampled),
     Slip("match", "match acceptance (verify_by_match)", False,
-         "accept while the draft equals the target's own draw; emit that draw at the first mismatch: exact, "
-         "but it accepts Σ p·q instead of Σ min(p, q)",
-         "called a bug in ml-explore/mlx-swift-lm PR 459 and lablup/mlxcel issue 902 (corrected in mlxcel PR 992); "
-         "vLLM's \"strict\" sampler (vllm-project/vllm PR 35461)", lambda t: verify.verify_by_match),
+         "accept while the draft equals the target's own draw, and emit that draw at the first mismatch: exact, but "
+         "it accepts Σ p·q instead of Σ min(p, q)",
+         "called a bug in ml-explore/mlx-swift-lm PR 459; proved and measured exact in lablup/mlxcel PR 992; vLLM's "
+         "\"strict\" sampler (vllm-project/vllm PR 35461)", lambda t: verify.verify_by_match),
+    Slip("argmax-match", "match against the target's argmax", True,
+         "accept while the draft equals the target's most likely token, then draw from p: greedy checks under sampling",
+         "described (as biased) in lablup/mlxcel issue 902, whose code PR 992 found to match a draw instead; "
+         "no engine found shipping it", lambda t: verify.verify_by_target_argmax),
     Slip("temperature", "target before temperature", True,
          "the target's p taken before temperature, the drafter's q after it",
-         "vllm-project/vllm PR 10198 (issue 9834)",
+         "vllm-project/vllm issue 9834, fixed by PR 10198",
          lambda t: partial(verify.verify_target_before_temperature, temperature=t)),
-    Slip("argmax", "drafter at temperature 0", True,
+    Slip("argmax-drafter", "drafter at temperature 0", True,
          "the drafter proposes its argmax but reports q at the run's temperature",
-         "huggingface/transformers issue 32867 (PR 30778, reverted by PR 33534); jaymody/speculative-sampling issue 3",
-         _argmax_drafter),
+         "huggingface/transformers PR 30778, reported in issue 32867, reverted by PR 33534; again issue 47932; "
+         "jaymody/speculative-sampling issue 3",
+         lambda t: verify.verify_sampled, lambda ids, q: verify.draft_argmax_keeping_q(q).to(ids.device, ids.dtype)),
     Slip("unnormalised", "residual not renormalised", True,
          "max(0, p − q) drawn by its cumulative sum without dividing by its total: past the total, the last token",
-         "none found shipped; harmless with torch.multinomial, which normalises (vllm-project/vllm PR 2336 review)",
+         "none found shipped; harmless with torch.multinomial, which normalises (vllm-project/vllm PR 2336, review)",
          lambda t: verify.verify_residual_unnormalised),
     Slip("at-drafted", "residual at the drafted token only", True,
          "at a rejection q is subtracted at the rejected token only, not everywhere",
-         "SafeAILab/EAGLE issue 20; xLLM-AI/xllm PR 2175", lambda t: verify.verify_residual_at_drafted_token),
-    Slip("from-p", "residual replaced by p (verify_sampled_without_residual)", True,
-         "at a rejection draw from p itself: the drafter's favourite gets a second chance",
-         "none found shipped; suspected in NJUNLP/MCSD issue 5, whose code was right",
+         "SafeAILab/EAGLE issue 20 (fixed)", lambda t: verify.verify_residual_at_drafted_token),
+    Slip("from-p", "residual replaced by p", True,
+         "at a rejection draw from p itself (verify_sampled_without_residual): the drafter's favourite gets a "
+         "second chance", "none found shipped; suspected in NJUNLP/MCSD issue 5, whose code was right",
          lambda t: verify.verify_sampled_without_residual),
 ]
 SLIP_BY_KEY = {slip.key: slip for slip in SLIPS}
 
 
-class FanOut:
-    """The engine's verifier for one run: every arm's verifier on the same draft, q, p and random stream (the
-    generator's state restored before each), the token each would emit first recorded; the engine gets the
-    correct verdict, drawn last from the same state, so its run is an ordinary one."""
+def first_tokens(slips: list[Slip], verifiers: dict[str, Callable], draft_ids: torch.Tensor, q: torch.Tensor,
+                 p: torch.Tensor, generator: torch.Generator) -> dict[str, tuple[int, bool]]:
+    """Every arm on one draft, q and p, each from the same state of the random stream: the first token it emits
+    and whether it accepted the draft. The stream is left where the correct verifier would find it."""
+    state, out = generator.get_state(), {}
+    for slip in slips:
+        generator.set_state(state)
+        proposed = draft_ids if slip.proposes is None else slip.proposes(draft_ids, q)
+        verdict = verifiers[slip.key](proposed, q, p, generator)
+        out[slip.key] = (int(proposed[0]) if verdict.n_accepted else verdict.next_token, verdict.n_accepted > 0)
+    generator.set_state(state)
+    return out
 
-    def __init__(self, verifiers: dict[str, Callable]):
-        self.verifiers = verifiers
-        self.first: dict[str, int] = {}
-        self.accepted: dict[str, bool] = {}
+
+class FanOut:
+    """The engine's verifier for one seed: at the run's first step every arm (first_tokens), the draft's q and the
+    target's p kept; the engine itself gets the correct verdict, drawn from the same state, so its run is an
+    ordinary one."""
+
+    def __init__(self, slips: list[Slip], verifiers: dict[str, Callable]):
+        self.slips, self.verifiers = slips, verifiers
+        self.first: dict[str, tuple[int, bool]] = {}
+        self.q = self.p = None
 
     def __call__(self, draft_ids, draft_probs, target_probs, generator):
-        state = generator.get_state()
-        if not self.first:  # the run's first step: the tested token
-            for key, verifier in self.verifiers.items():
-                generator.set_state(state)
-                verdict = verifier(draft_ids, draft_probs, target_probs, generator)
-                drafted = getattr(verdict, "drafted", draft_ids)
-                self.accepted[key] = verdict.n_accepted > 0
-                self.first[key] = int(drafted[0]) if verdict.n_accepted else verdict.next_token
-            generator.set_state(state)
+        if not self.first:
+            if draft_probs is None or draft_ids.shape[0] != 1:
+                raise ValueError("lesson 7 needs a drafter that samples its first draft from a distribution q "
+                                 "(eagle, medusa, draft, early-exit)")
+            self.first = first_tokens(self.slips, self.verifiers, draft_ids, draft_probs, target_probs, generator)
+            self.q, self.p = draft_probs, target_probs
         return verify.verify_sampled(draft_ids, draft_probs, target_probs, generator)
+
+
+def replay(slips: list[Slip], verifiers: dict[str, Callable], q: torch.Tensor, p: torch.Tensor,
+           seed: int) -> dict[str, tuple[int, bool]]:
+    """A seed's first step without the forward passes: the drafter's draw from q with the seed's stream (as its
+    choose() draws), then every arm on it."""
+    generator = make_generator(seed, q.device)
+    draft_ids = draw(q[0], generator).reshape(1)
+    return first_tokens(slips, verifiers, draft_ids, q, p, generator)
 
 
 @dataclass
 class Arm:
     key: str  # a Slip's
     counts: Counter = field(default_factory=Counter)  # first new token -> seeds that emitted it
-    accepted: int = 0  # seeds whose draft this verifier accepted
+    accepted: int = 0  # seeds whose draft this arm accepted
     looks: list[list[float]] = field(default_factory=list)  # [seeds, p against the exact distribution], every look
 
     @property
@@ -134,14 +156,15 @@ class Arm:
 
 @dataclass
 class Rounding:
-    """Greedy decoding in bfloat16 beside float32: where they part, and how close the two best tokens were."""
-    prompt: str
+    """Greedy decoding in bfloat16 beside float32: where they part, and how close the two best tokens were there."""
+    prompt: str | list[int]
     method: str
     float32: list[str]  # plain greedy output, token texts
     bfloat16: list[str]
     speculative_identical: bool  # float32 with the method equals float32 plain, token for token
-    parted_at: int | None  # the first token where bfloat16 differs from float32
-    top_float32: list[str] = field(default_factory=list)  # there: float32's two best tokens, and their logits
+    parted_at: int | None  # the first token where bfloat16 plain differs from float32 plain
+    bfloat16_speculative_parted_at: int | None = None  # where bfloat16 with the method parts from bfloat16 plain
+    top_float32: list[str] = field(default_factory=list)  # where they part: float32's two best tokens, and logits
     logits_float32: list[float] = field(default_factory=list)
     top_bfloat16: list[str] = field(default_factory=list)
     logits_bfloat16: list[float] = field(default_factory=list)
@@ -156,10 +179,14 @@ class Rounding:
 
     @property
     def bfloat16_step(self) -> float | None:
-        """The spacing of bfloat16 numbers near float32's best logit (8 significant bits)."""
-        if not self.logits_float32:
-            return None
-        return torch.finfo(torch.bfloat16).eps * 2.0 ** torch.tensor(abs(self.logits_float32[0])).log2().floor().item()
+        """The spacing of bfloat16 numbers (8 significant bits) near float32's best logit there."""
+        return bfloat16_spacing(self.logits_float32[0]) if self.logits_float32 else None
+
+
+def bfloat16_spacing(value: float) -> float:
+    """The gap between a bfloat16 number of this size and the next one."""
+    exponent = torch.frexp(torch.tensor(abs(value) or 1.0)).exponent.item() - 1
+    return torch.finfo(torch.bfloat16).eps * 2.0 ** exponent
 
 
 @dataclass
@@ -170,7 +197,10 @@ class Bugs:
     runs: int  # the verdict's seeds: every arm is judged there
     exact: dict[int, float]  # the target's probability of each first new token (at least FLOOR)
     arms: list[Arm]
+    draft: dict[int, float] = field(default_factory=dict)  # the drafter's q of the first token (at least FLOOR)
     seeds: int = 0  # run so far (past `runs` while a bug is still uncaught)
+    engine_seeds: int = 0  # of them, run by the engine itself
+    engine_agreed: int = 0  # engine seeds on which the replay gave every arm the engine's token
     token_texts: dict[int, str] = field(default_factory=dict)
     rounding: Rounding | None = None
 
@@ -196,45 +226,55 @@ def fit_of(counts: Counter, exact: dict[int, float]):
     return goodness_of_fit(Counter({(t,): c for t, c in counts.items()}), {(t,): p for t, p in exact.items()}, runs)
 
 
-def first_token_probs(target: LoadedModel, ids: list[int], settings: DecodeSettings) -> dict[int, float]:
-    """The target's exact distribution of the first new token at the run's temperature (one forward)."""
-    probs = next_token_probs(target, [ids], settings)[0].double()
+def likely(probs: torch.Tensor) -> dict[int, float]:
+    probs = probs.double().cpu()
     return {int(t): float(probs[t]) for t in torch.nonzero(probs >= FLOOR).flatten()}
 
 
 def bugs(target: LoadedModel, prompt: str | list[int] = "Tell me a joke.", method: str = "eagle", runs: int = 150,
-         temperature: float = 0.8, most: int = 1000, chat: bool = True, rounding_tokens: int = 32,
+         temperature: float = 0.8, most: int = 3000, chat: bool = True, rounding_tokens: int = 16,
          slips: list[Slip] | None = None, make: Callable[[], Proposer] | None = None,
-         other_dtype: LoadedModel | None = None) -> Iterator[Bugs]:
-    """Every arm on the same seeds 0, 1, ...: `runs` seeds, then on (up to `most`) while a wrong arm is not yet
-    caught, to show how many it needs; yields after every CHECK_EVERY seeds. Then the rounding contrast (skipped
-    with rounding_tokens=0; other_dtype: the target loaded in the other dtype, loaded here when None)."""
+         other_dtype: LoadedModel | None = None, engine_seeds: int = ENGINE_SEEDS) -> Iterator[Bugs]:
+    """Every arm on the same seeds 0, 1, ...: the first engine_seeds through the engine, the rest replayed on its
+    q and p; `runs` seeds, then on (up to `most`) while a wrong arm is not yet caught, to show how many it needs.
+    Yields as it goes. Then the rounding contrast (skipped with rounding_tokens=0; other_dtype: the target loaded
+    in the other dtype, loaded here when None)."""
     slips = slips or SLIPS
     ids = prompt_ids(target, prompt, chat)
     settings = DecodeSettings(max_new_tokens=2, gamma=1, temperature=temperature, stop_at_eos=False).validate()
-    exact = first_token_probs(target, ids, settings)
+    exact = likely(next_token_probs(target, [ids], settings)[0])
     proposer = (make or (lambda: make_proposer(method, target)))()
     record = Bugs(prompt, proposer.name, temperature, runs, exact, [Arm(s.key) for s in slips])
     verifiers = {s.key: s.verifier(temperature) for s in slips}
     wrong = [a for a, s in zip(record.arms, slips) if s.wrong]
-    while record.seeds < runs or (record.seeds < most and any(a.p_at(runs) is not None and
-                                                              a.looks[-1][1] >= SIGNIFICANCE for a in wrong)):
-        fan = FanOut(verifiers)
-        steps = iter(SpeculativeRun(target, proposer, ids, dataclasses.replace(settings, seed=record.seeds),
-                                    verifier=fan, detail=False))
-        next(steps)  # the first step decides the tested token; the rest of the run is not needed
-        steps.close()
+    q = p = None
+    while record.seeds < runs or (record.seeds < most and any(a.looks[-1][1] >= SIGNIFICANCE for a in wrong)):
+        seed = record.seeds
+        if seed < engine_seeds:
+            fan = FanOut(slips, verifiers)
+            steps = iter(SpeculativeRun(target, proposer, ids, dataclasses.replace(settings, seed=seed), verifier=fan,
+                                        detail=False))
+            next(steps)  # the first step decides the tested token; the rest of the run is not needed
+            steps.close()
+            outcome, q, p = fan.first, fan.q, fan.p
+            record.engine_seeds += 1
+            record.engine_agreed += replay(slips, verifiers, q, p, seed) == outcome
+            record.draft = likely(q[0])
+        else:
+            outcome = replay(slips, verifiers, q, p, seed)
         record.seeds += 1
         for arm in record.arms:
-            token = fan.first[arm.key]
+            token, accepted = outcome[arm.key]
             arm.counts[token] += 1
-            arm.accepted += fan.accepted[arm.key]
+            arm.accepted += accepted
             if token not in record.token_texts:
                 record.token_texts[token] = token_text(target, token)
         if record.seeds % CHECK_EVERY == 0 or record.seeds == runs:
             for arm in record.arms:
                 arm.looks.append([record.seeds, fit_of(arm.counts, exact).p_value])
-            yield record
+            if record.seeds <= max(runs, engine_seeds) or record.seeds % (10 * CHECK_EVERY) == 0:
+                yield record
+    yield record
     if rounding_tokens:
         record.rounding = rounding(target, prompt, method, rounding_tokens, chat, other_dtype)
         yield record
@@ -248,24 +288,28 @@ def top_two(target: LoadedModel, ids: list[int]) -> tuple[list[str], list[float]
     return [token_text(target, int(t)) for t in tokens], [float(v) for v in values]
 
 
-def rounding(target: LoadedModel, prompt: str | list[int], method: str = "medusa", max_new_tokens: int = 24,
-             chat: bool = False, other: LoadedModel | None = None) -> Rounding:
-    """Greedy plain decoding in float32 and in bfloat16 (the target in the other dtype, loaded here when not
-    given), float32 with the method beside float32 plain, and where bfloat16 parts from float32 the two best
-    logits of each."""
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+
+def rounding(target: LoadedModel, prompt: str | list[int], method: str = "eagle", max_new_tokens: int = 16,
+             chat: bool = True, other: LoadedModel | None = None) -> Rounding:
+    """Greedy decoding in float32 and in bfloat16 (the target in the other dtype, loaded here when not given),
+    plain and with the method; where bfloat16 plain parts from float32 plain, the two best logits of each."""
     if other is None:
         other_dtype = "bfloat16" if target.dtype == torch.float32 else "float32"
         other = load_model(target.name, str(target.device), other_dtype)
     f32, b16 = (target, other) if target.dtype == torch.float32 else (other, target)
     settings = DecodeSettings(max_new_tokens=max_new_tokens, gamma=4, temperature=0.0, stop_at_eos=False).validate()
     ids = prompt_ids(f32, prompt, chat)
-    plain32 = run_once(f32, PlainProposer(), ids, settings, detail=False).token_ids
-    plain16 = run_once(b16, PlainProposer(), ids, settings, detail=False).token_ids
-    spec32 = run_once(f32, make_proposer(method, f32), ids, settings, detail=False).token_ids
-    parted = next((i for i, (a, b) in enumerate(zip(plain32, plain16)) if a != b), None)
+    outputs = {(model.dtype, name): run_once(model, PlainProposer() if name == "plain" else make_proposer(method, model),
+                                             ids, settings, detail=False).token_ids
+               for model in (f32, b16) for name in ("plain", method)}
+    plain32, plain16 = outputs[f32.dtype, "plain"], outputs[b16.dtype, "plain"]
+    parted = first_difference(plain32, plain16)
     texts = lambda model, tokens: [token_text(model, t) for t in tokens]  # noqa: E731
-    record = Rounding(prompt if isinstance(prompt, str) else "", method, texts(f32, plain32), texts(b16, plain16),
-                      spec32 == plain32, parted)
+    record = Rounding(prompt, method, texts(f32, plain32), texts(b16, plain16), outputs[f32.dtype, method] == plain32,
+                      parted, first_difference(plain16, outputs[b16.dtype, method]))
     if parted is not None:
         prefix = ids + plain32[:parted]
         record.top_float32, record.logits_float32 = top_two(f32, prefix)
@@ -275,21 +319,22 @@ def rounding(target: LoadedModel, prompt: str | list[int], method: str = "medusa
 
 # the record as a table and a sentence --------------------------------------------------------------------------
 
+def caught_text(record: Bugs, arm: Arm) -> str:
+    slip, p, caught = SLIP_BY_KEY[arm.key], arm.p_at(record.runs), arm.caught_at()
+    if p is None:
+        return "–"
+    if not slip.wrong:
+        return "passed" if p >= SIGNIFICANCE else f"flagged (p < {SIGNIFICANCE})"
+    if caught is not None and caught <= record.runs:
+        return f"yes, from {caught} seeds on"
+    return f"not at {record.runs} seeds; from {caught} on" if caught is not None else f"not in {arm.runs} seeds"
+
+
 def bug_rows(record: Bugs) -> list[list]:
     rows = []
     for arm in record.arms:
         slip = SLIP_BY_KEY[arm.key]
-        p = arm.p_at(record.runs)
-        caught = arm.caught_at()
-        if p is None:
-            verdict = "–"
-        elif slip.wrong:
-            verdict = (f"yes, from {caught} seeds on" if caught is not None and caught <= record.runs else
-                       f"not at {record.runs} seeds; from {caught} on" if caught is not None else
-                       f"not in {arm.runs} seeds")
-        else:
-            verdict = "passed" if p >= SIGNIFICANCE else f"flagged (p < {SIGNIFICANCE})"
-        rows.append([slip.label, "yes" if slip.wrong else "no", p_text(p), verdict,
+        rows.append([slip.label, "yes" if slip.wrong else "no", p_text(arm.p_at(record.runs)), caught_text(record, arm),
                      round(arm.accepted / arm.runs, 2) if arm.runs else "–", slip.what, slip.reported])
     return rows
 
@@ -301,39 +346,42 @@ def rounding_sentence(r: Rounding | None) -> str:
             "**float32 with the method differs from float32 plain: a bug**")
     if r.parted_at is None:
         return f"Greedy: bfloat16 and float32 plain agree on all {len(r.float32)} tokens here; {same}."
-    return (f"Greedy, not a bug: bfloat16 parts from float32 at token {r.parted_at}, where float32's two best tokens "
-            f"{r.top_float32[0]!r} and {r.top_float32[1]!r} are **{r.margin_float32:.3f}** apart in logit, and "
+    b16 = ("in bfloat16 the method also equals bfloat16 plain" if r.bfloat16_speculative_parted_at is None else
+           f"in bfloat16 the method parts from bfloat16 plain at token {r.bfloat16_speculative_parted_at} (its verify "
+           "pass rounds K positions at once, a step one)")
+    return (f"Greedy, not a bug: bfloat16 plain parts from float32 plain at token {r.parted_at}, where float32's two best "
+            f"tokens {r.top_float32[0]!r} and {r.top_float32[1]!r} are **{r.margin_float32:.3f}** apart in logit, and "
             f"bfloat16 spaces numbers near {r.logits_float32[0]:.1f} by {r.bfloat16_step:g}: rounding alone swaps a "
-            f"near-tie (bfloat16's margin there: {r.margin_bfloat16:+.3f}, {r.top_bfloat16[0]!r} first). {same}.")
+            f"near-tie (bfloat16's margin there: {r.margin_bfloat16:+.3f}, {r.top_bfloat16[0]!r} first). {same}; {b16}.")
 
 
 def bug_sentence(record: Bugs) -> str:
-    if not record.arms or not record.arms[0].looks:
+    judged = [a for a in record.arms if a.p_at(record.runs) is not None]
+    if not judged:
         return ""
-    text = []
-    correct = [a for a in record.arms if not SLIP_BY_KEY[a.key].wrong and a.p_at(record.runs) is not None]
-    caught = [a for a in record.arms if SLIP_BY_KEY[a.key].wrong and a.p_at(record.runs) is not None
-              and a.p_at(record.runs) < SIGNIFICANCE]
-    slow = [a for a in record.arms if SLIP_BY_KEY[a.key].wrong and a.p_at(record.runs) is not None
-            and a.p_at(record.runs) >= SIGNIFICANCE]
-    if correct:
-        text.append(f"At {record.runs} seeds, against the target's exact distribution of the first new token: "
-                    + "; ".join(f"{SLIP_BY_KEY[a.key].label} p = **{p_text(a.p_at(record.runs))}** ("
-                                + ("passed" if a.p_at(record.runs) >= SIGNIFICANCE else "flagged") + ")" for a in correct)
-                    + ".")
-    if caught:
-        quickest = min(caught, key=lambda a: a.caught_at() or record.runs)
-        text.append(f"**{len(caught)} of {len(caught) + len(slow)} bugs caught** (p < {SIGNIFICANCE}); the quickest, "
-                    f"{SLIP_BY_KEY[quickest.key].label}, from {quickest.caught_at()} seeds on.")
-    for a in slow:
-        needed = a.caught_at()
-        text.append(f"{SLIP_BY_KEY[a.key].label} is hard to catch: not at {record.runs} seeds, "
-                    + (f"caught from {needed} seeds on." if needed else f"and not in {a.runs}."))
-    matched = next((a for a in record.arms if a.key == "match"), None)
-    right = next((a for a in record.arms if a.key == "correct"), None)
-    if matched and right and matched.runs and right.runs:
-        text.append(f"Match acceptance is exact but accepted {matched.accepted / matched.runs:.0%} of drafts where "
-                    f"the correct verifier accepted {right.accepted / right.runs:.0%}.")
+    exact = [a for a in judged if not SLIP_BY_KEY[a.key].wrong]
+    wrong = [a for a in judged if SLIP_BY_KEY[a.key].wrong]
+    caught = [a for a in wrong if a.p_at(record.runs) < SIGNIFICANCE]
+    text = [f"At {record.runs} seeds, against the target's exact distribution of the first new token: "
+            + "; ".join(f"{SLIP_BY_KEY[a.key].label} p = **{p_text(a.p_at(record.runs))}** ("
+                        + ("passed" if a.p_at(record.runs) >= SIGNIFICANCE else "flagged") + ")" for a in exact) + "."]
+    if wrong:
+        text.append(f"**{len(caught)} of {len(wrong)} bugs caught** (p < {SIGNIFICANCE})"
+                    + (f"; the quickest, {SLIP_BY_KEY[min(caught, key=lambda a: a.caught_at() or record.runs).key].label}"
+                       f", from {min(a.caught_at() or record.runs for a in caught)} seeds on." if caught else "."))
+    for a in wrong:
+        if a not in caught:
+            needed = a.caught_at()
+            text.append(f"{SLIP_BY_KEY[a.key].label} is hard to catch: not at {record.runs} seeds, "
+                        + (f"caught from {needed} seeds on." if needed else f"and not in {a.runs}."))
+    by_key = {a.key: a for a in judged}
+    if "match" in by_key and "correct" in by_key:
+        text.append(f"Match acceptance is exact but accepted {by_key['match'].accepted / by_key['match'].runs:.0%} of "
+                    f"drafts where the correct verifier accepted {by_key['correct'].accepted / by_key['correct'].runs:.0%}.")
+    if record.engine_seeds:
+        text.append(f"The engine ran {record.engine_seeds} seeds itself; on "
+                    + (f"all {record.engine_seeds}" if record.engine_agreed == record.engine_seeds else
+                       f"**only {record.engine_agreed}**") + " the replay of its draws gave every arm its tokens.")
     return " ".join(text + [rounding_sentence(record.rounding)]).strip()
 
 
