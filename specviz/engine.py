@@ -200,6 +200,7 @@ class RunProgress:
         self.start, self.eos_ids, self.detokenizer, self.generator = start, eos_ids, detokenizer, generator
         self.prefill_seconds = 0.0
         self.prefill_events = None  # (start, end) CUDA events where the prefill is timed on the device
+        self.prompt_hidden = None  # the target's hidden states over the prompt but its last token (the prefill's)
         self.stop_reason = "max_new_tokens"
 
     @property
@@ -300,6 +301,7 @@ class SpeculativeRun:
         prompt_hidden = None
         if len(run.sequence) > 1:
             _, prompt_hidden = runner.forward(run.tokens[:-1], logits_for="none")  # the logits are not read
+        run.prompt_hidden = prompt_hidden
         self.proposer.reset(run.tokens, settings, run.generator,
                             prompt_hidden if self.proposer.needs_target_hidden else None)
         self.tokens = run.tokens
@@ -405,8 +407,11 @@ class SpeculativeRun:
     def _device_loop(self):
         """A DeviceLoop (device_loop.py) for this run where one applies, its graphs captured; None otherwise
         (and when capturing fails: the host loop then runs, with a warning)."""
+        residual = verification.ON_DEVICE.get(self.verify_sampled)  # a verifier planted by a test: on the host
+        if residual is None and not self.settings.greedy:
+            return None
         loop = DeviceLoop.for_run(self.runner, self.proposer, self.settings, TOP_N if self.detail else 0,
-                                  len(self.prompt_ids), self.options)
+                                  len(self.prompt_ids), residual=residual is not False, options=self.options)
         if loop is not None:
             try:
                 loop.prepare(len(self.prompt_ids) + self.settings.max_new_tokens)
@@ -419,10 +424,12 @@ class SpeculativeRun:
     def _run_on_device(self, loop, run: "RunProgress"):
         """The host loop's records and output from a DeviceLoop's steps. Returns the stop reason."""
         settings = self.settings
-        for outcome in loop.steps(run.tokens, settings.max_new_tokens):
+        for outcome in loop.steps(run.tokens, settings.max_new_tokens, run.prompt_hidden, settings,
+                                  run.generator.initial_seed()):
             n, choices = outcome.n_accepted, outcome.choices
-            verdict = verification.Verdict(n_accepted=n, next_token=choices[n], uniforms=None, next_distribution=None,
-                                           accept_probs=[float(d == c) for d, c in zip(outcome.draft_ids, choices)])
+            accept_probs = outcome.accept_probs or [float(d == c) for d, c in zip(outcome.draft_ids, choices)]
+            verdict = verification.Verdict(n_accepted=n, next_token=outcome.next_token, uniforms=outcome.uniforms,
+                                           next_distribution=None, accept_probs=accept_probs)
             kept = keep_tokens(outcome.draft_ids[:n] + [verdict.next_token], run.output, settings.max_new_tokens,
                                run.eos_ids)
             run.sequence.extend(kept)  # the device holds its own copy: no staging
@@ -433,7 +440,7 @@ class SpeculativeRun:
                 figures = figures_of(outcome.detail, accepted_in_output(n, kept)[0])
                 record = detailed_record(len(self.steps), outcome.draft_ids, verdict, kept, run.detokenizer,
                                          figures, *timing)
-            record.tree_size = outcome.tree_size
+            record.tree_size, record.doubted = outcome.tree_size, outcome.doubted
             self.steps.append(record)
             run.shown.extend(record.tokens)
             yield record

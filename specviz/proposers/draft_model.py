@@ -117,6 +117,14 @@ class ModelDrafter(Proposer):
             doubted=doubted and len(drafted) < gamma,  # the last of a full chain ends it anyway
         )
 
+    def device_lookup(self, settings, runner):
+        """Its chains on the device (draft_model_device.py) where it drafts on the fast path beside the target."""
+        if not hasattr(self.runner, "decode") or self.runner.device != runner.device:
+            return None
+        from .draft_model_device import DraftModelLookup
+
+        return DraftModelLookup(self.runner.model, self.vocab_size, self.token_ids, settings.gamma, settings.draft_stop)
+
     def observe(self, feedback: Feedback) -> None:
         # Drop the rejected drafts now, so that the cache always holds a prefix of the accepted sequence.
         if feedback.new_ids is not None and len(self.sequence) + len(feedback.new_ids) == feedback.tokens.shape[0]:

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# On the GPU machine, the default model staged (docs/gpu.md), Spec-Bench's prompts from data/spec_bench/: the
+# drafters that are models (EAGLE, Medusa, the distilled draft model) and sampling in the device loop, measured.
+# Every stage is one call of at most 9 minutes; the bench stages print each method's step figures
+# (scripts/step_figures.py: drafting, verify pass and the rest of a step, in ms).
+#   STAGE=check:  the device loop's CUDA tests, then 2 prompts a category (26), bfloat16, greedy: every model
+#                 drafter's settings side by side; then temperature 1.0 for the best ones;
+#   STAGE=greedy PART=1..4: all 480 prompts in quarters (120 each), bfloat16, greedy: plain, retrieval:16:31,
+#                 eagle:6:31, eagle:$BEST_EAGLE, the distilled draft model (draft:4@0.5), medusa:4;
+#   STAGE=sampled PART=1..2: all 480 in halves, bfloat16, temperature 1.0: plain and $BEST;
+#   STAGE=fp32 PART=1..6: all 480 in sixths (80 each), float32, greedy: every method's output against plain's;
+#   STAGE=exactness: check-exactness --device cuda (float32) for each device path, 3000 samples each.
+source "$(dirname "$0")/gpu_common.sh"
+STAGE=${STAGE:-check}
+PART=${PART:-1}
+BEST_EAGLE=${BEST_EAGLE:-4:15}
+BEST=${BEST:-retrieval:16:31}
+PROMPTS_FILE=${PROMPTS_FILE:-data/spec_bench/question.jsonl}
+bench() { python3 -m specviz bench --max-new-tokens 256 --draft distilled "$@" 2>&1 | quiet | grep -v "^\s*$"; }
+part() {  # lines of part $1 of $2 of the prompt file, into $OUT/prompts-$1.jsonl
+  local total lines; total=$(wc -l < "$PROMPTS_FILE"); lines=$(( (total + $2 - 1) / $2 ))
+  tail -n +$(( ($1 - 1) * lines + 1 )) "$PROMPTS_FILE" | head -n "$lines" > "/tmp/prompts-$1-of-$2.jsonl"
+  echo "/tmp/prompts-$1-of-$2.jsonl"
+}
+figures() { python3 scripts/step_figures.py "$@" | tee -a "$OUT/figures.txt"; }
+if [ "$STAGE" = check ]; then
+  timeout 200 python3 -m pytest -q -x tests/test_device_loop.py -k "never_waits or models_through_graphs or seed_reproduces" \
+      2>&1 | grep -v "^DEBUG\|^\s*$" | tail -25 | tee "$OUT/pytest.log"
+  bench --prompts "$PROMPTS_FILE" --per-category 2 --dtype bfloat16 --out "$OUT/check-greedy.json" \
+      --methods ${METHODS:-retrieval:16:31,eagle:6:31,eagle:4:15,eagle:4,draft:4,draft:4@0.5,medusa:4,medusa:2} | tail -3
+  figures "$OUT/check-greedy.json"
+  bench --prompts "$PROMPTS_FILE" --per-category 2 --dtype bfloat16 --temperature 1.0 --seed 0 \
+      --out "$OUT/check-sampled.json" --methods ${SAMPLED:-retrieval:16:31,eagle:6:31,eagle:4:15} | tail -3
+  figures "$OUT/check-sampled.json"
+fi
+if [ "$STAGE" = greedy ]; then
+  bench --prompts "$(part "$PART" 4)" --dtype bfloat16 --out "$OUT/greedy-$PART.json" \
+      --methods "retrieval:16:31,eagle:6:31,eagle:$BEST_EAGLE,draft:4@0.5,medusa:4${EXTRA:+,$EXTRA}" | tail -3
+  figures "$OUT/greedy-$PART.json"
+fi
+if [ "$STAGE" = sampled ]; then
+  bench --prompts "$(part "$PART" 2)" --dtype bfloat16 --temperature 1.0 --seed 0 --out "$OUT/sampled-$PART.json" \
+      --methods "$BEST" | tail -3
+  figures "$OUT/sampled-$PART.json"
+fi
+if [ "$STAGE" = fp32 ]; then
+  bench --prompts "$(part "$PART" 6)" --dtype float32 --out "$OUT/fp32-$PART.json" \
+      --methods "retrieval:16:31,eagle:6:31,eagle:$BEST_EAGLE,draft:4@0.5,medusa:4${EXTRA:+,$EXTRA}" | tail -3
+  figures "$OUT/fp32-$PART.json"
+fi
+if [ "$STAGE" = exactness ]; then
+  check() { timeout 120 python3 -m specviz check-exactness --device cuda --dtype float32 --samples ${SAMPLES:-3000} "$@" \
+      2>&1 | quiet | tee -a "$OUT/exactness.txt"; }
+  check --method eagle --gamma 4
+  check --method eagle --gamma 4 --tree 15 --top-k 20
+  check --method medusa --gamma 3 --top-p 0.9
+  check --method draft --draft distilled --gamma 4 --draft-stop 0.5
+  check --method retrieval --gamma 8 --tree 15
+  check --method ngram --gamma 4 --top-k 50
+fi
