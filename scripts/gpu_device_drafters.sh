@@ -23,15 +23,17 @@ part() {  # lines of part $1 of $2 of the prompt file, into $OUT/prompts-$1.json
   echo "/tmp/prompts-$1-of-$2.jsonl"
 }
 figures() { python3 scripts/step_figures.py "$@" | tee -a "$OUT/figures.txt"; }
-if [ "$STAGE" = check ]; then
-  timeout 200 python3 -m pytest -q -x tests/test_device_loop.py -k "never_waits or models_through_graphs or seed_reproduces" \
+if [ "$STAGE" = check ]; then  # figures first (each part bounded), then the CUDA tests
+  timeout ${GREEDY_S:-300} python3 -m specviz bench --max-new-tokens 256 --draft distilled --prompts "$PROMPTS_FILE" \
+      --per-category 2 --dtype bfloat16 --out "$OUT/check-greedy.json" \
+      --methods ${METHODS:-retrieval:16:31,eagle:6:31,eagle:4:15,eagle:4,draft:4@0.5,medusa:4} 2>&1 | quiet | tail -3
+  figures "$OUT"/check-greedy.json*
+  timeout ${SAMPLED_S:-120} python3 -m specviz bench --max-new-tokens 256 --prompts "$PROMPTS_FILE" --per-category 2 \
+      --dtype bfloat16 --temperature 1.0 --seed 0 --out "$OUT/check-sampled.json" \
+      --methods ${SAMPLED:-retrieval:16:31,eagle:4:15} 2>&1 | quiet | tail -3
+  figures "$OUT"/check-sampled.json*
+  timeout ${TESTS_S:-100} python3 -m pytest -q -x tests/test_device_loop.py -k "${TESTS:-never_waits or seed_reproduces}" \
       2>&1 | grep -v "^DEBUG\|^\s*$" | tail -25 | tee "$OUT/pytest.log"
-  bench --prompts "$PROMPTS_FILE" --per-category 2 --dtype bfloat16 --out "$OUT/check-greedy.json" \
-      --methods ${METHODS:-retrieval:16:31,eagle:6:31,eagle:4:15,eagle:4,draft:4,draft:4@0.5,medusa:4,medusa:2} | tail -3
-  figures "$OUT/check-greedy.json"
-  bench --prompts "$PROMPTS_FILE" --per-category 2 --dtype bfloat16 --temperature 1.0 --seed 0 \
-      --out "$OUT/check-sampled.json" --methods ${SAMPLED:-retrieval:16:31,eagle:6:31,eagle:4:15} | tail -3
-  figures "$OUT/check-sampled.json"
 fi
 if [ "$STAGE" = greedy ]; then
   bench --prompts "$(part "$PART" 4)" --dtype bfloat16 --out "$OUT/greedy-$PART.json" \

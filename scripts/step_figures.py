@@ -1,4 +1,5 @@
-"""What a step costs, per method, from one or more bench reports (`specviz bench --out`): tok/s, speedup over
+"""What a step costs, per method, from one or more bench reports (`specviz bench --out`, or the
+`.rows.jsonl` an interrupted one leaves): tok/s, speedup over
 plain decoding, tau, and a step's time split into drafting, the verify pass and the rest (acceptance, the
 cache's moves, the step's log, the host's share: the step's wall time less the other two), in ms, with where
 the steps ran (device or host loop). Several reports (halves of one run) are pooled: tokens and seconds added.
@@ -28,8 +29,11 @@ def pooled(rows: list[dict]) -> dict:
 
 def main(paths: list[str]) -> None:
     by_method = defaultdict(list)
-    for path in paths:
-        for row in json.load(open(path))["results"]:
+    for path in paths:  # a report, or the rows an interrupted bench left (its .rows.jsonl)
+        text = open(path).read()
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()] if path.endswith(".jsonl") \
+            else json.loads(text)["results"]
+        for row in rows:
             by_method[row["method"]].append(row)
     plain = pooled(by_method["plain"])
     print(f"{'method':<24}{'n':>5}{'tok/s':>9}{'speedup':>9}{'tau':>7}{'step ms':>9}{'draft':>8}{'verify':>8}"

@@ -201,16 +201,15 @@ def distilled(default_target):
     return load_draft_model("distilled", default_target)
 
 
-MODEL_DRAFTERS = [("eagle", 6, 0, 0.0), ("eagle", 4, 15, 0.0), ("medusa", 4, 0, 0.0), ("draft", 4, 0, 0.5),
-                  ("early-exit", 3, 0, 0.0)]
+MODEL_DRAFTERS = [("eagle", 6, 0, 0.0), ("eagle", 4, 15, 0.0), ("medusa", 4, 0, 0.0), ("draft", 4, 0, 0.5)]
 
 
 @pytest.mark.parametrize("method,gamma,tree,stop", MODEL_DRAFTERS,
                          ids=[f"{m}-{g}-{t}{'-stop' if s else ''}" for m, g, t, s in MODEL_DRAFTERS])
 def test_drafters_that_are_models_draft_on_the_device_as_on_the_host(default_target, distilled, monkeypatch, method,
                                                                       gamma, tree, stop):
-    """EAGLE (chains and trees), Medusa, the distilled draft model with its draft stop and early-exit on the device
-    loop: the host loop's output, and step by step its drafts (ended where the host's draft stop ends them),
+    """EAGLE (chains and trees), Medusa and the distilled draft model with its draft stop (early-exit drafts through
+    the same code as the draft model) on the device loop: the host loop's output, and step by step its drafts (ended where the host's draft stop ends them),
     acceptances and tree sizes, until the host loop shortens its drafts near the token limit."""
     settings = DecodeSettings(max_new_tokens=24, gamma=gamma, tree=tree, draft_stop=stop)
     ids = encode(default_target, PROMPTS[0])
