@@ -124,10 +124,12 @@ def device_fit(target, make, settings, monkeypatch, verifier=None, exact_setting
     return goodness_of_fit(samples.counts, exact, RUNS), samples
 
 
-SCENARIOS = [("ngram", 0, "temperature", 0.0), ("draft", 0, "temperature", 0.0), ("medusa", 0, "top-p", 0.0),
-             ("eagle", 0, "temperature", 0.0), ("distilled", 0, "temperature", 0.5), ("retrieval", 0, "top-k", 0.0),
-             ("ngram", TREE, "top-p", 0.0), ("retrieval", TREE, "temperature", 0.0), ("eagle", TREE, "temperature", 0.0),
-             ("eagle", TREE, "top-k", 0.0)]
+# each device path once: a one-hot chain, chains with q (a draft model's over the whole vocabulary, with a draft
+# stop over a draft vocabulary, EAGLE's and Medusa's over a draft vocabulary), a lookup's tree and a model's tree;
+# temperature, top-k and top-p spread over them
+SCENARIOS = [("retrieval", 0, "top-k", 0.0), ("draft", 0, "temperature", 0.0), ("distilled", 0, "temperature", 0.5),
+             ("eagle", 0, "top-p", 0.0), ("medusa", 0, "temperature", 0.0), ("ngram", TREE, "top-k", 0.0),
+             ("eagle", TREE, "temperature", 0.0)]
 
 
 @pytest.mark.parametrize("method,tree,warp,stop", SCENARIOS,
@@ -140,7 +142,7 @@ def test_device_loop_samples_the_target_distribution(target, makers, monkeypatch
     assert fit.p_value >= ALPHA, f"p = {fit.p_value:.2g} (chi-square {fit.statistic:.1f}, dof {fit.dof})"
 
 
-@pytest.mark.parametrize("method,tree", [("draft", 0), ("eagle", TREE)], ids=["drafter-with-q", "tree"])
+@pytest.mark.parametrize("method,tree", [("eagle", TREE)], ids=["tree"])
 def test_a_slightly_cooler_device_sampler_fails_the_test(target, makers, monkeypatch, method, tree):
     settings = settings_for("temperature", tree)
     cooler = dataclasses.replace(settings, temperature=0.85 * settings.temperature)
@@ -148,7 +150,7 @@ def test_a_slightly_cooler_device_sampler_fails_the_test(target, makers, monkeyp
     assert fit.p_value < ALPHA, f"the control passed: p = {fit.p_value:.2g}"
 
 
-@pytest.mark.parametrize("method,tree", [("draft", 0), ("ngram", TREE)], ids=["drafter-with-q", "one-hot-tree"])
+@pytest.mark.parametrize("method,tree", [("draft", 0)], ids=["drafter-with-q"])
 def test_a_device_verifier_without_the_residual_fails_the_test(target, makers, monkeypatch, method, tree):
     fit, _ = device_fit(target, makers[method], settings_for("temperature", tree), monkeypatch,
                         verifier=verify_sampled_without_residual)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..options import EngineOptions
-from ..runners.static import make_runner
+from ..runners.static import StaticRunner, make_runner
 from .base import Draft, Feedback, Proposer
 
 
@@ -119,11 +119,11 @@ class ModelDrafter(Proposer):
 
     def device_lookup(self, settings, runner):
         """Its chains on the device (draft_model_device.py) where it drafts on the fast path beside the target."""
-        if not hasattr(self.runner, "decode") or self.runner.device != runner.device:
+        if not isinstance(self.runner, StaticRunner) or self.runner.device != runner.device:
             return None
         from .draft_model_device import DraftModelLookup
 
-        return DraftModelLookup(self.runner.model, self.vocab_size, self.token_ids, settings.gamma, settings.draft_stop)
+        return DraftModelLookup(self.runner, self.vocab_size, self.token_ids, settings.gamma, settings.draft_stop)
 
     def observe(self, feedback: Feedback) -> None:
         # Drop the rejected drafts now, so that the cache always holds a prefix of the accepted sequence.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from ..runners.static import StaticRunner
 from ..sampling import draw_with_noise, exponential_noise, warp_with
 from .base import DeviceLookup
 
@@ -60,37 +61,37 @@ def draft_model_chain(runner, sequence, length, span: int, gamma: int, vocab_siz
 
 
 class DraftModelSpace:
-    """The drafter's own fast-path runner (its static cache), made once per loop state: the loop's graphs point
-    at its cache."""
+    """The drafter's own fast-path runner (its static cache), made once per loop state with the switches of the
+    runner it stands beside (`like`): the loop's graphs point at its cache."""
 
-    def __init__(self, model, capacity: int):
-        from ..runners.static import StaticRunner
-
-        self.runner = StaticRunner(model)
+    def __init__(self, like: StaticRunner, capacity: int):
+        self.runner = StaticRunner(like.model, graphs=like.use_graphs, compile=like.use_compile, onednn=like.use_onednn,
+                                   triton_attention=like.use_triton_attention)
         self.runner.ensure_capacity(capacity)
         self.runner.warm_up(1, capacity)  # a prompt's prefill graphs, captured before anything is timed
 
 
 class DraftModelLookup(DeviceLookup):
-    """ModelDrafter's chains on the device. token_ids: the draft vocabulary a distilled model scores (None: its
-    output layer's rows are the target's ids); draft_stop: settings.draft_stop."""
+    """ModelDrafter's chains on the device. runner: the drafter's own (its model and switches); token_ids: the
+    draft vocabulary a distilled model scores (None: its output layer's rows are the target's ids); draft_stop:
+    settings.draft_stop."""
 
     has_q = True
     min_prompt = 2
 
-    def __init__(self, model, vocab_size: int, token_ids, gamma: int, draft_stop: float):
-        self.model, self.vocab_size, self.token_ids = model, vocab_size, token_ids
+    def __init__(self, runner: StaticRunner, vocab_size: int, token_ids, gamma: int, draft_stop: float):
+        self.like, self.model, self.vocab_size, self.token_ids = runner, runner.model, vocab_size, token_ids
         self.gamma, self.draft_stop = gamma, draft_stop
         self.stops = draft_stop > 0
         self.scratch = gamma + 1  # the chain's positions past the sequence
-        rows = model.get_output_embeddings().weight.shape[0]
+        rows = self.model.get_output_embeddings().weight.shape[0]
         self.scored = token_ids.shape[0] if token_ids is not None else min(rows, vocab_size)  # what it may draft
 
     def key(self) -> tuple:
         return ("draft", id(self.model), self.gamma, self.draft_stop)
 
     def workspace(self, device, capacity: int) -> DraftModelSpace:
-        return DraftModelSpace(self.model, capacity)
+        return DraftModelSpace(self.like, capacity)
 
     def start(self, sequence, hidden) -> None:
         """The prompt but its last token into the drafter's cache (its own prefill)."""

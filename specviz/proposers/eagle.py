@@ -78,7 +78,8 @@ class EagleProposer(Proposer):
         from .eagle_device import EagleLookup
         from . import eagle_tree
 
-        return EagleLookup(self.drafter, settings.gamma, settings.tree, self.tree_width, captured=runner.use_graphs,
+        return EagleLookup(self.drafter, settings.gamma, settings.tree, self.tree_width, self.options,
+                           captured=runner.use_graphs,
                            compiled=runner.use_graphs and runner.use_compile and not eagle_tree._compile_failed)
 
     def release(self) -> None:

@@ -22,8 +22,8 @@ class EagleSpace:
     """An EAGLE drafter's tensors for one loop state: its static cache (eagle_tree.TreeDrafting, whose catch-up
     graph feeds a prompt), the features of the positions still to feed [rows, H] and how many there are [1]."""
 
-    def __init__(self, drafter, capacity: int, rows: int):
-        self.trees = TreeDrafting(drafter, capacity, rows)
+    def __init__(self, drafter, capacity: int, rows: int, options):
+        self.trees = TreeDrafting(drafter, capacity, rows, options)
         parts = drafter.parts
         self.features = torch.zeros(rows, drafter.net.config.hidden_size, device=parts.device, dtype=parts.dtype)
         self.count = torch.ones(1, dtype=torch.long, device=parts.device)
@@ -85,8 +85,9 @@ class EagleLookup(DeviceLookup):
     has_q = True
     min_prompt = 2
 
-    def __init__(self, drafter, gamma: int, tree: int, width: int, captured: bool = False, compiled: bool = False):
-        self.drafter, self.gamma, self.tree, self.width = drafter, gamma, tree, width
+    def __init__(self, drafter, gamma: int, tree: int, width: int, options, captured: bool = False,
+                 compiled: bool = False):
+        self.drafter, self.gamma, self.tree, self.width, self.options = drafter, gamma, tree, width, options
         self.captured = captured
         self.rows = gamma + 1  # what a step feeds: the last token's position and the accepted drafts'
         # slots written past the fed positions: the chain's, or the tree's depths (width nodes each)
@@ -98,7 +99,7 @@ class EagleLookup(DeviceLookup):
         return ("eagle", id(self.drafter), self.gamma, self.tree, self.width)
 
     def workspace(self, device, capacity: int) -> EagleSpace:
-        return EagleSpace(self.drafter, capacity, self.rows)
+        return EagleSpace(self.drafter, capacity, self.rows, self.options)
 
     def start(self, sequence, hidden) -> None:
         """The prompt's positions fed but the last, which the first step feeds (its output predicts the root)."""
