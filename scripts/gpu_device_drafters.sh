@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
 # On the GPU machine, the default model staged (docs/gpu.md), Spec-Bench's prompts from data/spec_bench/: the
 # drafters that are models (EAGLE, Medusa, the distilled draft model) and sampling in the device loop, measured.
-# Every stage is one call of at most 9 minutes; the bench stages print each method's step figures
-# (scripts/step_figures.py: drafting, verify pass and the rest of a step, in ms).
-#   STAGE=check:  the device loop's CUDA tests, then 2 prompts a category (26), bfloat16, greedy: every model
-#                 drafter's settings side by side; then temperature 1.0 for the best ones;
-#   STAGE=greedy PART=1..4: all 480 prompts in quarters (120 each), bfloat16, greedy: plain, retrieval:16:31,
-#                 eagle:6:31, eagle:$BEST_EAGLE, the distilled draft model (draft:4@0.5), medusa:4;
-#   STAGE=sampled PART=1..2: all 480 in halves, bfloat16, temperature 1.0: plain and $BEST;
-#   STAGE=fp32 PART=1..6: all 480 in sixths (80 each), float32, greedy: every method's output against plain's;
-#   STAGE=exactness: check-exactness --device cuda (float32) for each device path, 3000 samples each.
+# Every stage is one call; the bench stages print each method's step figures (scripts/step_figures.py: drafting,
+# the verify pass and the rest of a step, in ms) and write the bench's JSON under $OUT. Times on an H200 (a
+# bench process spends some 3 minutes loading and compiling before its first timed run; less on a machine that
+# compiled the same graphs in an earlier call, whose compile cache is kept):
+#   STAGE=check                 the CUDA tests, then 2 prompts a category (26), greedy, every model drafter
+#                               side by side, then temperature 1.0 (~7 min);
+#   STAGE=greedy PART=k PARTS=n all 480 prompts in n parts, part k, bfloat16, greedy: plain, retrieval:16:31,
+#                               eagle:6:31, eagle:$BEST_EAGLE, draft:4@0.5 (distilled), medusa:4
+#                               (~1.4 s a prompt: PARTS=3, ~7 min a call);
+#   STAGE=sampled PART=k PARTS=n  all 480, bfloat16, temperature 1.0: plain and $SAMPLED
+#                               (~1.2 s a prompt: PARTS=3, ~6.5 min a call);
+#   STAGE=fp32 PART=k PARTS=n   all 480, float32, greedy, the greedy stage's methods: each output against plain's
+#                               (~2 s a prompt: PARTS=4, ~7 min a call);
+#   STAGE=exactness PART=1|2    check-exactness --device cuda (float32), 3000 samples, three device paths a call
+#                               (~2.5 min each).
+# Afterwards, here: python3 scripts/step_figures.py greedy-1.json greedy-2.json greedy-3.json pools the parts.
 source "$(dirname "$0")/gpu_common.sh"
 STAGE=${STAGE:-check}
 PART=${PART:-1}
+PARTS=${PARTS:-3}
 BEST_EAGLE=${BEST_EAGLE:-4:15}
-BEST=${BEST:-retrieval:16:31}
+SAMPLED=${SAMPLED:-eagle:2,eagle:4,retrieval:16:31}
+GREEDY_METHODS="retrieval:16:31,eagle:6:31,eagle:$BEST_EAGLE,draft:4@0.5,medusa:4${EXTRA:+,$EXTRA}"
 PROMPTS_FILE=${PROMPTS_FILE:-data/spec_bench/question.jsonl}
 bench() { python3 -m specviz bench --max-new-tokens 256 --draft distilled "$@" 2>&1 | quiet | grep -v "^\s*$"; }
 part() {  # lines of part $1 of $2 of the prompt file, into $OUT/prompts-$1.jsonl
@@ -30,33 +39,34 @@ if [ "$STAGE" = check ]; then  # figures first (each part bounded), then the CUD
   figures "$OUT"/check-greedy.json*
   timeout ${SAMPLED_S:-120} python3 -m specviz bench --max-new-tokens 256 --prompts "$PROMPTS_FILE" --per-category 2 \
       --dtype bfloat16 --temperature 1.0 --seed 0 --out "$OUT/check-sampled.json" \
-      --methods ${SAMPLED:-retrieval:16:31,eagle:4:15} 2>&1 | quiet | tail -3
+      --methods "$SAMPLED" 2>&1 | quiet | tail -3
   figures "$OUT"/check-sampled.json*
   timeout ${TESTS_S:-100} python3 -m pytest -q -x tests/test_device_loop.py -k "${TESTS:-never_waits or seed_reproduces}" \
       2>&1 | grep -v "^DEBUG\|^\s*$" | tail -25 | tee "$OUT/pytest.log"
 fi
 if [ "$STAGE" = greedy ]; then
-  bench --prompts "$(part "$PART" 4)" --dtype bfloat16 --out "$OUT/greedy-$PART.json" \
-      --methods "retrieval:16:31,eagle:6:31,eagle:$BEST_EAGLE,draft:4@0.5,medusa:4${EXTRA:+,$EXTRA}" | tail -3
+  bench --prompts "$(part "$PART" "$PARTS")" --dtype bfloat16 --out "$OUT/greedy-$PART.json" --methods "$GREEDY_METHODS" | tail -3
   figures "$OUT/greedy-$PART.json"
 fi
 if [ "$STAGE" = sampled ]; then
-  bench --prompts "$(part "$PART" 2)" --dtype bfloat16 --temperature 1.0 --seed 0 --out "$OUT/sampled-$PART.json" \
-      --methods "$BEST" | tail -3
+  bench --prompts "$(part "$PART" "$PARTS")" --dtype bfloat16 --temperature 1.0 --seed 0 --out "$OUT/sampled-$PART.json" \
+      --methods "$SAMPLED" | tail -3
   figures "$OUT/sampled-$PART.json"
 fi
 if [ "$STAGE" = fp32 ]; then
-  bench --prompts "$(part "$PART" 6)" --dtype float32 --out "$OUT/fp32-$PART.json" \
-      --methods "retrieval:16:31,eagle:6:31,eagle:$BEST_EAGLE,draft:4@0.5,medusa:4${EXTRA:+,$EXTRA}" | tail -3
+  bench --prompts "$(part "$PART" "$PARTS")" --dtype float32 --out "$OUT/fp32-$PART.json" --methods "$GREEDY_METHODS" | tail -3
   figures "$OUT/fp32-$PART.json"
 fi
 if [ "$STAGE" = exactness ]; then
-  check() { timeout 120 python3 -m specviz check-exactness --device cuda --dtype float32 --samples ${SAMPLES:-3000} "$@" \
-      2>&1 | quiet | tee -a "$OUT/exactness.txt"; }
-  check --method eagle --gamma 4
-  check --method eagle --gamma 4 --tree 15 --top-k 20
-  check --method medusa --gamma 3 --top-p 0.9
-  check --method draft --draft distilled --gamma 4 --draft-stop 0.5
-  check --method retrieval --gamma 8 --tree 15
-  check --method ngram --gamma 4 --top-k 50
+  check() { timeout 200 python3 -m specviz check-exactness --device cuda --dtype float32 --samples ${SAMPLES:-3000} "$@" \
+      2>&1 | quiet | tee -a "$OUT/exactness-$PART.txt"; }
+  if [ "$PART" = 1 ]; then
+    check --method eagle --gamma 4
+    check --method eagle --gamma 4 --tree 15 --top-k 20
+    check --method medusa --gamma 3 --top-p 0.9
+  else
+    check --method draft --draft distilled --gamma 4 --draft-stop 0.5
+    check --method retrieval --gamma 8 --tree 15
+    check --method ngram --gamma 4 --top-k 50
+  fi
 fi
