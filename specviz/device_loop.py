@@ -76,22 +76,34 @@ def accept_greedy(logits: torch.Tensor, draft: torch.Tensor, draft_length: torch
     return choices, accepted, choices.gather(0, accepted[None])[0]
 
 
-def step_detail(logits: torch.Tensor, tokens: torch.Tensor, parent_rows: torch.Tensor, top: int) -> torch.Tensor:
-    """What the app shows of a verify pass, as one float32 row: logits [W, V] -> the softmax's `top` most
-    probable tokens at each position (probabilities [W, top], then their ids [W, top], exact as floats below
-    2^24), then each drafted token's probability at its parent's row (tokens, parent_rows [W - 1])."""
-    probs = logits.float().softmax(-1)
+def top_figures(probs: torch.Tensor, tokens: torch.Tensor, rows: torch.Tensor, top: int) -> torch.Tensor:
+    """probs [R, V] -> one float32 row: the `top` most probable tokens at each row (probabilities [R, top], then
+    their ids [R, top], exact as floats below 2^24), then each token's probability at its row (tokens, rows [N])."""
     values, ids = probs.topk(top, dim=-1)
-    drafted = probs.index_select(0, parent_rows).gather(1, tokens[:, None])[:, 0]
+    drafted = probs.index_select(0, rows).gather(1, tokens[:, None])[:, 0]
     return torch.cat([values.flatten(), ids.float().flatten(), drafted])
 
 
-def read_detail(values: list[float], width: int, top: int) -> tuple[list[list[float]], list[list[int]], list[float]]:
-    """step_detail's row back on the host: (top probabilities [W][top], top ids [W][top], drafted [W - 1])."""
-    size = width * top
-    probs = [values[row * top:(row + 1) * top] for row in range(width)]
-    ids = [[int(i) for i in values[size + row * top:size + (row + 1) * top]] for row in range(width)]
-    return probs, ids, values[2 * size:]
+def step_detail(logits: torch.Tensor, tokens: torch.Tensor, parent_rows: torch.Tensor, top: int,
+                q: torch.Tensor | None = None) -> torch.Tensor:
+    """What the app shows of a verify pass, as one float32 row: the target's (logits [W, V]) top_figures at each
+    position, with each drafted token's probability at its parent's row (tokens, parent_rows [W - 1]); with q
+    [G, V], a chain's drafter's distribution at each draft, its top_figures after them."""
+    row = top_figures(logits.float().softmax(-1), tokens, parent_rows, top)
+    if q is None:
+        return row
+    gamma = q.shape[0]
+    return torch.cat([row, top_figures(q, tokens[:gamma], torch.arange(gamma, device=q.device), top)])
+
+
+def read_detail(values: list[float], rows: int, top: int, drafted: int
+                ) -> tuple[list[list[float]], list[list[int]], list[float]]:
+    """A top_figures row back on the host: (top probabilities [rows][top], top ids [rows][top], the tokens'
+    probabilities [drafted])."""
+    size = rows * top
+    probs = [values[row * top:(row + 1) * top] for row in range(rows)]
+    ids = [[int(i) for i in values[size + row * top:size + (row + 1) * top]] for row in range(rows)]
+    return probs, ids, values[2 * size:2 * size + drafted]
 
 
 def append_accepted(sequence, length, inputs, draft, accepted, next_token) -> None:
@@ -218,10 +230,12 @@ class LoopState:
         self.warp = sampled
         # a sampled step's figures (acceptance probabilities, uniforms; a tree's: also p at each parent's row)
         self.values = torch.zeros((3 * tree if tree else 2 * gamma) if sampled else 0, device=device)
-        self.q = torch.zeros(gamma, vocab, device=device) if sampled and has_q and not tree else None
+        # q: a chain's drafter's distributions (sampled: what it drew from; with detail: what the app shows)
+        self.q = torch.zeros(gamma, vocab, device=device) if (sampled or detail_top) and has_q and not tree else None
         self.generator = torch.Generator(device) if sampled else None
         # step_detail's row (detail_top: its top tokens a position; 0: no detail)
-        self.detail = torch.zeros(width * (2 * detail_top + 1) - 1 if detail_top else 0, device=device)
+        rows = width + (gamma if self.q is not None else 0)  # the target's positions, then the drafter's
+        self.detail = torch.zeros(rows * (2 * detail_top + 1) - 1 if detail_top else 0, device=device)
         # what step_detail reads: the verify pass's logits, drafts and the rows that score them, as the verify
         # graph leaves them ("kept") and as the detail graph copies them aside ("taken"); made by the first
         # verify step, which runs before any capture
@@ -244,12 +258,14 @@ class LoopState:
         self.pool = None
 
     def keep(self, logits: torch.Tensor, tokens: torch.Tensor, rows: torch.Tensor) -> None:
-        """Copies what step_detail reads into `kept` (made on the first call, with `taken`, its copy's place)."""
+        """Copies what step_detail reads into `kept` (made on the first call, with `taken`, its copy's place): the
+        verify pass's logits, drafts and their rows, and a chain's q where the drafter has one."""
+        given = (logits, tokens, rows) if self.q is None else (logits, tokens, rows, self.q)
         if self.kept is None:
-            self.kept = [torch.empty_like(t) for t in (logits, tokens, rows)]
-            self.taken = [torch.empty_like(t) for t in (logits, tokens, rows)]
-        for mine, given in zip(self.kept, (logits, tokens, rows)):
-            mine.copy_(given)
+            self.kept = [torch.empty_like(t) for t in given]
+            self.taken = [torch.empty_like(t) for t in given]
+        for mine, value in zip(self.kept, given):
+            mine.copy_(value)
 
     def start(self, sequence: torch.Tensor) -> None:
         """sequence [T] on the device: copies that queue behind what runs there (a prefill), no wait."""
@@ -269,7 +285,7 @@ class StepOutcome:
     draft_ms: float
     verify_ms: float
     tree_size: int = 0  # a tree's nodes (draft_ids: the line shown, as the host loop's _verify_tree shows it)
-    detail: "StepDetail | None" = None  # with detail: the target's figures along draft_ids
+    detail: "StepDetail | None" = None  # with detail: the target's (and a model drafter's) figures along draft_ids
     accept_probs: list[float] | None = None  # sampled: each draft's acceptance probability (as verify_sampled's)
     uniforms: list[float] | None = None  # sampled: the draws compared with them (NaN where none was)
     doubted: bool = False  # the drafter ended its chain early, doubting its last token (settings.draft_stop)
@@ -284,6 +300,8 @@ class StepDetail:
     """The target's figures of a step along the drafts shown, as the host loop's records hold them."""
     p_drafts: list[float]  # the target's probability of each draft token
     tops: list[TopTokens]  # the target's most probable tokens before each draft token and after the last
+    q_drafts: list[float] | None = None  # a model drafter's (chains): its probability of each draft token
+    q_tops: list[TopTokens] | None = None  # and its most probable tokens at each
 
 
 class DeviceLoop:
@@ -335,7 +353,7 @@ class DeviceLoop:
         lookup = proposer.device_lookup(settings, runner)
         if lookup is None or (lookup.tree and not runner.supports_tree) or 0 < prompt_length < lookup.min_prompt:
             return None
-        if detail_top and (not settings.greedy or lookup.has_q):  # the app's figures of p and q: the host loop's
+        if detail_top and not settings.greedy:  # the app's figures of a sampled step: the host loop's
             return None
         loop = cls(runner, lookup, detail_top, settings, residual, options.detail_stream)
         if prompt_length + settings.max_new_tokens + loop.ahead + loop.gamma + 1 > runner.context_length:
@@ -351,10 +369,12 @@ class DeviceLoop:
             return
         if self.sampled:
             draft, length, q = lookup.sample(state.sequence, state.length, span, state.warp, state.generator)
-            if q is not None:
-                state.q.copy_(q)
+        elif state.q is not None:  # the app's detail: what the drafter's distributions were
+            draft, length, q = lookup.draft_shown(state.sequence, state.length, span)
         else:
-            draft, length = lookup.draft(state.sequence, state.length, span)
+            (draft, length), q = lookup.draft(state.sequence, state.length, span), None
+        if q is not None:
+            state.q.copy_(q)
         state.inputs[1:self.gamma + 1].copy_(draft)
         state.draft_length.copy_(length)
 
@@ -400,7 +420,8 @@ class DeviceLoop:
             mine.copy_(kept)
 
     def _detail_step(self, state: LoopState) -> None:
-        state.detail.copy_(step_detail(*state.taken, self.detail_top))
+        logits, tokens, rows, *q = state.taken  # q: a chain's drafter's distributions, where it has them
+        state.detail.copy_(step_detail(logits, tokens, rows, self.detail_top, *q))
 
     # state and graphs -----------------------------------------------------------------------------------
     def _state(self) -> LoopState:
@@ -562,10 +583,15 @@ class DeviceLoop:
                 outcome.accept_probs = figures[:length]
                 outcome.uniforms = figures[gamma:gamma + length]
         if self.detail_top:
-            probs, ids, drafted = read_detail(detail.tolist(), self.width, self.detail_top)
+            values, top, width = detail.tolist(), self.detail_top, self.width
+            probs, ids, drafted = read_detail(values, width, top, width - 1)
             rows = [0] + [node + 1 for node in line]  # the rows before each token shown, and after the last
             outcome.detail = StepDetail(p_drafts=[drafted[node] for node in line],
                                         tops=[TopTokens(ids=ids[r], probs=probs[r]) for r in rows])
+            if len(values) > width * (2 * top + 1) - 1:  # a chain's drafter's figures after the target's
+                probs, ids, drafted = read_detail(values[width * (2 * top + 1) - 1:], gamma, top, gamma)
+                outcome.detail.q_drafts = [drafted[i] for i in line]
+                outcome.detail.q_tops = [TopTokens(ids=ids[i], probs=probs[i]) for i in line]
         return outcome
 
     def _tree_outcome(self, log: list[int], figures: list[float] | None, draft_ms: float, verify_ms: float

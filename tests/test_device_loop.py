@@ -287,6 +287,24 @@ def test_device_loop_records_with_detail_are_the_host_loops(default_target, monk
         assert any(p.accepted for p in shown) and any(not p.accepted for p in shown)
 
 
+@pytest.mark.parametrize("method,gamma", [("eagle", 4), ("medusa", 3)])
+def test_device_loop_records_show_a_model_drafters_q_as_the_host_loops(default_target, monkeypatch, method, gamma):
+    """With detail, a model drafter's chain on the device loop shows what the host loop shows of it: its
+    probability of each draft token and its top tokens at each, beside the target's."""
+    settings = DecodeSettings(max_new_tokens=24, gamma=gamma)
+    host, device = detailed_runs_on_both_loops(default_target, monkeypatch, method, settings, "force")
+    compared = 0
+    for host_step, device_step in drafted_in_full(host, device, settings):
+        for mine, theirs in zip(device_step.positions, host_step.positions, strict=True):
+            assert (mine.token_id, mine.accepted) == (theirs.token_id, theirs.accepted)
+            assert mine.q == pytest.approx(theirs.q, abs=1e-5) and mine.p == pytest.approx(theirs.p, abs=1e-5)
+            assert mine.q_top.ids[:5] == theirs.q_top.ids[:5]
+            assert mine.q_top.probs == pytest.approx(theirs.q_top.probs, abs=1e-5)
+        compared += 1
+    assert compared >= len(host.steps) // 2
+    assert all(0 < p.q <= 1 and len(p.q_top.ids) == 20 for step in device.steps for p in step.positions)
+
+
 def test_device_loop_stops_at_eos(default_target, monkeypatch):
     monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "force")
     ids = encode(default_target, "Say just the word yes.")
@@ -302,8 +320,8 @@ def test_device_loop_stops_at_eos(default_target, monkeypatch):
 
 def test_device_loop_only_where_it_applies(default_target, monkeypatch):
     """The host loop for what the device loop does not do: adaptive, Medusa's trees, the app's detailed records
-    of sampled runs and of drafters that are models (their figures of q); and on a CPU unless forced. Sampled
-    runs and detailed records of lookups run in it too."""
+    of sampled runs; and on a CPU unless forced. Sampled runs, and detailed records of lookups and of drafters that
+    are models, run in it too."""
     ids = encode(default_target, PROMPTS[0])
     short = DecodeSettings(max_new_tokens=4, gamma=4)
 
@@ -319,7 +337,7 @@ def test_device_loop_only_where_it_applies(default_target, monkeypatch):
     assert loop_of(settings=sampled, detail=True) == "host"
     assert loop_of(settings=DecodeSettings(max_new_tokens=4, gamma=4, tree=8)) == "device"
     assert loop_of("retrieval", settings=DecodeSettings(max_new_tokens=4, gamma=4, tree=8)) == "device"
-    assert loop_of("early-exit") == "device" and loop_of("early-exit", detail=True) == "host"
+    assert loop_of("early-exit") == "device" and loop_of("early-exit", detail=True) == "device"
     assert loop_of("medusa") == "device" and loop_of("medusa", settings=DecodeSettings(max_new_tokens=4, tree=8)) == "host"
     assert loop_of("adaptive") == "host"
 
@@ -395,12 +413,13 @@ def test_device_loop_records_with_detail_through_graphs_are_the_host_loops_in_fl
 
 
 @cuda
-@pytest.mark.parametrize("method,tree,temperature", [("eagle", 0, 0.0), ("eagle", 15, 0.0), ("medusa", 0, 0.0),
-                                                     ("draft", 0, 0.0), ("eagle", 0, 1.0), ("eagle", 15, 1.0),
-                                                     ("draft", 0, 0.8), ("retrieval", 31, 1.0), ("plain", 0, 1.0)])
-def test_a_drafter_that_is_a_model_never_waits_for_the_host_in_a_step(method, tree, temperature):
-    """Drafters that are models and sampled steps: a step's functions run eagerly with CUDA's sync check set to
-    fail on any read-back, the drafter first reading a prompt."""
+@pytest.mark.parametrize("method,tree,temperature,detail_top", [
+    ("eagle", 0, 0.0, 0), ("eagle", 15, 0.0, 0), ("medusa", 0, 0.0, 0), ("draft", 0, 0.0, 0), ("eagle", 0, 1.0, 0),
+    ("eagle", 15, 1.0, 0), ("draft", 0, 0.8, 0), ("retrieval", 31, 1.0, 0), ("plain", 0, 1.0, 0), ("eagle", 0, 0.0, 20),
+    ("draft", 0, 0.0, 20)])
+def test_a_drafter_that_is_a_model_never_waits_for_the_host_in_a_step(method, tree, temperature, detail_top):
+    """Drafters that are models, sampled steps and a model drafter's detail: a step's functions run eagerly with
+    CUDA's sync check set to fail on any read-back, the drafter first reading a prompt."""
     from specviz import load_model
     from specviz.proposers.checkpoints import load_draft_model
     from specviz.runners.static import make_runner
@@ -409,7 +428,7 @@ def test_a_drafter_that_is_a_model_never_waits_for_the_host_in_a_step(method, tr
     draft = load_draft_model("distilled", target) if method == "draft" else None
     runner = make_runner(target.model, compile=False)
     settings = DecodeSettings(gamma=4, tree=tree, temperature=temperature, top_k=50 if temperature else 0, draft_stop=0.5)
-    loop = device_loop.DeviceLoop.for_run(runner, make_proposer(method, target, draft), settings, 0, 10)
+    loop = device_loop.DeviceLoop.for_run(runner, make_proposer(method, target, draft), settings, detail_top, 10)
     loop.reserve(64)
     state = loop._state()
     prompt = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2], device="cuda")
@@ -425,6 +444,9 @@ def test_a_drafter_that_is_a_model_never_waits_for_the_host_in_a_step(method, tr
         if loop.gamma:
             loop._lookup_step(state, 128)
         loop._verify_step(state, 128)
+        if detail_top:
+            loop._take_step(state)
+            loop._detail_step(state)
 
     step()  # kernels compiled and tuned first (Triton's, cuBLAS's)
     torch.cuda.synchronize()

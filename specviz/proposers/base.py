@@ -78,6 +78,11 @@ class DeviceLookup:
         this step's graph (a model drafter attends over its cache up to it)."""
         raise NotImplementedError
 
+    def draft_shown(self, sequence, length, span: int):
+        """draft() with what the app shows of the drafter: (tokens, length, its distribution at each position [gamma,
+        V], the softmax of its logits, or None: a lookup has none)."""
+        return (*self.draft(sequence, length, span), None)
+
     def sample(self, sequence, length, span: int, warp, generator: torch.Generator):
         """A sampled chain (warp: sampling.DeviceWarp, the run's): (tokens [gamma], length [], q [gamma, V] or
         None where the draft is deterministic, a one-hot q). A lookup drafts as when greedy."""

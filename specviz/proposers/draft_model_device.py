@@ -27,10 +27,11 @@ def fitted(logits: torch.Tensor, vocab_size: int, token_ids: torch.Tensor | None
 
 
 def draft_model_chain(runner, sequence, length, span: int, gamma: int, vocab_size: int, token_ids,
-                      draft_stop: float, warp=None, noise=None):
+                      draft_stop: float, warp=None, noise=None, shown: bool = False):
     """ModelDrafter's chain, tensors only: (tokens [gamma], its length [] (cut after the first doubted token),
     q [gamma, V] or None). Greedy: the drafter's argmax; sampled (warp as eagle_device.draft_chain's, noise
-    [gamma, K] Exp(1)): a draw from its warped distribution."""
+    [gamma, K] Exp(1)): a draw from its warped distribution. shown, greedy: q is the drafter's softmax, what the
+    app shows of it."""
     device = sequence.device
     first = (length - 2).clamp(min=0)
     ids = sequence.index_select(0, first + torch.arange(2, device=device))
@@ -40,9 +41,11 @@ def draft_model_chain(runner, sequence, length, span: int, gamma: int, vocab_siz
         scores = fitted(logits.float(), vocab_size, token_ids)  # [1, K]
         if warp is None:
             index = scores.argmax(-1)
+            probs = scores.softmax(-1) if shown else None
         else:
             probs = warp_with(scores, *warp)
             index = draw_with_noise(probs, noise[i:i + 1])
+        if probs is not None:
             full = probs.new_zeros(1, vocab_size)
             qs.append(full.index_copy_(1, token_ids, probs) if token_ids is not None else
                       full.index_copy_(1, torch.arange(probs.shape[1], device=device), probs))
@@ -104,6 +107,10 @@ class DraftModelLookup(DeviceLookup):
         tokens, size, _ = draft_model_chain(self.space.runner, sequence, length, span, self.gamma, self.vocab_size,
                                             self.token_ids, self.draft_stop)
         return tokens, size
+
+    def draft_shown(self, sequence, length, span):
+        return draft_model_chain(self.space.runner, sequence, length, span, self.gamma, self.vocab_size,
+                                 self.token_ids, self.draft_stop, shown=True)
 
     def sample(self, sequence, length, span, warp, generator):
         noise = exponential_noise((self.gamma, self.scored), generator, sequence.device)

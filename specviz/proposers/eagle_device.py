@@ -39,12 +39,13 @@ def pending_inputs(sequence, length, features, count):
     return features, sequence.index_select(0, index), count, start.clamp(min=0)
 
 
-def draft_chain(drafter, cache, features, token_ids, count, start, gamma: int, span: int, warp=None, noise=None):
+def draft_chain(drafter, cache, features, token_ids, count, start, gamma: int, span: int, warp=None, noise=None,
+                shown: bool = False):
     """EagleProposer's chain, tensors only: feed the pending positions (rows past `count` are padding, written
     past the prefix and overwritten by the chain), then draft gamma tokens from the last real row's output, each
     fed back at the next slot. Greedy: the head's argmax. Sampled (warp: temperature, top-k, top-p as tensors
     and whether top-k or top-p apply; noise [gamma, K] Exp(1)): a draw from q, the warped head. Returns (tokens
-    [gamma], q [gamma, V] or None)."""
+    [gamma], q [gamma, V] or None; shown, greedy: the head's softmax, what the app shows of the drafter)."""
     head = drafter.head
     rows = features.shape[0]
     columns = torch.arange(span, device=features.device)
@@ -57,9 +58,11 @@ def draft_chain(drafter, cache, features, token_ids, count, start, gamma: int, s
         logits = head.sub_logits(feature)  # [1, K]
         if warp is None:
             index = logits.argmax(-1)
+            probs = logits.softmax(-1) if shown else None
         else:
             probs = warp_with(logits, *warp)
             index = draw_with_noise(probs, noise[i:i + 1])
+        if probs is not None:
             qs.append(probs if head.token_ids is None else
                       probs.new_zeros(1, head.vocab_size).index_copy_(1, head.token_ids, probs))
         token = index if head.token_ids is None else head.token_ids.index_select(0, index)
@@ -123,6 +126,11 @@ class EagleLookup(DeviceLookup):
         tokens, _ = self._chain(self.drafter, self.space.trees.space.tensors(self.captured),
                                 *self._pending(sequence, length), self.gamma, self._span(span))
         return tokens, torch.full((), self.gamma, dtype=torch.long, device=tokens.device)
+
+    def draft_shown(self, sequence, length, span):
+        tokens, shown = self._chain(self.drafter, self.space.trees.space.tensors(self.captured),
+                                    *self._pending(sequence, length), self.gamma, self._span(span), shown=True)
+        return tokens, torch.full((), self.gamma, dtype=torch.long, device=tokens.device), shown
 
     def sample(self, sequence, length, span, warp, generator):
         noise = exponential_noise((self.gamma, self.drafter.head.scored), generator, sequence.device)

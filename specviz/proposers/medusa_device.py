@@ -46,18 +46,21 @@ def medusa_logits(hidden, weights, biases, outputs):
     return torch.stack([out.sub_logits(features[k]) for k, out in enumerate(outputs)])
 
 
-def medusa_chain(hidden, weights, biases, outputs, gamma: int, warp=None, noise=None):
+def medusa_chain(hidden, weights, biases, outputs, gamma: int, warp=None, noise=None, shown: bool = False):
     """MedusaProposer's chain: head k's token for draft position k (k < heads), zeros past them up to gamma.
     Greedy: each head's argmax; sampled (warp as eagle_device.draft_chain's, noise [heads, K]): a draw from each
-    head's warped distribution q. Returns (tokens [gamma], q [gamma, V] or None)."""
+    head's warped distribution q. Returns (tokens [gamma], q [gamma, V] or None; shown, greedy: each head's
+    softmax, what the app shows of the drafter)."""
     logits = medusa_logits(hidden, weights, biases, outputs)
     heads, head = logits.shape[0], outputs[0]
     q = None
     if warp is None:
         index = logits.argmax(-1)
+        probs = logits.softmax(-1) if shown else None
     else:
         probs = warp_with(logits, *warp)
         index = draw_with_noise(probs, noise)
+    if probs is not None:
         q = probs if head.token_ids is None else probs.new_zeros(heads, head.vocab_size).index_copy_(1, head.token_ids, probs)
         q = torch.cat([q, q.new_zeros(gamma - heads, q.shape[1])])
     tokens = index if head.token_ids is None else head.token_ids.index_select(0, index)
@@ -92,6 +95,11 @@ class MedusaLookup(DeviceLookup):
         space = self.space
         tokens, _ = self._chain(space.hidden, space.weights, space.biases, self.outputs, self.gamma)
         return tokens, self._length(tokens)
+
+    def draft_shown(self, sequence, length, span):
+        space = self.space
+        tokens, shown = self._chain(space.hidden, space.weights, space.biases, self.outputs, self.gamma, shown=True)
+        return tokens, self._length(tokens), shown
 
     def sample(self, sequence, length, span, warp, generator):
         space = self.space
