@@ -148,7 +148,8 @@ def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024,
     runners of the given proposers (and with tree > 0 the target's for draft trees of up to `tree` tokens, and
     the proposers' own: EAGLE's tree drafting at gamma = max_positions - 1).
     With device_loop, also the device loop's graphs for plain decoding and the proposers where it applies
-    (device_loop.py), for records without detail (the bench's) or with it (detail: the app's). Graphs already
+    (device_loop.py), for records without detail (the bench's) or with it (detail: the app's), and then not the
+    host-side graphs of those proposers, which their runs never replay. Graphs already
     captured are kept, so calling it again is cheap. options: the runs' EngineOptions (None: from the
     environment)."""
     options = options or EngineOptions.from_environment()
@@ -159,14 +160,16 @@ def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024,
             pass
         _warmed.add(id(target.model))
     runner = make_runner(target.model, options=options)
+    on_device = set()  # proposers whose runs draft on the device loop: their host-side graphs are never replayed
     for proposer in (PlainProposer(), *proposers) if device_loop else ():  # first: they reserve the most cache
         loop = DeviceLoop.for_run(runner, proposer, DecodeSettings(max_new_tokens=1, gamma=max(1, max_positions - 1),
                                                                    tree=tree), detail_top=TOP_N if detail else 0,
                                   prompt_length=0, options=options)
         if loop is not None:
             loop.prepare(max_length)
+            on_device.add(id(proposer))
     runner.warm_up(max_positions, max_length, tree)  # only the target verifies draft trees
-    for proposer in proposers:
+    for proposer in (p for p in proposers if id(p) not in on_device):
         for each in proposer.runners():
             each.warm_up(max_positions, max_length)
         proposer.warm_up(max_length, max_positions - 1, tree)  # what it captures itself (EAGLE's tree drafting)

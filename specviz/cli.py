@@ -298,7 +298,8 @@ def cmd_check_exactness(args) -> int:
           f"{settings.temperature:g}, top-k {settings.top_k}, top-p {settings.top_p:g}, gamma {settings.gamma}, "
           f"tree {settings.tree}, on {target.device} {str(target.dtype).replace('torch.', '')}")
     alpha = "n/a" if not report.drafted else f"{report.accepted / report.drafted:.2f}"
-    print(f"  drafted {report.drafted}, accepted {report.accepted} (alpha {alpha})")
+    loops = ", ".join(f"{count} on the {loop} loop" for loop, count in sorted(report.loops.items()))
+    print(f"  drafted {report.drafted}, accepted {report.accepted} (alpha {alpha}); runs: {loops}")
     warning = coverage_warning(report.drafted, report.accepted)
     if warning:
         print(f"  warning: {warning}")

@@ -111,11 +111,14 @@ def measure_batch(target: LoadedModel, batch_sizes: Sequence[int] = BATCH_SIZES,
 
 
 def measure_cost_curve(target: LoadedModel, positions: Sequence[int] = POSITIONS,
-                       batch_sizes: Sequence[int] = BATCH_SIZES, repeats: int = 3) -> Iterator[CostPoint]:
-    """Both curves, one point at a time (so that a caller can show progress and stop between points); a point
-    measured again comes again (keep the last of each axis and width: latest_points)."""
-    yield from measure_positions(target, positions, repeats=repeats)
-    yield from measure_batch(target, batch_sizes, repeats=repeats)
+                       batch_sizes: Sequence[int] = BATCH_SIZES, repeats: int = 3,
+                       as_measured: bool = False) -> Iterator[CostPoint]:
+    """Both curves. as_measured: one point at a time as it is measured, a point measured again coming again (for a
+    caller that shows progress and stops between points; latest_points keeps the last of each); else every point
+    once, with its final figure."""
+    curves = (measure_positions(target, positions, repeats=repeats), measure_batch(target, batch_sizes, repeats=repeats))
+    for curve in curves:
+        yield from curve if as_measured else latest_points(list(curve))
 
 
 def latest_points(points: Sequence[CostPoint]) -> list[CostPoint]:

@@ -86,6 +86,7 @@ class RunProgress(step.Row):
         self.start, self.detokenizer = start, detokenizer
         self.prefill_seconds = 0.0
         self.prefill_events = None  # (start, end) CUDA events where the prefill is timed on the device
+        self.prompt_hidden = None  # the target's hidden states over the prompt but its last token (the prefill's)
 
     @property
     def tokens(self) -> torch.Tensor:
@@ -204,17 +205,20 @@ class SpeculativeRun:
     def _run_on_device(self, loop: DeviceLoop, run: RunProgress) -> Iterator[StepRecord]:
         """The same steps run by a DeviceLoop: its outcomes (read one step behind the device) kept and recorded
         as the host loop keeps and records its own."""
-        for outcome in loop.steps(run.tokens, self.settings.max_new_tokens):
+        settings = self.settings
+        for outcome in loop.steps(run.tokens, settings.max_new_tokens, run.prompt_hidden, settings,
+                                  run.generator.initial_seed()):
             n, choices = outcome.n_accepted, outcome.choices
-            verdict = verification.Verdict(n_accepted=n, next_token=choices[n], uniforms=None, next_distribution=None,
-                                           accept_probs=[float(d == c) for d, c in zip(outcome.draft_ids, choices)])
+            accept_probs = outcome.accept_probs or [float(d == c) for d, c in zip(outcome.draft_ids, choices)]
+            verdict = verification.Verdict(n_accepted=n, next_token=outcome.next_token, uniforms=outcome.uniforms,
+                                           next_distribution=None, accept_probs=accept_probs)
             kept = run.keep(outcome.draft_ids[:n] + [verdict.next_token], on_device=False)  # the loop has its own
             timing = StepTiming(outcome.draft_ms, outcome.verify_ms, time.perf_counter() - run.start, len(run.output))
             figures = None
             if outcome.detail is not None:
                 figures = figures_from_device(outcome.detail, accepted_in_output(n, kept)[0])
             record = step_record(len(self.steps), outcome.draft_ids, verdict, kept, timing, figures, run.detokenizer)
-            record.tree_size = outcome.tree_size
+            record.tree_size, record.doubted = outcome.tree_size, outcome.doubted
             yield self._add(run, record)
             if run.finished:
                 break
@@ -241,6 +245,7 @@ class SpeculativeRun:
         prompt_hidden = None
         if len(run.sequence) > 1:
             _, prompt_hidden = runner.forward(run.tokens[:-1], logits_for="none")  # the logits are not read
+        run.prompt_hidden = prompt_hidden
         self.proposer.reset(run.tokens, settings, run.generator,
                             prompt_hidden if self.proposer.needs_target_hidden else None)
         self.tokens = run.tokens
@@ -279,8 +284,11 @@ class SpeculativeRun:
     def _device_loop(self):
         """A DeviceLoop (device_loop.py) for this run where one applies, its graphs captured; None otherwise
         (and when capturing fails: the host loop then runs, with a warning)."""
+        residual = verification.ON_DEVICE.get(self.verify_sampled)  # a verifier planted by a test: on the host
+        if residual is None and not self.settings.greedy:
+            return None
         loop = DeviceLoop.for_run(self.runner, self.proposer, self.settings, TOP_N if self.detail else 0,
-                                  len(self.prompt_ids), self.options)
+                                  len(self.prompt_ids), residual=residual is not False, options=self.options)
         if loop is not None:
             try:
                 loop.prepare(len(self.prompt_ids) + self.settings.max_new_tokens)

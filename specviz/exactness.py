@@ -145,6 +145,7 @@ class Samples:
     drafted: int = 0  # over every run: what the method drafted, and how much of it the output kept
     accepted: int = 0
     tree_steps: int = 0  # steps that verified a draft tree (a tree test that never drafted one tests chains)
+    loops: Counter = dataclasses.field(default_factory=Counter)  # runs on the device loop and on the host loop
 
 
 def sample_outputs(target: LoadedModel, make_proposer: Callable[[], Proposer], prompt_ids: list[int],
@@ -160,6 +161,7 @@ def sample_outputs(target: LoadedModel, make_proposer: Callable[[], Proposer], p
             samples.accepted += step.n_accepted
             samples.tree_steps += bool(step.tree_size)
         samples.counts[tuple(run.result.token_ids[:depth])] += 1
+        samples.loops[run.result.settings["loop"]] += 1
         if progress is not None:
             progress(i + 1)
     return samples
@@ -200,6 +202,7 @@ class ExactnessReport:
     control_temperature: float | None
     drafted: int  # over the method's runs: the test means little where the method drafted nothing
     accepted: int
+    loops: Counter = dataclasses.field(default_factory=Counter)  # the method's runs by loop (device, host)
 
     def passed(self, alpha: float) -> bool:
         return self.fit.p_value >= alpha
@@ -229,4 +232,4 @@ def check_exactness(target: LoadedModel, make_proposer: Callable[[], Proposer], 
                                 progress=_stage(progress, "control"))
         control = goodness_of_fit(cooled.counts, exact, samples)
     return ExactnessReport(make_proposer().name, samples, depth, fit, control, control_temperature,
-                           drawn.drafted, drawn.accepted)
+                           drawn.drafted, drawn.accepted, drawn.loops)

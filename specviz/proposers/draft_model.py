@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..options import EngineOptions
-from ..runners.static import make_runner
+from ..runners.static import StaticRunner, make_runner
 from .base import Draft, Feedback, Proposer
 
 
@@ -116,6 +116,14 @@ class ModelDrafter(Proposer):
             logits=torch.stack(all_logits).to(device),
             doubted=doubted and len(drafted) < gamma,  # the last of a full chain ends it anyway
         )
+
+    def device_lookup(self, settings, runner):
+        """Its chains on the device (draft_model_device.py) where it drafts on the fast path beside the target."""
+        if not isinstance(self.runner, StaticRunner) or self.runner.device != runner.device:
+            return None
+        from .draft_model_device import DraftModelLookup
+
+        return DraftModelLookup(self.runner, self.vocab_size, self.token_ids, settings.gamma, settings.draft_stop)
 
     def observe(self, feedback: Feedback) -> None:
         # Drop the rejected drafts now, so that the cache always holds a prefix of the accepted sequence.

@@ -70,6 +70,18 @@ class EagleProposer(Proposer):
         trees.step(features, torch.zeros(1, dtype=torch.long, device=parts.device), gamma, self.tree_width, tree)
         trees.release()
 
+    def device_lookup(self, settings, runner):
+        """Its chains and trees on the device (eagle_device.py), where the drafter sits beside the target."""
+        parts = self.drafter.parts
+        if parts.device != runner.device or parts.dtype != runner.dtype:
+            return None
+        from .eagle_device import EagleLookup
+        from . import eagle_tree
+
+        return EagleLookup(self.drafter, settings.gamma, settings.tree, self.tree_width, self.options,
+                           captured=runner.use_graphs,
+                           compiled=runner.use_graphs and runner.use_compile and not eagle_tree._compile_failed)
+
     def release(self) -> None:
         """Give a tree run's static cache (and its graphs) back to the drafter's pool."""
         if self._finalizer is not None:

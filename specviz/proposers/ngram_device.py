@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from ..runners.graphs import compiled_static
+from ..tree_device import candidates_tree
 from .base import DeviceLookup
 
 PER_SIZE = 8  # NgramIndex.candidates' per_size: latest occurrences of each suffix n-gram looked at
@@ -82,12 +83,16 @@ class NgramLookup(DeviceLookup):
         self.gamma, self.tree, self.sizes = gamma, tree, sizes
         self._chain = compiled_static(ngram_draft) if compiled else ngram_draft
         self._own = compiled_static(own_candidates) if compiled else own_candidates
+        self._tree = compiled_static(candidates_tree) if compiled else candidates_tree
 
     def key(self) -> tuple:
         return ("ngram", self.gamma, self.tree, self.sizes)
 
-    def draft(self, sequence, length):
+    def draft(self, sequence, length, span=None):
         return self._chain(sequence, length, self.gamma, self.sizes)
+
+    def draft_tree(self, sequence, length, span=None):
+        return self._tree(self.candidates(sequence, length), self.tree)
 
     def own(self, sequence, length):
         return self._own(sequence, length, self.gamma, self.sizes)

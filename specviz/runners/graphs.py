@@ -79,11 +79,14 @@ def return_workspace(first_layer_ref, key: tuple, workspace: Workspace) -> None:
         _workspaces.setdefault(first_layer, {}).setdefault(key, []).append(workspace)
 
 
-def capture_graph(graph: torch.cuda.CUDAGraph, run, device: torch.device, owner):
+def capture_graph(graph: torch.cuda.CUDAGraph, run, device: torch.device, owner, generators=()):
     """Run `run` twice on a side stream (lazy initialisation and allocations happen outside the capture; its
     writes must be idempotent), then capture it into `graph`, in the memory pool that the graphs of `owner`
-    (a workspace: `.pool`, None until its first capture) share. Returns what the captured call returned: the
-    graph's static outputs."""
+    (a workspace: `.pool`, None until its first capture) share. generators: CUDA generators `run` draws from
+    besides the default one (each replay then draws from their state at that time). Returns what the captured
+    call returned: the graph's static outputs."""
+    for generator in generators:
+        graph.register_generator_state(generator)
     if owner.pool is None:
         owner.pool = torch.cuda.graph_pool_handle()
     stream = torch.cuda.Stream(device)

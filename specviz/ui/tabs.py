@@ -190,7 +190,7 @@ class CostTab:
             yield {self.status: render.status_html(str(error), "error")}
             return
         device = f"{model.device.type} ({model.describe()}, {str(model.dtype).replace('torch.', '')})"
-        measurements = measure_cost_curve(model)
+        measurements = measure_cost_curve(model, as_measured=True)
         while not state.cancel.is_set():
             with ENGINE_LOCK:  # one point at a time, so that runs of other users interleave
                 point = next(measurements, None)
