@@ -7,10 +7,13 @@ The tested token is the first new one: the engine's first step drafts it (gamma 
 last forward, so every slip acts on it in full. Its p (the target's) and q (the drafter's) are the same for every
 seed; a seed changes only the draws: the drafter's, then the verifier's. So the engine runs the first ENGINE_SEEDS
 seeds itself, its verifier fanned out to every arm (the same draft, q, p and random stream for each), and the
-seeds after them replay those two draws on the p and q its forward passes gave: thousands of seeds in a second,
-each checked to give the engine's own tokens where the engine ran it."""
+seeds after them replay those two draws on the p and q its forward passes gave, checked to give the engine's own
+tokens where the engine ran it. The replay keeps the tokens either model gives at least FLOOR and pools the rest
+into one token (OTHER), so that a draw costs a few thousand entries, not the whole vocabulary: p and q pooled so
+are a pair of distributions like any other, on which every exact arm stays exact and every slip stays wrong."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -23,7 +26,7 @@ from .. import verify
 from ..api import make_proposer
 from ..engine import SpeculativeRun
 from ..exactness import goodness_of_fit, next_token_probs
-from ..models import LoadedModel, load_model
+from ..models import LoadedModel
 from ..proposers import PlainProposer, Proposer
 from ..sampling import draw, make_generator
 from ..settings import DecodeSettings
@@ -34,9 +37,11 @@ CLAIM = ("Exactness is easy to break without any visible error: engines have shi
          "a few hundred samples, and passes the correct verifier.")
 HEADERS = ["verifier", "breaks exactness", "p at the verdict", "caught", "acceptance", "what it does", "reported"]
 SIGNIFICANCE = 0.01  # below it: "not the target's distribution"
+RUNS = 150  # the verdict's seeds by default, as lesson 2's histograms
 CHECK_EVERY = 10  # seeds between two looks at the fit
 ENGINE_SEEDS = 10  # seeds the engine runs itself; the replay must give each arm the engine's token on them
-FLOOR = 1e-6  # tokens the target (or the drafter) gives less are left out of the record's dicts
+FLOOR = 1e-6  # tokens the target (or the drafter) gives less are left out of the record's dicts (and pooled)
+OTHER = -1  # the replay's pooled token: every token that neither model gives FLOOR
 
 
 @dataclass(frozen=True)
@@ -123,13 +128,25 @@ class FanOut:
         return verify.verify_sampled(draft_ids, draft_probs, target_probs, generator)
 
 
-def replay(slips: list[Slip], verifiers: dict[str, Callable], q: torch.Tensor, p: torch.Tensor,
-           seed: int) -> dict[str, tuple[int, bool]]:
+def pooled(q: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q [g, V] and p [g + 1, V] on the tokens either gives at least FLOOR somewhere, their remaining mass pooled
+    into one last token: (q, p, the kept tokens' ids)."""
+    kept = torch.nonzero((p >= FLOOR).any(0) | (q >= FLOOR).any(0)).flatten()
+    squeeze = lambda d: torch.cat([d[:, kept], (1.0 - d[:, kept].sum(-1, keepdim=True)).clamp_min(0.0)], -1)  # noqa: E731
+    return squeeze(q), squeeze(p), kept
+
+
+def replay(slips: list[Slip], verifiers: dict[str, Callable], q: torch.Tensor, p: torch.Tensor, seed: int,
+           kept: torch.Tensor | None = None) -> dict[str, tuple[int, bool]]:
     """A seed's first step without the forward passes: the drafter's draw from q with the seed's stream (as its
-    choose() draws), then every arm on it."""
+    choose() draws), then every arm on it. kept: q and p are pooled (pooled()) and these are their tokens' ids."""
     generator = make_generator(seed, q.device)
     draft_ids = draw(q[0], generator).reshape(1)
-    return first_tokens(slips, verifiers, draft_ids, q, p, generator)
+    outcome = first_tokens(slips, verifiers, draft_ids, q, p, generator)
+    if kept is None:
+        return outcome
+    ids = kept.tolist() + [OTHER]
+    return {key: (ids[token], accepted) for key, (token, accepted) in outcome.items()}
 
 
 @dataclass
@@ -231,14 +248,46 @@ def likely(probs: torch.Tensor) -> dict[int, float]:
     return {int(t): float(probs[t]) for t in torch.nonzero(probs >= FLOOR).flatten()}
 
 
-def bugs(target: LoadedModel, prompt: str | list[int] = "Tell me a joke.", method: str = "eagle", runs: int = 150,
+def judge(record: Bugs, slips: list[Slip], outcome_of: Callable[[int], dict[str, tuple[int, bool]]], most: int,
+          text: Callable[[int], str] = str) -> Iterator[Bugs]:
+    """Seeds 0, 1, ... into the record's arms (outcome_of(seed): every arm's first token and acceptance), a look at
+    every arm's fit each CHECK_EVERY seeds: record.runs seeds, then on (up to `most`) while a wrong arm is not yet
+    caught, to show how many it needs. Yields as it goes."""
+    wrong = [a for a, s in zip(record.arms, slips) if s.wrong]
+    while record.seeds < record.runs or (record.seeds < most and any(a.looks[-1][1] >= SIGNIFICANCE for a in wrong)):
+        outcome = outcome_of(record.seeds)
+        record.seeds += 1
+        for arm in record.arms:
+            token, accepted = outcome[arm.key]
+            arm.counts[token] += 1
+            arm.accepted += accepted
+            if token not in record.token_texts:
+                record.token_texts[token] = "(any other)" if token == OTHER else text(token)
+        if record.seeds % CHECK_EVERY == 0 or record.seeds == record.runs:
+            for arm in record.arms:
+                arm.looks.append([record.seeds, fit_of(arm.counts, record.exact).p_value])
+            if record.seeds <= record.runs or record.seeds % (10 * CHECK_EVERY) == 0:
+                yield record
+    yield record
+
+
+def on_distributions(p: torch.Tensor, q: torch.Tensor, temperature: float = 0.8, runs: int = RUNS, most: int = 3000,
+                     slips: list[Slip] | None = None) -> Iterator[Bugs]:
+    """Every arm on a given target p [2, V] (after temperature) and draft q [1, V], no model: the lesson's replay
+    alone, for a distribution chosen by hand."""
+    slips = slips or SLIPS
+    verifiers = {s.key: s.verifier(temperature) for s in slips}
+    record = Bugs("", "given q", temperature, runs, likely(p[0]), [Arm(s.key) for s in slips], draft=likely(q[0]))
+    yield from judge(record, slips, lambda seed: replay(slips, verifiers, q, p, seed), most)
+
+
+def bugs(target: LoadedModel, prompt: str | list[int] = "Tell me a joke.", method: str = "eagle", runs: int = RUNS,
          temperature: float = 0.8, most: int = 3000, chat: bool = True, rounding_tokens: int = 16,
          slips: list[Slip] | None = None, make: Callable[[], Proposer] | None = None,
          other_dtype: LoadedModel | None = None, engine_seeds: int = ENGINE_SEEDS) -> Iterator[Bugs]:
     """Every arm on the same seeds 0, 1, ...: the first engine_seeds through the engine, the rest replayed on its
-    q and p; `runs` seeds, then on (up to `most`) while a wrong arm is not yet caught, to show how many it needs.
-    Yields as it goes. Then the rounding contrast (skipped with rounding_tokens=0; other_dtype: the target loaded
-    in the other dtype, loaded here when None)."""
+    q and p (judge). Then the rounding contrast (skipped with rounding_tokens=0; other_dtype: the target in the
+    other dtype, a copy cast here when None)."""
     slips = slips or SLIPS
     ids = prompt_ids(target, prompt, chat)
     settings = DecodeSettings(max_new_tokens=2, gamma=1, temperature=temperature, stop_at_eos=False).validate()
@@ -246,35 +295,25 @@ def bugs(target: LoadedModel, prompt: str | list[int] = "Tell me a joke.", metho
     proposer = (make or (lambda: make_proposer(method, target)))()
     record = Bugs(prompt, proposer.name, temperature, runs, exact, [Arm(s.key) for s in slips])
     verifiers = {s.key: s.verifier(temperature) for s in slips}
-    wrong = [a for a, s in zip(record.arms, slips) if s.wrong]
-    q = p = None
-    while record.seeds < runs or (record.seeds < most and any(a.looks[-1][1] >= SIGNIFICANCE for a in wrong)):
-        seed = record.seeds
-        if seed < engine_seeds:
-            fan = FanOut(slips, verifiers)
-            steps = iter(SpeculativeRun(target, proposer, ids, dataclasses.replace(settings, seed=seed), verifier=fan,
-                                        detail=False))
-            next(steps)  # the first step decides the tested token; the rest of the run is not needed
-            steps.close()
-            outcome, q, p = fan.first, fan.q, fan.p
-            record.engine_seeds += 1
-            record.engine_agreed += replay(slips, verifiers, q, p, seed) == outcome
-            record.draft = likely(q[0])
-        else:
-            outcome = replay(slips, verifiers, q, p, seed)
-        record.seeds += 1
-        for arm in record.arms:
-            token, accepted = outcome[arm.key]
-            arm.counts[token] += 1
-            arm.accepted += accepted
-            if token not in record.token_texts:
-                record.token_texts[token] = token_text(target, token)
-        if record.seeds % CHECK_EVERY == 0 or record.seeds == runs:
-            for arm in record.arms:
-                arm.looks.append([record.seeds, fit_of(arm.counts, exact).p_value])
-            if record.seeds <= max(runs, engine_seeds) or record.seeds % (10 * CHECK_EVERY) == 0:
-                yield record
-    yield record
+    replayed = {}  # the pooled q and p and their tokens, once the engine's seeds are done
+
+    def outcome_of(seed: int) -> dict[str, tuple[int, bool]]:
+        if seed >= engine_seeds:
+            replayed.setdefault("pooled", pooled(record_q[0], record_q[1]))
+            return replay(slips, verifiers, *replayed["pooled"][:2], seed, replayed["pooled"][2])
+        fan = FanOut(slips, verifiers)
+        steps = iter(SpeculativeRun(target, proposer, ids, dataclasses.replace(settings, seed=seed), verifier=fan,
+                                    detail=False))
+        next(steps)  # the first step decides the tested token; the rest of the run is not needed
+        steps.close()
+        record_q[:] = [fan.q, fan.p]
+        record.engine_seeds += 1
+        record.engine_agreed += replay(slips, verifiers, fan.q, fan.p, seed) == fan.first
+        record.draft = likely(fan.q[0])
+        return fan.first
+
+    record_q: list = [None, None]  # the drafter's q and the target's p that the engine's forward passes gave
+    yield from judge(record, slips, outcome_of, most, lambda token: token_text(target, token))
     if rounding_tokens:
         record.rounding = rounding(target, prompt, method, rounding_tokens, chat, other_dtype)
         yield record
@@ -292,13 +331,17 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
 
 
+def in_dtype(target: LoadedModel, dtype: torch.dtype) -> LoadedModel:
+    """The target's weights copied and cast to dtype (what loading it in that dtype gives, without reading it again)."""
+    return dataclasses.replace(target, model=copy.deepcopy(target.model).to(dtype), dtype=dtype)
+
+
 def rounding(target: LoadedModel, prompt: str | list[int], method: str = "eagle", max_new_tokens: int = 16,
              chat: bool = True, other: LoadedModel | None = None) -> Rounding:
     """Greedy decoding in float32 and in bfloat16 (the target in the other dtype, loaded here when not given),
     plain and with the method; where bfloat16 plain parts from float32 plain, the two best logits of each."""
     if other is None:
-        other_dtype = "bfloat16" if target.dtype == torch.float32 else "float32"
-        other = load_model(target.name, str(target.device), other_dtype)
+        other = in_dtype(target, torch.bfloat16 if target.dtype == torch.float32 else torch.float32)
     f32, b16 = (target, other) if target.dtype == torch.float32 else (other, target)
     settings = DecodeSettings(max_new_tokens=max_new_tokens, gamma=4, temperature=0.0, stop_at_eos=False).validate()
     ids = prompt_ids(f32, prompt, chat)

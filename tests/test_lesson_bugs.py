@@ -1,0 +1,74 @@
+"""Lesson 7 (specviz.lessons.bugs): at the lesson's default seeds the exact-distribution test passes the correct
+verifier and match acceptance and catches every deliberately wrong verifier and drafter, each arm judged on its own
+against the same seeds, p and q, so that each is the others' control. The verdicts are tested on a small
+distribution chosen by hand (the slips' size depends on p and q, not on a model); the engine's part, on a tiny
+random target with a perturbed copy of it as the drafter: real forward passes, and the replay gives each arm the
+engine's own tokens."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specviz.lessons import bugs
+from specviz.lessons.common import finish
+from specviz.proposers import ModelDrafter
+from specviz.testing import perturbed_copy, tiny_causal_lm
+
+TEMPERATURE = 0.5  # p below is after it; taking p before it flattens p
+P = torch.tensor([[0.40, 0.25, 0.15, 0.10, 0.06, 0.04], [1 / 6] * 6])  # the first token's p, then the bonus row's
+Q = torch.tensor([[0.50, 0.02, 0.02, 0.06, 0.10, 0.30]])  # shares the target's favourite; over-weights the last
+EXACT = [s.key for s in bugs.SLIPS if not s.wrong]
+WRONG = [s.key for s in bugs.SLIPS if s.wrong]
+
+
+@pytest.fixture(scope="module")
+def record():
+    return finish(bugs.on_distributions(P, Q, TEMPERATURE, runs=bugs.RUNS))
+
+
+@pytest.mark.parametrize("key", EXACT)
+def test_an_exact_verifier_passes_at_the_default_seeds(record, key):
+    assert record.passed(key) is True, record.arm(key).looks
+
+
+@pytest.mark.parametrize("key", WRONG)
+def test_a_wrong_verifier_or_drafter_is_caught_at_the_default_seeds(record, key):
+    assert record.passed(key) is False, record.arm(key).looks
+    assert record.arm(key).caught_at() <= record.runs
+
+
+def test_match_acceptance_is_exact_but_accepts_less(record):
+    assert record.arm("match").accepted < record.arm("correct").accepted
+
+
+def test_the_verdict_reads_as_a_table_and_a_sentence(record):
+    assert [row[0] for row in bugs.bug_rows(record)] == [s.label for s in bugs.SLIPS]
+    assert f"{len(WRONG)} of {len(WRONG)} bugs caught" in bugs.bug_sentence(record)
+
+
+def test_the_replay_gives_every_arm_the_engines_tokens():
+    target = tiny_causal_lm(vocab_size=12, seed=20)
+    drafter = perturbed_copy(target, noise=1.0, seed=21)
+    record = finish(bugs.bugs(target, [1, 2, 3, 4, 5], runs=20, most=20, temperature=0.6, chat=False,
+                              rounding_tokens=0, make=lambda: ModelDrafter(drafter.model, 12), engine_seeds=5))
+    assert (record.engine_seeds, record.engine_agreed, record.seeds) == (5, 5, 20)
+    assert all(arm.runs == 20 for arm in record.arms)
+
+
+@pytest.mark.quick
+def test_without_renormalising_the_residual_runs_off_its_end():
+    p = torch.tensor([[0.5, 0.3, 0.2], [0.2, 0.3, 0.5]])
+    q = torch.tensor([[0.1, 0.8, 0.1]])
+    draft = torch.tensor([1])  # p/q = 0.375: mostly rejected; the residual max(0, p - q) totals 0.5
+    tokens = []
+    for seed in range(200):
+        verdict = bugs.verify.verify_residual_unnormalised(draft, q, p, torch.Generator().manual_seed(seed))
+        if verdict.n_accepted == 0:
+            tokens.append(verdict.next_token)
+    assert tokens.count(2) / len(tokens) > 0.5  # norm(max(0, p - q)) gives token 2 a fifth; running off adds half
+
+
+@pytest.mark.quick
+def test_bfloat16_spacing_near_a_logit():
+    assert bugs.bfloat16_spacing(20.0) == 0.125  # 8 significant bits: 16 <= x < 32 in steps of 2**-3
+    assert bugs.bfloat16_spacing(1.5) == 2 ** -7
