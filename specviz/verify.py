@@ -113,8 +113,9 @@ def verify_sampled_without_residual(
 ) -> Verdict:
     """Wrong: it accepts as verify_sampled does, but at a rejection it draws from p instead of
     norm(max(0, p - q)). The output then over-weights the tokens the drafter favours (they get a second chance).
-    No engine was found to have shipped it; a reader suspected it in NJUNLP/MCSD (issue 5), whose code in fact
-    draws from the residual it had written into p."""
+    Claimed of EAGLE's non-greedy path, which draws the replacement from the target's p alone (SafeAILab/EAGLE
+    issue 329, open; its authors hold that its top-k drafting makes q one-hot, issue 171); a reader suspected it in NJUNLP/MCSD (issue 5), whose code in fact draws from the residual it
+    had written into p."""
     verdict = verify_sampled(draft_ids, draft_probs, target_probs, generator)
     if verdict.n_accepted < draft_ids.shape[0]:
         distribution = target_probs[verdict.n_accepted]
@@ -132,8 +133,8 @@ def verify_residual_unnormalised(
     """Wrong: at a rejection it draws from max(0, p - q) without dividing by its total, by the inverse of the
     cumulative sum with one uniform u in [0, 1), as a hand-written sampling kernel does. The residual's total is
     below 1, so whenever u lands past it the draw runs off the end and returns the vocabulary's last token.
-    torch.multinomial normalises its input itself, so there the same omission is harmless (noted in the review of
-    vLLM's first rejection sampler, vllm-project/vllm pull request 2336). No engine was found to have shipped it."""
+    torch.multinomial normalises its input itself, so there the same omission is harmless. No engine was found to
+    have shipped it."""
     verdict = verify_sampled(draft_ids, draft_probs, target_probs, generator)
     n = verdict.n_accepted
     if n < draft_ids.shape[0]:

@@ -72,3 +72,31 @@ def test_without_renormalising_the_residual_runs_off_its_end():
 def test_bfloat16_spacing_near_a_logit():
     assert bugs.bfloat16_spacing(20.0) == 0.125  # 8 significant bits: 16 <= x < 32 in steps of 2**-3
     assert bugs.bfloat16_spacing(1.5) == 2 ** -7
+
+
+def test_a_saved_run_reads_back_as_the_record_it_was(record, tmp_path):
+    from specviz.lessons.catalogue import LESSONS
+    from specviz.lessons.saved import load_lesson, save_lesson
+    from specviz.ui.learn import bugs_figure
+
+    lesson = next(lesson for lesson in LESSONS if lesson.key == "bugs")
+    record.rounding = bugs.Rounding("a prompt", "eagle", ["a", " b"], ["a", " c"], True, 1, None,
+                                    [" b", " c"], [20.0, 19.95], [" c", " b"], [20.0, 20.0])
+    saved = load_lesson(save_lesson(tmp_path, lesson, record, {"device": "cpu"}, 1.0).read_text())
+    assert saved.lesson.number == 7
+    assert bugs.bug_rows(saved.record) == bugs.bug_rows(record)
+    assert bugs.bug_sentence(saved.record) == bugs.bug_sentence(record)
+    assert bugs_figure(saved.record) == bugs_figure(record)
+    assert "**0.050** apart" in bugs.bug_sentence(saved.record)  # the margin where bfloat16 parts
+    record.rounding = None
+
+
+@pytest.mark.parametrize("field,value", [("method", "ngram"), ("runs", 5), ("runs", 5000), ("runs", "150"),
+                                         ("temperature", 0.0), ("temperature", float("nan")), ("prompt", ""),
+                                         ("prompt", "x" * 3000)])
+def test_the_endpoint_refuses_a_bad_request_before_loading_a_model(field, value, monkeypatch):
+    from specviz.ui import learn
+
+    monkeypatch.setattr(learn, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    with pytest.raises(learn.gr.Error):
+        learn.bugs_api(**{"prompt": "Tell me a joke."} | {field: value})

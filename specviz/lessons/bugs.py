@@ -37,6 +37,7 @@ CLAIM = ("Exactness is easy to break without any visible error: engines have shi
          "a few hundred samples, and passes the correct verifier.")
 HEADERS = ["verifier", "breaks exactness", "p at the verdict", "caught", "acceptance", "what it does", "reported"]
 SIGNIFICANCE = 0.01  # below it: "not the target's distribution"
+PROMPT, METHOD, TEMPERATURE = "Tell me a joke.", "eagle", 0.8  # the lesson's defaults
 RUNS = 150  # the verdict's seeds by default, as lesson 2's histograms
 CHECK_EVERY = 10  # seeds between two looks at the fit
 ENGINE_SEEDS = 10  # seeds the engine runs itself; the replay must give each arm the engine's token on them
@@ -57,6 +58,7 @@ class Slip:
     proposes: Callable | None = None  # (draft_ids [g], q [g, V]) -> the draft this slip proposes instead
 
 
+GH = "https://github.com/"
 SLIPS = [
     Slip("correct", "correct (verify_sampled)", False,
          "accept with min(1, p/q); at a rejection draw from norm(max(0, p − q))",
@@ -64,32 +66,35 @@ SLIPS = [
     Slip("match", "match acceptance (verify_by_match)", False,
          "accept while the draft equals the target's own draw, and emit that draw at the first mismatch: exact, but "
          "it accepts Σ p·q instead of Σ min(p, q)",
-         "called a bug in ml-explore/mlx-swift-lm PR 459; proved and measured exact in lablup/mlxcel PR 992; vLLM's "
-         "\"strict\" sampler (vllm-project/vllm PR 35461)", lambda t: verify.verify_by_match),
+         f"called a bug in MLX Swift LM ({GH}ml-explore/mlx-swift-lm/pull/459); shown exact in mlxcel "
+         f"({GH}lablup/mlxcel/pull/992); vLLM's \"strict\" rejection sampling ({GH}vllm-project/vllm/pull/35461)",
+         lambda t: verify.verify_by_match),
     Slip("argmax-match", "match against the target's argmax", True,
          "accept while the draft equals the target's most likely token, then draw from p: greedy checks under sampling",
-         "described (as biased) in lablup/mlxcel issue 902, whose code PR 992 found to match a draw instead; "
-         "no engine found shipping it", lambda t: verify.verify_by_target_argmax),
+         f"mlxcel's verify loop as its issue described it ({GH}lablup/mlxcel/issues/902)",
+         lambda t: verify.verify_by_target_argmax),
     Slip("temperature", "target before temperature", True,
          "the target's p taken before temperature, the drafter's q after it",
-         "vllm-project/vllm issue 9834, fixed by PR 10198",
+         f"vLLM's scorer ({GH}vllm-project/vllm/issues/9834, fixed by {GH}vllm-project/vllm/pull/10198)",
          lambda t: partial(verify.verify_target_before_temperature, temperature=t)),
     Slip("argmax-drafter", "drafter at temperature 0", True,
-         "the drafter proposes its argmax but reports q at the run's temperature",
-         "huggingface/transformers PR 30778, reported in issue 32867, reverted by PR 33534; again issue 47932; "
-         "jaymody/speculative-sampling issue 3",
+         "the drafter proposes its argmax (temperature 0) but the ratio uses its q at the run's temperature",
+         f"transformers' assisted generation ({GH}huggingface/transformers/pull/30778, reverted by "
+         f"{GH}huggingface/transformers/pull/33534; again {GH}huggingface/transformers/issues/47932); "
+         f"{GH}jaymody/speculative-sampling/issues/3",
          lambda t: verify.verify_sampled, lambda ids, q: verify.draft_argmax_keeping_q(q).to(ids.device, ids.dtype)),
     Slip("unnormalised", "residual not renormalised", True,
          "max(0, p − q) drawn by its cumulative sum without dividing by its total: past the total, the last token",
-         "none found shipped; harmless with torch.multinomial, which normalises (vllm-project/vllm PR 2336, review)",
+         "no engine found to have shipped it (torch.multinomial normalises its input, so there it is harmless)",
          lambda t: verify.verify_residual_unnormalised),
     Slip("at-drafted", "residual at the drafted token only", True,
          "at a rejection q is subtracted at the rejected token only, not everywhere",
-         "SafeAILab/EAGLE issue 20 (fixed)", lambda t: verify.verify_residual_at_drafted_token),
+         f"EAGLE's sampling code ({GH}SafeAILab/EAGLE/issues/20, fixed)", lambda t: verify.verify_residual_at_drafted_token),
     Slip("from-p", "residual replaced by p", True,
          "at a rejection draw from p itself (verify_sampled_without_residual): the drafter's favourite gets a "
-         "second chance", "none found shipped; suspected in NJUNLP/MCSD issue 5, whose code was right",
-         lambda t: verify.verify_sampled_without_residual),
+         "second chance",
+         f"claimed of EAGLE's non-greedy path ({GH}SafeAILab/EAGLE/issues/329, open; its authors hold that top-k drafting "
+         f"makes q one-hot, {GH}SafeAILab/EAGLE/issues/171); suspected in {GH}NJUNLP/MCSD/issues/5, whose code was right", lambda t: verify.verify_sampled_without_residual),
 ]
 SLIP_BY_KEY = {slip.key: slip for slip in SLIPS}
 
@@ -271,7 +276,7 @@ def judge(record: Bugs, slips: list[Slip], outcome_of: Callable[[int], dict[str,
     yield record
 
 
-def on_distributions(p: torch.Tensor, q: torch.Tensor, temperature: float = 0.8, runs: int = RUNS, most: int = 3000,
+def on_distributions(p: torch.Tensor, q: torch.Tensor, temperature: float = TEMPERATURE, runs: int = RUNS, most: int = 3000,
                      slips: list[Slip] | None = None) -> Iterator[Bugs]:
     """Every arm on a given target p [2, V] (after temperature) and draft q [1, V], no model: the lesson's replay
     alone, for a distribution chosen by hand."""
@@ -281,8 +286,8 @@ def on_distributions(p: torch.Tensor, q: torch.Tensor, temperature: float = 0.8,
     yield from judge(record, slips, lambda seed: replay(slips, verifiers, q, p, seed), most)
 
 
-def bugs(target: LoadedModel, prompt: str | list[int] = "Tell me a joke.", method: str = "eagle", runs: int = RUNS,
-         temperature: float = 0.8, most: int = 3000, chat: bool = True, rounding_tokens: int = 16,
+def bugs(target: LoadedModel, prompt: str | list[int] = PROMPT, method: str = METHOD, runs: int = RUNS,
+         temperature: float = TEMPERATURE, most: int = 3000, chat: bool = True, rounding_tokens: int = 16,
          slips: list[Slip] | None = None, make: Callable[[], Proposer] | None = None,
          other_dtype: LoadedModel | None = None, engine_seeds: int = ENGINE_SEEDS) -> Iterator[Bugs]:
     """Every arm on the same seeds 0, 1, ...: the first engine_seeds through the engine, the rest replayed on its
@@ -393,9 +398,14 @@ def rounding_sentence(r: Rounding | None) -> str:
            f"in bfloat16 the method parts from bfloat16 plain at token {r.bfloat16_speculative_parted_at} (its verify "
            "pass rounds K positions at once, a step one)")
     return (f"Greedy, not a bug: bfloat16 plain parts from float32 plain at token {r.parted_at}, where float32's two best "
-            f"tokens {r.top_float32[0]!r} and {r.top_float32[1]!r} are **{r.margin_float32:.3f}** apart in logit, and "
-            f"bfloat16 spaces numbers near {r.logits_float32[0]:.1f} by {r.bfloat16_step:g}: rounding alone swaps a "
-            f"near-tie (bfloat16's margin there: {r.margin_bfloat16:+.3f}, {r.top_bfloat16[0]!r} first). {same}; {b16}.")
+            f"tokens {code(r.top_float32[0])} and {code(r.top_float32[1])} are **{r.margin_float32:.3f}** apart in logit, "
+            f"and bfloat16 spaces numbers near {r.logits_float32[0]:.1f} by {r.bfloat16_step:g}: rounding alone swaps a "
+            f"near-tie (bfloat16's margin there: {r.margin_bfloat16:+.3f}, {code(r.top_bfloat16[0])} first). {same}; {b16}.")
+
+
+def code(token: str) -> str:
+    """A token's text inside a sentence of markdown: a code span, so that no markup in it is read as markup."""
+    return "`" + repr(token)[1:-1].replace("`", "ˋ") + "`"
 
 
 def bug_sentence(record: Bugs) -> str:

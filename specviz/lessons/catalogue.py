@@ -1,4 +1,4 @@
-"""The six lessons by number: each one's title, claim, the settings it runs with, and how its record becomes a
+"""The lessons by number: each one's title, claim, the settings it runs with, and how its record becomes a
 table and a sentence, so that the command line and the Learn tab say the same."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidSettingError
 from ..models import LoadedModel
-from . import batch_size, drafters, exactness, forward_cost, speedup, steps
+from . import batch_size, bugs, drafters, exactness, forward_cost, speedup, steps
 from .common import PROMPTS
 from .literature import literature_lines
 
@@ -22,6 +22,8 @@ SETTINGS = {  # what each lesson runs with; the Learn tab's "Open in the Run tab
     "cost": dict(prompt=PROMPTS["code"], method="eagle", gamma=4, temperature=0.0, max_new=64, seed=0),
     "acceptance": dict(prompt=PROMPTS["code"], method="ngram", gamma=4, temperature=0.0, max_new=32, seed=0),
     "drafters": dict(prompt=PROMPTS["code"], method="eagle", gamma=4, temperature=0.0, max_new=32, seed=0),
+    # the first new token after a chat prompt, drafted by EAGLE at gamma 1 (lesson 7 tests that token)
+    "bugs": dict(prompt=bugs.PROMPT, method=bugs.METHOD, gamma=1, temperature=bugs.TEMPERATURE, max_new=32, seed=0),
 }
 EXACT_RUNS = 150  # seeds per histogram in lesson 2
 
@@ -75,6 +77,8 @@ LESSONS = [
            lambda r: batch_size.HEADERS, batch_size.batch_rows, _batch_sentence),
     Lesson(6, "drafters", "What each drafter costs", drafters.CLAIM, drafters.drafter_costs,
            lambda r: drafters.HEADERS, drafters.drafter_rows, drafters.drafter_sentence),
+    Lesson(7, "bugs", "How speculative decoding goes wrong", bugs.CLAIM, bugs.bugs, lambda r: bugs.HEADERS,
+           bugs.bug_rows, bugs.bug_sentence),
 ]
 
 

@@ -28,6 +28,7 @@ import torch
 from ..errors import SpecvizError
 from ..models import LoadedModel
 from .batch_size import BatchSizes
+from .bugs import Bugs
 from .catalogue import LESSONS, Lesson
 from .drafters import DrafterCost
 from .exactness import Unchanged
@@ -39,7 +40,7 @@ FORMAT = "specviz-lesson"
 MANY = "specviz-lessons"  # every lesson of one `learn --json` run in one file
 VERSION = 1
 RECORD_TYPES = {"mechanic": Mechanic, "exact": Unchanged, "cost": VerifyCost, "acceptance": list[AcceptanceRow],
-                "batch": BatchSizes, "drafters": list[DrafterCost]}  # what each lesson's generator yields
+                "batch": BatchSizes, "drafters": list[DrafterCost], "bugs": Bugs}  # what each lesson's generator yields
 
 
 class SavedLessonError(SpecvizError):

@@ -32,7 +32,7 @@ from .pacing import Pacer
 from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, status_of, step_story, summary_of,
                        token_text, token_view, trace_file)
 from .batch_tab import BatchTab
-from .learn import RUN_TAB, LearnTab, distribution_api
+from .learn import RUN_TAB, LearnTab, bugs_api, distribution_api
 from .tabs import CompareTab, CostTab
 
 log = logging.getLogger(__name__)
@@ -495,6 +495,7 @@ class SpecvizApp:
                              **free)
             gr.api(gpu(speculate), api_name="speculate", **engine)
             gr.api(gpu(distribution_api), api_name="distribution", **engine)
+            gr.api(gpu(bugs_api), api_name="bugs", **engine)
             demo.load(_api_text, None, [api_text], api_visibility="private", **free)
             demo.load(self.on_width, [self.page_width], None, js="() => window.innerWidth", api_visibility="private",
                       show_progress="hidden", **free)

@@ -33,7 +33,11 @@ print(report["metrics"]["mean_accepted_length"], report["speedup"])
 Optional: `target` (default `default`) and `draft` (a drafter for the `draft` method).
 
 `/distribution` runs the Learn tab's second lesson: `prompt`, `method`, `runs`, `temperature`, `seed`, `wrong`
-give both next-token histograms (and the wrong verifier's), the p-values and whether the wrong verifier was caught."""
+give both next-token histograms (and the wrong verifier's), the p-values and whether the wrong verifier was caught.
+
+`/bugs` runs lesson 7: `prompt`, `method` (eagle, medusa or early-exit), `runs`, `temperature`, `rounding` give every
+deliberately wrong verifier and drafter beside the correct one: each one's fit to the target's exact distribution
+(`arms`, `rows`), the seeds it took to catch, and bfloat16 greedy output beside float32's (`rounding`)."""
 
 
 def page_url(request) -> str:

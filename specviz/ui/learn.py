@@ -15,9 +15,11 @@ from .. import lessons
 from ..errors import SpecvizError
 from ..lessons import (acceptance_rows, acceptance_sentence, distribution_sentence, drafter_rows, drafter_sentence,  # noqa: F401
                        mechanic_rows, mechanic_sentence, side_by_side_sentence, verify_cost_sentence)
+from ..lessons.catalogue import plain as plain_record
 from ..lessons.common import megabytes as _mb
 from ..lessons.saved import SavedLesson, SavedLessonError, load_lessons
 from ..models import DEFAULT_MODEL, load_model
+from ..settings import check_prompt_text
 from ..theory import expected_speedup
 from . import charts, render
 from .gpu import gpu
@@ -131,6 +133,28 @@ def what_if_figure(rows: list[lessons.AcceptanceRow], alpha: float, gamma: int, 
 DRAFTER_HEADERS = lessons.drafters.HEADERS
 
 
+# lesson 7 -------------------------------------------------------------------------------------------------------
+
+def bugs_figure(record: lessons.bugs.Bugs | None) -> dict:
+    """Each arm's share of its seeds on the most frequent first tokens, beside the target's exact probability."""
+    if record is None or not record.seeds:
+        return charts.empty_figure("Press Run lesson: every verifier's histogram fills as the seeds come in.", 380)
+    shown, shares = lessons.bugs.bug_figure_data(record, HISTOGRAM_BARS)
+    labels = charts._unique_labels(shown, lambda t: record.token_texts.get(t, str(t)))
+    data = []
+    for arm in record.arms:
+        slip = lessons.bugs.SLIP_BY_KEY[arm.key]
+        colour = COLOURS["speculative"] if arm.key == "correct" else None if slip.wrong else COLOURS["plain"]
+        data.append({"type": "bar", "x": labels, "y": shares[arm.key], "name": charts.escape_label(slip.label),
+                     **({"marker": {"color": colour}} if colour else {})})
+    data.append({"type": "scatter", "mode": "markers", "x": labels, "y": [record.exact.get(t, 0.0) for t in shown],
+                 "name": "target's exact probability", "marker": {"color": COLOURS["exact"], "symbol": "diamond", "size": 9}})
+    fig = charts._figure(data, f"The first new token, {record.seeds} seeds, temperature {record.temperature}", 420)
+    fig["layout"]["barmode"] = "group"
+    charts._axes(fig, 1, None, {"title": {"text": "share of seeds"}, "rangemode": "tozero"})
+    return fig
+
+
 # saved runs -----------------------------------------------------------------------------------------------------
 
 def read_saved(paths) -> tuple[dict[str, SavedLesson], list[str]]:
@@ -208,8 +232,39 @@ def distribution_api(prompt: str = LESSONS["exact"]["prompt"], method: str = "me
         raise gr.Error(str(error)) from None
 
 
+BUGS_METHODS = ("eagle", "medusa", "early-exit")  # drafters that draw their first draft from a q (lesson 7 needs one)
+BUGS_PROMPT_CHARS = 2000  # lesson 7 tests the first new token: a long prompt only costs the forward
+
+
+def bugs_api(prompt: str = lessons.bugs.PROMPT, method: str = lessons.bugs.METHOD, runs: int = lessons.bugs.RUNS,
+             temperature: float = lessons.bugs.TEMPERATURE, rounding: bool = True, target: str = DEFAULT_MODEL) -> dict:
+    """Lesson 7 as one call: every deliberately wrong verifier and drafter beside the correct one on the same seeds,
+    each one's fit to the target's exact distribution of the first new token and the seeds it took to catch; with
+    rounding, bfloat16 greedy output beside float32's."""
+    try:
+        check_prompt_text(prompt)
+        if len(prompt) > BUGS_PROMPT_CHARS:
+            raise SpecvizError(f"the prompt is limited to {BUGS_PROMPT_CHARS} characters here, got {len(prompt)}")
+        if method not in BUGS_METHODS:
+            raise SpecvizError(f"method must be one of {', '.join(BUGS_METHODS)} (a drafter that samples from a q), "
+                               f"got {method!r}")
+        if isinstance(runs, bool) or not isinstance(runs, (int, float)) or not 10 <= runs <= 1000:
+            raise SpecvizError(f"runs must be between 10 and 1000, got {runs!r}")
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0.1 <= temperature <= 2.0:
+            raise SpecvizError(f"temperature must be between 0.1 and 2, got {temperature!r}")
+        model = load_model(model_name(target) or DEFAULT_MODEL)
+        with ENGINE_LOCK:
+            record = lessons.finish(lessons.bugs.bugs(model, prompt, method, int(runs), float(temperature),
+                                                      most=min(3000, 20 * int(runs)),
+                                                      rounding_tokens=16 if rounding else 0))
+        return plain_record(record) | {"rows": lessons.bugs.bug_rows(record),
+                                       "sentence": lessons.bugs.bug_sentence(record)}
+    except SpecvizError as error:
+        raise gr.Error(str(error)) from None
+
+
 class LearnTab:
-    """Six short lessons."""
+    """Seven short lessons."""
 
     def build(self, target, run_fields: list, engine: dict, batch_prompts: list[str], tabs: gr.Tabs | None = None) -> list:
         """target: the Run tab's target; run_fields: its prompt, method, gamma, temperature, max new tokens, seed
@@ -244,6 +299,8 @@ class LearnTab:
                 self.events.append(batch.build(target, batch_prompts, engine))
             with gr.Tab("6 · What each drafter costs"):
                 self._drafters()
+            with gr.Tab("7 · How speculative decoding goes wrong"):
+                self._bugs()
         self._saved_batch(batch)
         drawn = dict.fromkeys(w for _, status, widgets in self.saved_draws.values() for w in (status, *widgets))
         saved.upload(self.on_saved, [saved, *self.what_if_inputs], [saved_status, *drawn], api_visibility="private",
@@ -397,6 +454,25 @@ class LearnTab:
         self._wire(run, stop, status, handler, [self.target], [table, sentence])
         self.saved_draws["drafters"] = (lambda r, _: {table: drafter_rows(r), sentence: drafter_sentence(r)}, status,
                                         [table, sentence])
+
+    def _bugs(self):
+        run, stop, status = self._frame("bugs", lessons.bugs.CLAIM)
+        table = gr.Dataframe(headers=lessons.bugs.HEADERS, interactive=False, wrap=True)
+        figure = gr.Plot(label="first-token histograms", elem_id="sv-learn-bugs-plot")
+        sentence = gr.Markdown(elem_id="sv-learn-bugs-sentence")
+        gr.Markdown("Every verifier sees the same draft, q, p and random numbers on each seed; the first seeds run "
+                    "through the engine, the rest replay its draws on the p and q its forward passes gave. A bug the "
+                    f"test has not caught at {lessons.bugs.RUNS} seeds runs on until it is (up to 3000 seeds).")
+
+        def draw(r, done):
+            return {table: lessons.bugs.bug_rows(r), figure: plot(bugs_figure(r)),
+                    sentence: lessons.bugs.bug_sentence(r) if done else ""}
+
+        def handler(target, request: gr.Request = None):
+            yield from self._stream(request, status, target, lessons.bugs.bugs, draw)
+
+        self._wire(run, stop, status, handler, [self.target], [table, figure, sentence])
+        self.saved_draws["bugs"] = (lambda r, _: draw(r, True), status, [table, figure, sentence])
 
     def _stream(self, request, status, target, start: Callable, draw: Callable) -> Iterator[dict]:
         """Loads the target, then runs the lesson one record at a time (other users' steps in between),
