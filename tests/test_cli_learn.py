@@ -33,9 +33,9 @@ def test_learn_one_lesson_prints_the_measured_figure(default_target, tmp_path, c
 
 
 def test_learn_a_lesson_that_does_not_exist_is_bad_input(capsys):
-    assert main(["learn", "7"]) == EXIT_BAD_INPUT
+    assert main(["learn", "8"]) == EXIT_BAD_INPUT
     printed = capsys.readouterr()
-    assert printed.err.strip() == "specviz: error: no lesson '7': choose 1 to 6, or all"
+    assert printed.err.strip() == "specviz: error: no lesson '8': choose 1 to 7, or all"
     assert printed.out == ""  # nothing ran
 
 
