@@ -266,7 +266,7 @@ def judge(record: Bugs, slips: list[Slip], outcome_of: Callable[[int], dict[str,
             arm.counts[token] += 1
             arm.accepted += accepted
             if token not in record.token_texts:
-                record.token_texts[token] = "(any other)" if token == OTHER else text(token)
+                record.token_texts[token] = "(others)" if token == OTHER else text(token)
         if record.seeds % CHECK_EVERY == 0 or record.seeds == record.runs:
             for arm in record.arms:
                 arm.looks.append([record.seeds, fit_of(arm.counts, record.exact).p_value])
