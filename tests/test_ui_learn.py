@@ -138,6 +138,6 @@ def _selects_a_tab(with_tabs: bool) -> list:
 @pytest.mark.quick
 def test_open_in_the_run_tab_selects_the_run_tab_by_its_id():
     selectors = _selects_a_tab(True)
-    assert len(selectors) == 5  # one "Open in the Run tab" a lesson with a frame (lesson 5 has the Batch tab's)
+    assert len(selectors) == 6  # one "Open in the Run tab" a lesson with a frame (lesson 5 has the Batch tab's)
     assert all(fn.fn().selected == learn.RUN_TAB for fn in selectors)
     assert _selects_a_tab(False) == []  # control: without the app's tabs, nothing selects one
