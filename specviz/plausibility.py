@@ -6,7 +6,8 @@ moves the figure, and nothing in it says so. These checks hold a figure against 
 shows elsewhere:
 
 - a speculative step drafts and then checks gamma + 1 positions in one forward, so it costs at least one plain
-  step, and speculation cannot be more than tau times faster than plain decoding;
+  step, and speculation cannot be more than tau times faster than plain decoding (checked with no tolerance: a
+  figure just above tau is as untrue as one far above it);
 - steps of one kind do the same work: a run's time with each step taken at its kind's median duration is what
   it would have taken without bursts, and a speedup far from the one those medians give was moved by a burst;
 - a forward over more positions (or more rows) does at least the work of one over fewer: measured cheaper, the
@@ -46,20 +47,18 @@ def speedup_doubt(speedup: float, tau: float, plain_durations: Sequence[float], 
     """Why a measured speedup (plain time over speculative time) is not to be trusted, or None. tau: the
     speculative run's tokens per target forward; *_durations: each step's seconds (plain decoding's steps are
     all of one kind); spec_kinds: each speculative step's draft length."""
-    if speedup > tau * (1 + tolerance):
-        return (f"{speedup:.2f}× is more than τ = {tau:.2f}, which no speculative run can beat: each of its steps "
-                "costs at least one step of plain decoding, so plain decoding was slowed while it was measured")
     plain = typical_seconds(plain_durations, [0] * len(plain_durations))
     spec = typical_seconds(spec_durations, spec_kinds)
-    if plain <= 0 or spec <= 0:
-        return None
-    typical = plain / spec
-    if typical > tau * (1 + tolerance):
+    typical = plain / spec if plain > 0 and spec > 0 else None
+    if typical is not None and typical > tau * (1 + tolerance):
         return (f"a step of plain decoding took longer than a speculative step ({typical:.2f}× from the steps' "
                 f"median times, more than τ = {tau:.2f}): plain decoding ran while the machine was busier")
-    if not 1 / (1 + tolerance) <= speedup / typical <= 1 + tolerance:
+    if typical is not None and not 1 / (1 + tolerance) <= speedup / typical <= 1 + tolerance:
         return (f"with each kind of step taken at its median time the speedup is {typical:.2f}×, not "
                 f"{speedup:.2f}×: some steps took far longer than others of their kind")
+    if speedup > tau:  # no tolerance: a figure above tau is never true, however close
+        return (f"{speedup:.2f}× is more than τ = {tau:.2f}, which no speculative run can beat: each of its steps "
+                "costs at least one step of plain decoding, so plain decoding was slowed while it was measured")
     return None
 
 

@@ -36,6 +36,17 @@ def test_a_speedup_above_tau_is_doubted():
     assert reason is not None and "more than τ = 3.55" in reason
 
 
+def test_a_speedup_just_above_tau_is_doubted_though_its_steps_agree():
+    # plain and speculative steps that agree with their medians, the total a hair above tau: no tolerance there
+    plain = [0.060] + [0.0350] * 95
+    spec = [0.070] + [0.0350] * 26
+    speedup = sum(plain) / sum(spec)
+    tau = speedup / 1.01
+    reason = speedup_doubt(speedup, tau, plain, spec, KINDS)
+    assert reason is not None and f"more than τ = {tau:.2f}" in reason
+    assert speedup_doubt(speedup, speedup * 1.01, plain, spec, KINDS) is None  # control: just below tau
+
+
 def test_plain_steps_slower_than_speculative_steps_are_doubted_below_tau_too():
     # plain decoding slowed throughout, and a stall in the speculative run that brings the total under tau:
     # the first check lets it through, the steps' medians do not
@@ -62,7 +73,8 @@ def test_steps_of_different_kinds_are_not_a_burst():
     spec = [0.07] + [0.012, 0.035] * 20
     kinds = [4] + [0, 4] * 20
     plain = [0.06] + [0.025] * 80
-    assert speedup_doubt(sum(plain) / sum(spec), 2.0, plain, spec, kinds) is None
+    # tau 2.5: each step of 4 drafts wrote 4 tokens (3 accepted and the next), each step of none wrote 1
+    assert speedup_doubt(sum(plain) / sum(spec), 2.5, plain, spec, kinds) is None
 
 
 def test_a_wider_forward_measured_cheaper_is_doubted():

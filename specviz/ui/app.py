@@ -153,8 +153,10 @@ class SpecvizApp:
             n = len(run.speculative.steps)
             parts = pacer.parts(time.monotonic(), run.version, n, run.phase)
             if parts is not None:
-                run.hold(CHART_DRAW_HOLD if parts & {"charts", "race", "detail"} else DRAW_HOLD)
+                hold = CHART_DRAW_HOLD if parts & {"charts", "race", "detail"} else DRAW_HOLD
+                run.hold(hold)  # while the frame is built and sent
                 yield self.frame(run, cursor=n - 1 if follow_cursor and n else None, parts=parts, narrow=narrow)
+                run.hold(hold)  # and while the page draws it: gradio asks for the next frame once this one is sent
             time.sleep(0.03)
         n = len(run.speculative.steps)
         yield self.frame(run, cursor=n - 1 if follow_cursor and n else None, narrow=narrow)
