@@ -18,6 +18,7 @@ from .api import encode, first_difference, make_proposer, run_once, warm_up
 from .errors import InvalidSettingError
 from .floor import describe_floor, weight_read_floor
 from .models import load_model
+from .oracle import pooled_histogram, run_oracle
 from .proposers import METHODS, PlainProposer
 from .proposers.checkpoints import load_draft_model
 from .settings import DecodeSettings
@@ -83,6 +84,7 @@ def _row(prompt: dict, method: str, result, plain) -> dict:
     metrics = result.metrics
     greedy = result.settings.get("temperature", 0) == 0
     difference = first_difference(result.token_ids, plain.token_ids) if greedy else None
+    oracle = run_oracle(result, plain.metrics.wall_seconds)
     return {
         "prompt_id": prompt["prompt_id"], "category": prompt["category"], "method": method,
         "new_tokens": metrics.new_tokens, "wall_seconds": metrics.wall_seconds,
@@ -94,6 +96,10 @@ def _row(prompt: dict, method: str, result, plain) -> dict:
         "identical_to_plain": (difference is None) if greedy else None,
         "first_difference": difference,
         "loop": result.settings.get("loop"),  # where its steps ran: the device loop or the host loop
+        # the oracle drafter (oracle.py): every draft accepted, at this run's measured step costs
+        "oracle_tau": oracle.oracle_tau, "oracle_speedup": oracle.oracle_speedup,
+        "oracle_wall_seconds": oracle.oracle_wall_seconds, "verify_share": oracle.verify_share,
+        "accepted_lengths": oracle.accepted_lengths,  # [k]: steps that accepted k drafts
     }
 
 
@@ -139,6 +145,8 @@ def _hf_row(prompt: dict, mode: str, ids: list[int], seconds: float, plain) -> d
         "mean_accepted_length": None, "acceptance_rate": None, "drafted": 0, "accepted": 0, "target_forwards": None,
         "draft_seconds": None, "verify_seconds": None,
         "speedup": plain.metrics.wall_seconds / seconds if seconds > 0 else None,
+        "oracle_tau": None, "oracle_speedup": None, "oracle_wall_seconds": None, "verify_share": None,
+        "accepted_lengths": None,
         "identical_to_plain": (difference is None) if greedy else None,
         "first_difference": difference if greedy else None,
     }
@@ -160,11 +168,20 @@ def aggregate(rows: list[dict], plain_rows: list[dict]) -> dict:
     # what a step costs: drafting, and the target's verify pass (plain: its one-token forward)
     draft_ms, verify_ms = _per_step_ms(rows, "draft_seconds"), _per_step_ms(rows, "verify_seconds")
     divergences = [r["first_difference"] for r in rows if r.get("first_difference") is not None]
+    oracle_walls = [r.get("oracle_wall_seconds") for r in rows]
+    oracle_wall = sum(oracle_walls) if oracle_walls and None not in oracle_walls else None
+    verify = [r.get("verify_seconds") for r in rows]
     return {
         "prompts": len(rows), "new_tokens": tokens, "wall_seconds": wall, "tokens_per_second": tps,
         "mean_accepted_length": tokens / max(1, sum(forwards)) if len(forwards) == len(rows) else None,
         "acceptance_rate": sum(r["accepted"] for r in rows) / drafted if drafted else None,
         "speedup": tps / plain_tps if plain_tps else None,
+        # the oracle drafter over the same steps (oracle.py): tau weighted by steps, speedup pooled like speedup's
+        "oracle_tau": sum(r["oracle_tau"] * r["target_forwards"] for r in rows) / max(1, sum(forwards))
+        if oracle_wall is not None else None,
+        "oracle_speedup": tokens / oracle_wall / plain_tps if oracle_wall and plain_tps else None,
+        "verify_share": sum(verify) / wall if wall and None not in verify else None,
+        "accepted_lengths": pooled_histogram([r["accepted_lengths"] for r in rows if r.get("accepted_lengths")]),
         "identical_share": sum(identical) / len(identical) if identical else None,
         "first_difference_min": min(divergences) if divergences else None,
         "first_difference_median": statistics.median(divergences) if divergences else None,
@@ -228,13 +245,15 @@ def format_table(summary: dict, comparisons: dict | None = None) -> str:
         return "-" if value is None else format(value, spec)
 
     lines = [f"{'method':<22}{'category':<16}{'n':>4}{'tau':>6}{'alpha':>7}{'tok/s':>9}{'speedup':>9}{'identical':>10}"
-             f"{'draft ms':>10}{'verify ms':>10}"]
+             f"{'draft ms':>10}{'verify ms':>10}{'verify %':>9}{'oracle tau':>11}{'oracle x':>9}"]
     for method, block in summary.items():
         for category, figures in [("overall", block["overall"]), *block["per_category"].items()]:
             lines.append(f"{method:<22}{category:<16}{figures['prompts']:>4}{show(figures['mean_accepted_length'], '.2f'):>6}"
                          f"{show(figures['acceptance_rate'], '.2f'):>7}{figures['tokens_per_second']:>9.1f}"
                          f"{show(figures['speedup'], '.2f') + 'x':>9}{show(figures['identical_share'], '.0%'):>10}"
-                         f"{show(figures.get('draft_ms_per_step'), '.2f'):>10}{show(figures.get('verify_ms_per_step'), '.2f'):>10}")
+                         f"{show(figures.get('draft_ms_per_step'), '.2f'):>10}{show(figures.get('verify_ms_per_step'), '.2f'):>10}"
+                         f"{show(figures.get('verify_share'), '.0%'):>9}{show(figures.get('oracle_tau'), '.2f'):>11}"
+                         f"{show(figures.get('oracle_speedup'), '.2f') + 'x':>9}")
     for baseline, block in (comparisons or {}).items():
         ratios = ", ".join(f"{m} {r:.1f}x" for m, r in block["ratio"].items() if r is not None)
         lines.append(f"vs {baseline} ({block['prompts']} prompts, {block['tokens_per_second']:.1f} tok/s): {ratios}")

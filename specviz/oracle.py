@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .records import RunMetrics, StepRecord
+from .records import RunMetrics, RunResult, StepRecord
 
 
 def accepted_length_histogram(steps: list[StepRecord], gamma: int) -> list[int]:
@@ -50,6 +50,7 @@ class OracleFigures:
     oracle_tau: float  # every draft accepted
     speedup: float | None  # plain's wall time over the run's (None: no plain run)
     oracle_speedup: float | None  # plain's over the oracle's projected wall time
+    oracle_wall_seconds: float | None  # the oracle's projected wall time (None: no steps)
     verify_share: float | None  # verifying's share of the run's wall time
     draft_ms_per_step: float | None
     verify_ms_per_step: float | None
@@ -79,9 +80,23 @@ def oracle_figures(steps: list[StepRecord], metrics: RunMetrics, gamma: int,
 
     return OracleFigures(
         tau=metrics.new_tokens / count if count else 0.0, oracle_tau=oracle_tau,
-        speedup=over(metrics.wall_seconds), oracle_speedup=over(oracle_wall),
+        speedup=over(metrics.wall_seconds), oracle_speedup=over(oracle_wall), oracle_wall_seconds=oracle_wall,
         verify_share=metrics.verify_seconds / metrics.wall_seconds if metrics.wall_seconds > 0 else None,
         draft_ms_per_step=ms(metrics.draft_seconds), verify_ms_per_step=ms(metrics.verify_seconds),
         rest_ms_per_step=ms(decode_seconds - metrics.draft_seconds - metrics.verify_seconds),
         accepted_lengths=accepted_length_histogram(steps, gamma),
     )
+
+
+def run_oracle(result: RunResult, plain_wall_seconds: float | None) -> OracleFigures:
+    """oracle_figures of a finished run, at the gamma it ran with."""
+    return oracle_figures(result.steps, result.metrics, int(result.settings.get("gamma", 0)), plain_wall_seconds)
+
+
+def pooled_histogram(histograms: list[list[int]]) -> list[int]:
+    """Several requests' accepted-length histograms added up (the longest sets the length)."""
+    counts = [0] * max((len(h) for h in histograms), default=0)
+    for histogram in histograms:
+        for k, count in enumerate(histogram):
+            counts[k] += count
+    return counts
