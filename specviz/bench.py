@@ -16,6 +16,7 @@ import torch
 from .clock import device_clock
 from .api import encode, first_difference, make_proposer, run_once, warm_up
 from .errors import InvalidSettingError
+from .energy import energy_lines, energy_meter
 from .floor import describe_floor, weight_read_floor
 from .models import load_model
 from .oracle import pooled_histogram, run_oracle
@@ -171,6 +172,7 @@ def aggregate(rows: list[dict], plain_rows: list[dict]) -> dict:
     oracle_walls = [r.get("oracle_wall_seconds") for r in rows]
     oracle_wall = sum(oracle_walls) if oracle_walls and None not in oracle_walls else None
     verify = [r.get("verify_seconds") for r in rows]
+    joules = [r.get("joules") for r in rows]
     return {
         "prompts": len(rows), "new_tokens": tokens, "wall_seconds": wall, "tokens_per_second": tps,
         "mean_accepted_length": tokens / max(1, sum(forwards)) if len(forwards) == len(rows) else None,
@@ -185,6 +187,8 @@ def aggregate(rows: list[dict], plain_rows: list[dict]) -> dict:
         "identical_share": sum(identical) / len(identical) if identical else None,
         "first_difference_min": min(divergences) if divergences else None,
         "first_difference_median": statistics.median(divergences) if divergences else None,
+        # energy (energy.py): every row's joules over every row's tokens; None where power was not measured
+        "joules_per_token": sum(joules) / tokens if tokens and joules and None not in joules else None,
         "draft_ms_per_step": draft_ms,
         "verify_ms_per_step": verify_ms,
         # c as metrics.summarize gives it: one drafted token's time over one verify pass's
@@ -283,10 +287,11 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
               device_map: str | dict | None = None, max_memory: str | dict | None = None,
               draft_device: str | None = None, transformers: list[str] = (),
               transformers_per_category: int | None = 1, transformers_limit: int | None = None,
-              heads: str | None = None, adaptive_lookup: str = "auto") -> dict:
+              heads: str | None = None, adaptive_lookup: str = "auto", energy: bool = False) -> dict:
     """transformers: baselines from HF_BASELINES, run on the first `transformers_per_category` prompts of
     each category (None = every prompt), at most `transformers_limit` of them spread over the categories:
-    transformers' generate() is slow, and the comparison is on the prompts it ran."""
+    transformers' generate() is slow, and the comparison is on the prompts it ran. energy: also the joules
+    every timed specviz run used on the GPUs it runs on (energy.py; null where power is not measured)."""
     from tqdm.auto import tqdm
 
     unknown = [m for m in methods if m.split(":")[0].split("@")[0] not in METHODS] + [m for m in transformers if m not in HF_BASELINES]
@@ -323,6 +328,15 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
         hf_generate(target_model, encoded[first["prompt_id"]][:64], DecodeSettings(max_new_tokens=8, gamma=settings.gamma),
                     mode, draft_model)
 
+    meter, energy_source = energy_meter(target_model.devices + (draft_model.devices if draft_model else [])) \
+        if energy else (None, None)
+
+    def timed(proposer, method_settings, ids, text):
+        """run_once, and the joules it used (None: not measured)"""
+        before = meter.read() if meter else None
+        result = run_once(target_model, proposer, ids, method_settings, text, detail=False)
+        return result, None if meter is None else meter.read() - before
+
     results = []
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     rows_file = open(f"{out}.rows.jsonl", "w")  # row by row, so that an interrupted run keeps its rows
@@ -339,13 +353,12 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
             # untimed: the first prefill of a prompt's length pays one-off costs (memory blocks of a new size,
             # kernel choices) that would otherwise fall on whichever timed run comes first: plain
             run_once(target_model, PlainProposer(), ids, dataclasses.replace(settings, max_new_tokens=1), detail=False)
-            plain = run_once(target_model, PlainProposer(), ids, settings, prompt["prompt"], detail=False)
-            record({**_row(prompt, "plain", plain, plain), "token_ids": plain.token_ids})
+            plain, joules = timed(PlainProposer(), settings, ids, prompt["prompt"])
+            record({**_row(prompt, "plain", plain, plain), "joules": joules, "token_ids": plain.token_ids})
             bar.update()
             for spec, (method, method_settings) in entries.items():
-                result = run_once(target_model, proposer_for(method), ids,
-                                  method_settings, prompt["prompt"], detail=False)
-                record(_row(prompt, spec, result, plain))
+                result, joules = timed(proposer_for(method), method_settings, ids, prompt["prompt"])
+                record({**_row(prompt, spec, result, plain), "joules": joules})
                 bar.set_postfix_str(f"{method} {results[-1]['speedup']:.2f}x")
                 bar.update()
             if prompt["prompt_id"] in hf_subset:
@@ -354,6 +367,8 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
                     record(_hf_row(prompt, mode, new_ids, seconds, plain))
                     bar.update()
     rows_file.close()
+    if meter is not None:
+        meter.close()
     summary = summarize_results(results)
     comparisons = compare_with_transformers(results)
     floor = weight_read_floor(target_model.model, target_model.device, summary["plain"]["overall"])
@@ -368,10 +383,13 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
         "summary": summary,
         "vs_transformers": comparisons,
         "floor": floor,
+        "energy": {"measured": meter is not None, "source": energy_source} if energy else None,
     }
     Path(out).write_text(json.dumps(report, indent=1))
     Path(f"{out}.rows.jsonl").unlink()  # the report holds every row now
     print(format_table(summary, comparisons))
     print(describe_floor(floor))
+    if energy:
+        print(energy_lines(summary, energy_source, meter is not None))
     print(f"written to {out}", file=sys.stderr)
     return report
