@@ -18,6 +18,7 @@ from .runners.static import make_runner
 from .errors import InvalidSettingError
 from .models import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
 from .options import EngineOptions
+from .oracle import run_oracle
 from .proposers import (METHODS, AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,
                         NgramProposer, PlainProposer, Proposer, RetrievalProposer)
 from .proposers.checkpoints import load_draft_model, load_drafter, shipped_drafter_exists
@@ -228,6 +229,8 @@ class Report:
             out["speedup"] = self.speedup
             out["identical_to_plain"] = self.identical_to_plain
             out["first_difference"] = self.first_difference
+        # the oracle drafter beside this one and the accepted-length histogram (oracle.py)
+        out["oracle"] = run_oracle(self.result, self.plain.metrics.wall_seconds if self.plain else None).to_dict()
         return out
 
 

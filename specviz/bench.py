@@ -16,8 +16,10 @@ import torch
 from .clock import device_clock
 from .api import encode, first_difference, make_proposer, run_once, warm_up
 from .errors import InvalidSettingError
+from .energy import energy_lines, energy_meter
 from .floor import describe_floor, weight_read_floor
 from .models import load_model
+from .oracle import pooled_histogram, run_oracle
 from .proposers import METHODS, PlainProposer
 from .proposers.checkpoints import load_draft_model
 from .settings import DecodeSettings
@@ -83,6 +85,7 @@ def _row(prompt: dict, method: str, result, plain) -> dict:
     metrics = result.metrics
     greedy = result.settings.get("temperature", 0) == 0
     difference = first_difference(result.token_ids, plain.token_ids) if greedy else None
+    oracle = run_oracle(result, plain.metrics.wall_seconds)
     return {
         "prompt_id": prompt["prompt_id"], "category": prompt["category"], "method": method,
         "new_tokens": metrics.new_tokens, "wall_seconds": metrics.wall_seconds,
@@ -94,6 +97,10 @@ def _row(prompt: dict, method: str, result, plain) -> dict:
         "identical_to_plain": (difference is None) if greedy else None,
         "first_difference": difference,
         "loop": result.settings.get("loop"),  # where its steps ran: the device loop or the host loop
+        # the oracle drafter (oracle.py): every draft accepted, at this run's measured step costs
+        "oracle_tau": oracle.oracle_tau, "oracle_speedup": oracle.oracle_speedup,
+        "oracle_wall_seconds": oracle.oracle_wall_seconds, "verify_share": oracle.verify_share,
+        "accepted_lengths": oracle.accepted_lengths,  # [k]: steps that accepted k drafts
     }
 
 
@@ -139,6 +146,8 @@ def _hf_row(prompt: dict, mode: str, ids: list[int], seconds: float, plain) -> d
         "mean_accepted_length": None, "acceptance_rate": None, "drafted": 0, "accepted": 0, "target_forwards": None,
         "draft_seconds": None, "verify_seconds": None,
         "speedup": plain.metrics.wall_seconds / seconds if seconds > 0 else None,
+        "oracle_tau": None, "oracle_speedup": None, "oracle_wall_seconds": None, "verify_share": None,
+        "accepted_lengths": None,
         "identical_to_plain": (difference is None) if greedy else None,
         "first_difference": difference if greedy else None,
     }
@@ -160,14 +169,26 @@ def aggregate(rows: list[dict], plain_rows: list[dict]) -> dict:
     # what a step costs: drafting, and the target's verify pass (plain: its one-token forward)
     draft_ms, verify_ms = _per_step_ms(rows, "draft_seconds"), _per_step_ms(rows, "verify_seconds")
     divergences = [r["first_difference"] for r in rows if r.get("first_difference") is not None]
+    oracle_walls = [r.get("oracle_wall_seconds") for r in rows]
+    oracle_wall = sum(oracle_walls) if oracle_walls and None not in oracle_walls else None
+    verify = [r.get("verify_seconds") for r in rows]
+    joules = [r.get("joules") for r in rows]
     return {
         "prompts": len(rows), "new_tokens": tokens, "wall_seconds": wall, "tokens_per_second": tps,
         "mean_accepted_length": tokens / max(1, sum(forwards)) if len(forwards) == len(rows) else None,
         "acceptance_rate": sum(r["accepted"] for r in rows) / drafted if drafted else None,
         "speedup": tps / plain_tps if plain_tps else None,
+        # the oracle drafter over the same steps (oracle.py): tau weighted by steps, speedup pooled like speedup's
+        "oracle_tau": sum(r["oracle_tau"] * r["target_forwards"] for r in rows) / max(1, sum(forwards))
+        if oracle_wall is not None else None,
+        "oracle_speedup": tokens / oracle_wall / plain_tps if oracle_wall and plain_tps else None,
+        "verify_share": sum(verify) / wall if wall and None not in verify else None,
+        "accepted_lengths": pooled_histogram([r["accepted_lengths"] for r in rows if r.get("accepted_lengths")]),
         "identical_share": sum(identical) / len(identical) if identical else None,
         "first_difference_min": min(divergences) if divergences else None,
         "first_difference_median": statistics.median(divergences) if divergences else None,
+        # energy (energy.py): every row's joules over every row's tokens; None where power was not measured
+        "joules_per_token": sum(joules) / tokens if tokens and joules and None not in joules else None,
         "draft_ms_per_step": draft_ms,
         "verify_ms_per_step": verify_ms,
         # c as metrics.summarize gives it: one drafted token's time over one verify pass's
@@ -228,13 +249,15 @@ def format_table(summary: dict, comparisons: dict | None = None) -> str:
         return "-" if value is None else format(value, spec)
 
     lines = [f"{'method':<22}{'category':<16}{'n':>4}{'tau':>6}{'alpha':>7}{'tok/s':>9}{'speedup':>9}{'identical':>10}"
-             f"{'draft ms':>10}{'verify ms':>10}"]
+             f"{'draft ms':>10}{'verify ms':>10}{'verify %':>9}{'oracle tau':>11}{'oracle x':>9}"]
     for method, block in summary.items():
         for category, figures in [("overall", block["overall"]), *block["per_category"].items()]:
             lines.append(f"{method:<22}{category:<16}{figures['prompts']:>4}{show(figures['mean_accepted_length'], '.2f'):>6}"
                          f"{show(figures['acceptance_rate'], '.2f'):>7}{figures['tokens_per_second']:>9.1f}"
                          f"{show(figures['speedup'], '.2f') + 'x':>9}{show(figures['identical_share'], '.0%'):>10}"
-                         f"{show(figures.get('draft_ms_per_step'), '.2f'):>10}{show(figures.get('verify_ms_per_step'), '.2f'):>10}")
+                         f"{show(figures.get('draft_ms_per_step'), '.2f'):>10}{show(figures.get('verify_ms_per_step'), '.2f'):>10}"
+                         f"{show(figures.get('verify_share'), '.0%'):>9}{show(figures.get('oracle_tau'), '.2f'):>11}"
+                         f"{show(figures.get('oracle_speedup'), '.2f') + 'x':>9}")
     for baseline, block in (comparisons or {}).items():
         ratios = ", ".join(f"{m} {r:.1f}x" for m, r in block["ratio"].items() if r is not None)
         lines.append(f"vs {baseline} ({block['prompts']} prompts, {block['tokens_per_second']:.1f} tok/s): {ratios}")
@@ -264,10 +287,11 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
               device_map: str | dict | None = None, max_memory: str | dict | None = None,
               draft_device: str | None = None, transformers: list[str] = (),
               transformers_per_category: int | None = 1, transformers_limit: int | None = None,
-              heads: str | None = None, adaptive_lookup: str = "auto") -> dict:
+              heads: str | None = None, adaptive_lookup: str = "auto", energy: bool = False) -> dict:
     """transformers: baselines from HF_BASELINES, run on the first `transformers_per_category` prompts of
     each category (None = every prompt), at most `transformers_limit` of them spread over the categories:
-    transformers' generate() is slow, and the comparison is on the prompts it ran."""
+    transformers' generate() is slow, and the comparison is on the prompts it ran. energy: also the joules
+    every timed specviz run used on the GPUs it runs on (energy.py; null where power is not measured)."""
     from tqdm.auto import tqdm
 
     unknown = [m for m in methods if m.split(":")[0].split("@")[0] not in METHODS] + [m for m in transformers if m not in HF_BASELINES]
@@ -304,6 +328,15 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
         hf_generate(target_model, encoded[first["prompt_id"]][:64], DecodeSettings(max_new_tokens=8, gamma=settings.gamma),
                     mode, draft_model)
 
+    meter, energy_source = energy_meter(target_model.devices + (draft_model.devices if draft_model else [])) \
+        if energy else (None, None)
+
+    def timed(proposer, method_settings, ids, text):
+        """run_once, and the joules it used (None: not measured)"""
+        before = meter.read() if meter else None
+        result = run_once(target_model, proposer, ids, method_settings, text, detail=False)
+        return result, None if meter is None else meter.read() - before
+
     results = []
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     rows_file = open(f"{out}.rows.jsonl", "w")  # row by row, so that an interrupted run keeps its rows
@@ -320,13 +353,12 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
             # untimed: the first prefill of a prompt's length pays one-off costs (memory blocks of a new size,
             # kernel choices) that would otherwise fall on whichever timed run comes first: plain
             run_once(target_model, PlainProposer(), ids, dataclasses.replace(settings, max_new_tokens=1), detail=False)
-            plain = run_once(target_model, PlainProposer(), ids, settings, prompt["prompt"], detail=False)
-            record({**_row(prompt, "plain", plain, plain), "token_ids": plain.token_ids})
+            plain, joules = timed(PlainProposer(), settings, ids, prompt["prompt"])
+            record({**_row(prompt, "plain", plain, plain), "joules": joules, "token_ids": plain.token_ids})
             bar.update()
             for spec, (method, method_settings) in entries.items():
-                result = run_once(target_model, proposer_for(method), ids,
-                                  method_settings, prompt["prompt"], detail=False)
-                record(_row(prompt, spec, result, plain))
+                result, joules = timed(proposer_for(method), method_settings, ids, prompt["prompt"])
+                record({**_row(prompt, spec, result, plain), "joules": joules})
                 bar.set_postfix_str(f"{method} {results[-1]['speedup']:.2f}x")
                 bar.update()
             if prompt["prompt_id"] in hf_subset:
@@ -335,6 +367,8 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
                     record(_hf_row(prompt, mode, new_ids, seconds, plain))
                     bar.update()
     rows_file.close()
+    if meter is not None:
+        meter.close()
     summary = summarize_results(results)
     comparisons = compare_with_transformers(results)
     floor = weight_read_floor(target_model.model, target_model.device, summary["plain"]["overall"])
@@ -349,10 +383,13 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
         "summary": summary,
         "vs_transformers": comparisons,
         "floor": floor,
+        "energy": {"measured": meter is not None, "source": energy_source} if energy else None,
     }
     Path(out).write_text(json.dumps(report, indent=1))
     Path(f"{out}.rows.jsonl").unlink()  # the report holds every row now
     print(format_table(summary, comparisons))
     print(describe_floor(floor))
+    if energy:
+        print(energy_lines(summary, energy_source, meter is not None))
     print(f"written to {out}", file=sys.stderr)
     return report

@@ -122,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--compare-single", action="store_true", help="with --batch-sizes: batch 1 through both the "
                        "single-sequence loop (what batch 1 uses) and the batched runner, side by side (rows carry path)")
     bench.add_argument("--out", required=True, help="where to write the results JSON")
+    bench.add_argument("--energy", action="store_true", help="also joules per generated token on the GPU (NVML's "
+                       "energy counter through nvidia-ml-py, else nvidia-smi's power draw; on a CPU: not measured)")
 
     check = commands.add_parser("check-exactness", help="test that a method's sampled output is the target's distribution")
     check.add_argument("--method", default="ngram", choices=[m for m in METHODS if m != "plain"])
@@ -230,6 +232,7 @@ def cmd_bench(args) -> int:
         transformers=[m.strip() for m in args.transformers.split(",") if m.strip()],
         transformers_per_category=args.transformers_per_category or None,
         transformers_limit=args.transformers_limit, heads=args.heads, adaptive_lookup=args.adaptive_lookup,
+        energy=args.energy,
     )
     return 0
 

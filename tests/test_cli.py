@@ -139,3 +139,24 @@ def test_check_exactness_exercises_acceptance_by_default_and_warns_when_a_run_di
     main(common + ["--prompt", "Name one animal, one colour and one city."])  # the control: the old default
     question = capsys.readouterr().out
     assert "  warning: only " in question and "drafts were accepted" in question, question
+
+
+def test_bench_energy_on_a_cpu_says_not_measured_and_records_null_beside_the_oracle(tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"id": 1, "prompt": "Repeat: red green blue red green blue."}))
+    out_file = tmp_path / "result.json"
+    proc = run_cli("bench", "--prompts", str(prompts), "--methods", "ngram", "--max-new-tokens", "12", "--gamma", "3",
+                   "--device", "cpu", "--energy", "--out", str(out_file))
+    assert proc.returncode == 0, proc.stderr
+    assert "energy: not measured (power is not measured on a CPU)" in proc.stdout
+    report = json.loads(out_file.read_text())
+    assert report["energy"] == {"measured": False, "source": "power is not measured on a CPU"}
+    rows = {row["method"]: row for row in report["results"]}
+    assert all(row["joules"] is None for row in rows.values())
+    assert report["summary"]["ngram"]["overall"]["joules_per_token"] is None
+    ngram = rows["ngram"]  # the oracle beside the drafter: every draft accepted, the same steps
+    assert len(ngram["accepted_lengths"]) == 4 and ngram["oracle_tau"] >= ngram["mean_accepted_length"]
+    assert rows["plain"]["oracle_tau"] == 1 and not any(rows["plain"]["accepted_lengths"])  # the control
+    pooled = report["summary"]["ngram"]["overall"]
+    assert pooled["accepted_lengths"] == ngram["accepted_lengths"] and pooled["oracle_speedup"] > 0
+    assert "oracle tau" in proc.stdout

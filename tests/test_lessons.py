@@ -263,3 +263,22 @@ def test_lesson_5_marks_a_batch_size_whose_figures_do_not_add_up():
     assert sorted(doubts) == [2, 4] and "more than τ" in doubts[2] and "verify pass measured 0.50×" in doubts[4]
     assert BUSY in lessons.batch_sentence(summary, "retrieval", costs)
     assert BUSY not in lessons.batch_sentence(summary[:1], "retrieval", costs[:1])  # the control
+
+
+@pytest.mark.quick
+def test_spec_bench_rows_sit_beside_the_figures_of_specviz_own_benchmark_file():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / lessons.literature.SPECVIZ_SOURCE).read_text()
+    assert {r.method for r in lessons.SPEC_BENCH} == {"EAGLE-2", "Hydra", "Medusa", "PLD", "REST", "SpS", "Lookahead"}
+    for row in lessons.SPEC_BENCH:
+        assert 1 < row.a100[0] < 3 and 1 < row.a100[1] < 5, row  # a speedup and a tau, not swapped
+        if row.specviz is None:
+            continue
+        line = next(l for l in doc.splitlines() if l.startswith(f"| `{row.specviz}`"))  # its row of the doc's table
+        cells = [c.strip().strip("*") for c in line.split("|")]
+        speedup, tau = row.specviz_h200
+        assert f"{speedup:.2f}x" == cells[3] and f"{tau:.2f}" == cells[5], (row.specviz, cells)
+    assert len(lessons.spec_bench_lines()) == len(lessons.SPEC_BENCH)
+    for row in lessons.LITERATURE:  # each says where it was checked, or that it could not be
+        assert row.checked, row.drafter

@@ -393,3 +393,21 @@ def test_the_port_and_the_address_are_options(monkeypatch):
     assert (chosen.port, chosen.host) == (8081, "0.0.0.0")
     monkeypatch.setenv("GRADIO_SERVER_PORT", "9000")  # what a Space or a container sets
     assert app.options([]).port == 9000
+
+
+def test_speculate_and_compare_report_the_oracle_and_the_accepted_lengths(url):
+    client = Client(url, verbose=False)
+    report = client.predict(prompt=PROMPT, method="ngram", max_new_tokens=16, gamma=3, temperature=0.0, seed=0,
+                            api_name="/speculate")
+    oracle = report["oracle"]
+    drafting = [s for s in report["steps"] if s["gamma"] > 0]
+    assert len(oracle["accepted_lengths"]) == 4 and sum(oracle["accepted_lengths"]) == len(drafting)
+    assert oracle["accepted_lengths"] == [sum(s["n_accepted"] == k for s in drafting) for k in range(4)]
+    assert oracle["oracle_tau"] >= oracle["tau"] == report["metrics"]["mean_accepted_length"]
+    assert oracle["speedup"] == pytest.approx(report["speedup"]) and oracle["oracle_speedup"] > 0
+    assert 0 < oracle["verify_share"] < 1
+    status, table, _ = client.predict(PROMPT, ["ngram"], "default", "none", 4, 0, 1, 16, 0, api_name="/compare")
+    rows = {row[0]: dict(zip(table["headers"], row)) for row in table["data"]}
+    assert float(rows["plain"]["oracle τ"]) == 1 and rows["plain"]["steps accepting 0…γ"] == "–"  # the control
+    assert float(rows["ngram"]["oracle τ"]) >= float(rows["ngram"]["τ"]) and rows["ngram"]["oracle speedup"].endswith("×")
+    assert rows["ngram"]["verifying"].endswith("%")

@@ -25,7 +25,8 @@ from .drafters import (DrafterCost, drafter_costs, drafter_rows, drafter_sentenc
 from .exactness import (SIGNIFICANCE, Distribution, Histogram, SideBySide, Unchanged, distribution,
                         distribution_sentence, greedy_side_by_side, second_token_probs, side_by_side_sentence,
                         two_sample_test, unchanged)
-from .literature import LITERATURE, LiteratureRange, literature_for, literature_lines
+from .literature import (LITERATURE, SPEC_BENCH, SPEC_BENCH_SOURCE, LiteratureRange, literature_for, literature_lines,
+                         spec_bench_lines)
 from .steps import Mechanic, MechanicStep, mechanic, mechanic_rows, mechanic_sentence, mechanic_step
 from .forward_cost import VerifyCost, verify_cost, verify_cost_rows, verify_cost_sentence
 
@@ -35,7 +36,7 @@ __all__ = [
     "Unchanged", "VerifyCost", "acceptance", "acceptance_rows", "acceptance_sentence", "batch_rows", "batch_sentence",
     "batch_sizes", "distribution", "distribution_sentence", "drafter_costs", "drafter_rows", "drafter_sentence",
     "expected_curve", "expected_speedup", "extra_bytes", "extra_parameters", "finish", "greedy_side_by_side",
-    "lessons_to_run", "literature_for", "literature_lines", "make_proposer", "mechanic", "mechanic_rows", "mechanic_sentence",
+    "lessons_to_run", "literature_for", "literature_lines", "SPEC_BENCH", "SPEC_BENCH_SOURCE", "spec_bench_lines", "make_proposer", "mechanic", "mechanic_rows", "mechanic_sentence",
     "mechanic_step", "offline_methods", "second_token_probs", "side_by_side_sentence", "two_sample_test", "unchanged", "verify_cost",
     "verify_cost_rows", "verify_cost_sentence", "weight_bytes",
 ]

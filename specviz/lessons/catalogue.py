@@ -11,7 +11,7 @@ from ..errors import InvalidSettingError
 from ..models import LoadedModel
 from . import batch_size, bugs, drafters, exactness, forward_cost, speedup, steps
 from .common import PROMPTS
-from .literature import literature_lines
+from .literature import SPEC_BENCH_SOURCE, literature_lines, spec_bench_lines
 
 SETTINGS = {  # what each lesson runs with; the Learn tab's "Open in the Run tab" copies them there
     # a prompt the 135M default model answers with sense (on caches it wrote of hidden valuables)
@@ -72,7 +72,7 @@ LESSONS = [
            lambda r: forward_cost.HEADERS, forward_cost.verify_cost_rows, forward_cost.verify_cost_sentence),
     Lesson(4, "acceptance", "Acceptance decides the win", speedup.CLAIM, speedup.acceptance,
            lambda r: speedup.HEADERS, speedup.acceptance_rows, speedup.acceptance_sentence,
-           tuple(literature_lines())),
+           tuple([*literature_lines(), f"Spec-Bench's leaderboard beside specviz: {SPEC_BENCH_SOURCE}", *spec_bench_lines()])),
     Lesson(5, "batch", "Where it stops paying: batch size", batch_size.CLAIM, batch_size.batch_sizes,
            lambda r: batch_size.HEADERS, batch_size.batch_rows, _batch_sentence),
     Lesson(6, "drafters", "What each drafter costs", drafters.CLAIM, drafters.drafter_costs,

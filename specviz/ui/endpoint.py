@@ -21,7 +21,9 @@ def api_help(url: str) -> str:
     return f"""### Use via API
 The endpoint `/speculate` runs one prompt with speculative decoding and plain decoding of the same prompt, and
 returns the same JSON object as `specviz generate --json --compare-plain`: `text`, `tokens`, `metrics`,
-`steps`, `plain`, `speedup`, `identical_to_plain`, `first_difference`.
+`steps`, `plain`, `speedup`, `identical_to_plain`, `first_difference`, and `oracle`: the perfect drafter
+beside this one (`oracle_tau`, `oracle_speedup`: every draft accepted, at this run's measured step costs),
+`verify_share` (verifying's share of the time) and `accepted_lengths` (steps that accepted 0, 1, … γ drafts).
 
 ```python
 from gradio_client import Client
@@ -51,7 +53,7 @@ def page_url(request) -> str:
 def speculate(prompt: str, method: str = "ngram", max_new_tokens: int = 64, gamma: int = 4, temperature: float = 0.0,
               seed: int | None = None, target: str = DEFAULT_MODEL, draft: str = "") -> dict:
     """Speculative decoding of one prompt beside plain decoding of it: the JSON of `specviz generate --json
-    --compare-plain` (text, tokens, metrics, steps, plain, speedup, identical_to_plain)."""
+    --compare-plain` (text, tokens, metrics, steps, plain, speedup, identical_to_plain, oracle)."""
     try:
         settings = settings_from_form(max_new_tokens, gamma, temperature, 1.0, seed)
         if settings.max_new_tokens > MAX_NEW_TOKENS:

@@ -418,7 +418,10 @@ class LearnTab:
         gr.Markdown("**What if.** Move α, γ and c (the drafter's time per token over the target's forward): the "
                     "curve is the expected speedup, the points are the runs measured above. The literature column "
                     "quotes the papers' own figures, measured on other targets (7B-70B where stated) on GPUs and TPUs, not here; all of them:\n\n"
-                    + "\n".join(f"- {line}" for line in lessons.literature_lines()))
+                    + "\n".join(f"- {line}" for line in lessons.literature_lines())
+                    + "\n\nSpec-Bench's leaderboard (Vicuna-7B-v1.3; " + lessons.SPEC_BENCH_SOURCE.split(": ")[0]
+                    + ") beside specviz's nearest method:\n\n"
+                    + "\n".join(f"- {line}" for line in lessons.spec_bench_lines()))
         with gr.Row():
             alpha = gr.Slider(0, 0.99, value=0.7, step=0.01, label="α")
             gamma = gr.Slider(1, 12, value=4, step=1, label="γ")

@@ -12,6 +12,7 @@ from ..engine import SpeculativeRun
 from ..errors import SpecvizError
 from ..measured import load_measured
 from ..models import DEFAULT_MODEL, load_model
+from ..oracle import oracle_figures
 from ..plausibility import BUSY
 from ..proposers import METHODS, PlainProposer
 from ..settings import check_prompt_text
@@ -26,6 +27,10 @@ def quoted_prompt(prompt: str, most: int = 80) -> str:
     """A prompt in a status line: quoted, cut to `most` characters."""
     text = " ".join(str(prompt).split())
     return f"‘{text if len(text) <= most else text[:most - 1] + '…'}’"
+
+
+COMPARE_HEADERS = ["method", "new tokens", "steps", "τ", "α", "c", "tok/s", "speedup", "oracle τ", "oracle speedup",
+                   "verifying", "steps accepting 0…γ", "same as plain"]
 
 
 def stop_tab(request: gr.Request):
@@ -47,8 +52,10 @@ class CompareTab:
         tab's)."""
         gr.Markdown("**The Run tab's prompt, models and settings** (change them there), through plain decoding "
                     "and each ticked method, one after another in this process. c is what drafting one token "
-                    "costs, as a share of one verify pass. Ticked at first: the drafters that accept and pay on a "
-                    "2-core CPU (measured on Spec-Bench, below).")
+                    "costs, as a share of one verify pass. The oracle is a perfect drafter: the same steps with "
+                    "every draft accepted, at the costs this run measured; verifying is its share of the time; "
+                    "the last counts are the steps that accepted 0, 1, … γ drafts. Ticked at first: the "
+                    "drafters that accept and pay on a 2-core CPU (measured on Spec-Bench, below).")
         runs = load_measured()
         choices = [m for m in METHODS if m != "plain"]
         self.methods = gr.CheckboxGroup(choices, value=default_methods(runs, choices), label="Methods",
@@ -57,8 +64,7 @@ class CompareTab:
             self.button = gr.Button("Compare", variant="primary", elem_id="sv-compare")
             self.stop = gr.Button("Stop", variant="stop", elem_id="sv-compare-stop")
         self.status = gr.HTML(label="compare status")
-        self.table = gr.Dataframe(headers=["method", "new tokens", "steps", "τ", "α", "c", "tok/s", "speedup",
-                                           "same as plain"], interactive=False)
+        self.table = gr.Dataframe(headers=COMPARE_HEADERS, interactive=False)
         self.plot = gr.Plot(label="compare chart")
         if runs:
             with gr.Accordion("Every drafter measured on Spec-Bench", open=False, elem_id="sv-measured"):
@@ -82,10 +88,7 @@ class CompareTab:
         skipped: list[str] = []  # said in every later status, so that a skip is not overwritten at once
 
         def table():
-            return [[r["method"], r["new_tokens"], r["steps"], round(r["tau"], 2),
-                     "–" if r["alpha"] is None else round(r["alpha"], 3),
-                     "–" if r["cost"] is None else round(r["cost"], 3), round(r["tokens_per_second"], 1),
-                     "–" if r["speedup"] is None else f"{r['speedup']:.2f}×", r["same"]] for r in rows]
+            return [view.compare_row(r) for r in rows]
 
         def out(message, level="info"):
             if skipped:
@@ -141,11 +144,15 @@ class CompareTab:
             same = "–"
             if settings.greedy and plain_result is not None:
                 same = "yes" if first_difference(stepped.result.token_ids, plain_result.token_ids) is None else "no"
+            # the perfect drafter at this run's step costs, on the same clock as the speedup (engine time)
+            oracle = oracle_figures(stepped.result.steps, metrics, settings.gamma, plain_wall)
             rows.append({"method": method, "new_tokens": metrics.new_tokens, "steps": metrics.steps,
                          "tau": metrics.mean_accepted_length, "alpha": metrics.acceptance_rate,
                          "cost": metrics.cost_ratio,
                          "tokens_per_second": metrics.tokens_per_second,
                          "speedup": plain_wall / stepped.engine_wall if plain_result is not None else None,
+                         "oracle_tau": oracle.oracle_tau, "oracle_speedup": oracle.oracle_speedup,
+                         "verify_share": oracle.verify_share, "accepted_lengths": oracle.accepted_lengths,
                          "same": same})
             yield out(f"{method} done.")
         yield out(f"Done: {len(rows)} runs of the Run tab's prompt, {quoted_prompt(prompt)}, same settings, same "

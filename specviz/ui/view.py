@@ -1,10 +1,10 @@
 """Numbers the app shows, shaped from step records: pure functions, no gradio, no plotly."""
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 from ..metrics import summarize
+from ..oracle import accepted_length_histogram
 from ..records import RunMetrics, StepRecord
 from ..theory import best_gamma, expected_speedup, expected_tokens_per_step
 
@@ -63,11 +63,8 @@ def speedup_curve(alpha: float, cost_ratio: float, gamma_max: int = GAMMA_CURVE_
 
 def accepted_length_counts(steps: list[StepRecord]) -> tuple[list[int], list[int]]:
     """Histogram of accepted drafts per drafting step: (lengths 0..max gamma, step counts)."""
-    drafting = [s for s in steps if s.gamma > 0]
-    longest = max((s.gamma for s in drafting), default=0)
-    counts = Counter(s.n_accepted for s in drafting)
-    lengths = list(range(longest + 1))
-    return lengths, [counts.get(n, 0) for n in lengths]
+    counts = accepted_length_histogram(steps, max((s.gamma for s in steps), default=0))
+    return list(range(len(counts))), counts
 
 
 def race_points(steps: list[StepRecord], engine_elapsed: list[float]) -> tuple[list[float], list[int]]:
@@ -130,3 +127,23 @@ def paying_methods(run: dict, choices: list[str], most: int = 3, least_alpha: fl
         if name in choices and (m["alpha"] or 0) >= least_alpha and m["speedup"] > 1:
             best[name] = max(best.get(name, 0.0), m["speedup"])
     return sorted(best, key=best.get, reverse=True)[:most]
+
+
+def accepted_lengths_text(counts: list[int] | None) -> str:
+    """A histogram of accepted lengths as one short cell: the counts for 0, 1, … γ accepted, '–' for none."""
+    return "–" if not counts or not any(counts) else " · ".join(str(c) for c in counts)
+
+
+def compare_row(row: dict) -> list:
+    """One Compare tab row (tabs.COMPARE_HEADERS) from a run's figures; '–' where a figure does not apply."""
+    def fixed(value, digits):
+        return "–" if value is None else round(value, digits)
+
+    def times(value):
+        return "–" if value is None else f"{value:.2f}×"
+
+    return [row["method"], row["new_tokens"], row["steps"], round(row["tau"], 2), fixed(row["alpha"], 3),
+            fixed(row["cost"], 3), round(row["tokens_per_second"], 1), times(row["speedup"]),
+            round(row["oracle_tau"], 2), times(row["oracle_speedup"]),
+            "–" if row["verify_share"] is None else f"{row['verify_share']:.0%}",
+            accepted_lengths_text(row["accepted_lengths"]), row["same"]]
