@@ -1,13 +1,16 @@
 """specviz web app: `python app.py` serves it (offline default model; GPU when there is one; models load on
 the first run, not at import). Everything else lives in specviz/ui/.
 
+On a Hugging Face Space (SPACE_ID set), or with SPECVIZ_PUBLIC=1, it serves the public profile: the models it
+offers only, a memory budget, a share of the queue per session and per client (specviz/public.py, docs/deploy.md).
+
 Several GPUs: `python app.py --device-map auto [--max-memory 0=60GiB,1=75GiB] [--draft-device cuda:0]`
 shards every target over this machine's GPUs (also SPECVIZ_DEVICE_MAP, SPECVIZ_MAX_MEMORY, SPECVIZ_DRAFT_DEVICE)."""
 import argparse
 import os
 
 from specviz.ui import launch
-from specviz.ui.live import configure_placement
+from specviz.ui.live import configure_placement, configure_profile, machine_profile
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Serve the specviz app.")
@@ -18,4 +21,5 @@ if __name__ == "__main__":
                         help="device of draft models (default: the target's first)")
     args = parser.parse_args()
     configure_placement(args.device_map, args.max_memory, args.draft_device)
+    configure_profile(machine_profile())
     launch()

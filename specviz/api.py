@@ -13,7 +13,7 @@ import torch
 from .device_loop import DeviceLoop
 from .engine import TOP_N, SpeculativeRun
 from .runners.static import make_runner, runners_of
-from .errors import InvalidSettingError
+from .errors import InvalidSettingError, MissingDrafterError
 from .models import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
 from .proposers import (METHODS, AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,
                         NgramProposer, PlainProposer, Proposer, RetrievalProposer)
@@ -45,10 +45,7 @@ def make_proposer(
     if method == "early-exit":
         return EarlyExitDrafter(target.model, vocab_size, exit_layer)
     if method == "draft":
-        if draft is None:
-            raise InvalidSettingError("the draft method needs a draft model: choose one ('default', a Hub id, a folder or a "
-                                      ".gguf file: --draft on the command line, draft= in the API, the drafter list "
-                                      "in the app)")
+        check_drafter(method, draft)
         check_same_vocabulary(target, draft)
         return ModelDrafter(draft.model, vocab_size)
     if method == "medusa":
@@ -80,6 +77,15 @@ def make_proposer(
             lookup = NgramProposer()
         return AdaptiveProposer(make_proposer(base, target, draft, exit_layer, heads=heads), lookup=lookup)
     raise InvalidSettingError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+
+
+def check_drafter(method: str, draft) -> None:
+    """The one check that the draft method has its draft model (a LoadedModel or a name), made before anything
+    loads where the caller can."""
+    if method == "draft" and draft is None:
+        raise MissingDrafterError("the draft method needs a draft model: choose one ('default', a Hub id, a folder or "
+                                  "a .gguf file: --draft on the command line, draft= in the API, the drafter list in "
+                                  "the app)")
 
 
 def default_lookup(target: LoadedModel) -> str:
