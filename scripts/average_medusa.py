@@ -2,7 +2,7 @@
 2022). It works when the second set was trained from the first (train-drafter --init): both then lie in one
 basin, and their average can beat each of them (the shipped heads are made so; assets/drafters/README.md).
 
-    PYTHONPATH=. python scripts/average_medusa.py FIRST SECOND --out FOLDER [--weight 0.5]
+    python -m scripts.average_medusa FIRST SECOND --out FOLDER [--weight 0.5]
 
 The residual blocks are averaged (weight: the second set's share; checkpoints.average_medusa_blocks). Heads
 trained here share the target's output layer, so the blocks do not depend on the draft vocabulary; the average
@@ -26,13 +26,13 @@ from specviz.proposers.checkpoints import MEDUSA_WEIGHTS, average_medusa_blocks,
 WEIGHTS = MEDUSA_WEIGHTS[0]  # the safetensors file that train-drafter writes
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("first", type=Path)
     parser.add_argument("second", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--weight", type=float, default=0.5, help="the second set's share (0..1)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not 0 <= args.weight <= 1:
         sys.exit("--weight must be between 0 and 1")
     try:  # the loader's own readers, with its messages
@@ -49,7 +49,7 @@ def main() -> None:
     save_file(merged, str(args.out / WEIGHTS))
     config = configs[1]
     config["specviz"]["averaged"] = {
-        "command": "python scripts/average_medusa.py " + shlex.join(sys.argv[1:]),
+        "command": "python -m scripts.average_medusa " + shlex.join(sys.argv[1:]),
         "weight_of_second": args.weight,
         "first": configs[0]["specviz"],  # how the first set was made (the second's is the config's own record)
     }

@@ -9,7 +9,7 @@ Both count the same thing (a first draft after an accepted prefix), so the secon
 first would point at the engine's incremental drafting (its cache, positions, vocabulary mapping); the first
 falling below the training log's held-out figure is the drafter meeting prompts unlike its training data.
 
-    PYTHONPATH=. python scripts/draft_agreement.py --draft distilled --per-category 1 --tokens 64
+    python -m scripts.draft_agreement --draft distilled --per-category 1 --tokens 64
 """
 from __future__ import annotations
 
@@ -27,15 +27,15 @@ from specviz.proposers.draft_model import to_target_vocabulary
 from specviz.settings import DecodeSettings
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--draft", default="distilled", help="'distilled' or a folder from train-drafter")
     parser.add_argument("--prompts", default="data/spec_bench/question.jsonl")
     parser.add_argument("--per-category", type=int, default=1)
     parser.add_argument("--tokens", type=int, default=64, help="greedy answer tokens a prompt")
     parser.add_argument("--gammas", default="1,4", help="draft lengths run in the engine ('' for none)")
     parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     target = load_model("default", args.device, torch.float32)
     draft = load_draft_model(args.draft, target)

@@ -7,7 +7,7 @@ falls on all of them. The app and this process each hold their own copy of the m
 
 Needs gradio and gradio_client (on the GPU machine: the wheels of scripts/stage_app_wheels.sh; docs/gpu.md).
 
-    python3 scripts/gpu_app_check.py --out $OUT [--method ngram --gamma 8 | --method retrieval --gamma 16]
+    python3 -m scripts.gpu_app_check --out $OUT [--method ngram --gamma 8 | --method retrieval --gamma 16]
 """
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 PROMPT = ("Explain how a hash map handles collisions, then write a short Python function that counts the words "
           "in a text with a dictionary, and explain it line by line.")
@@ -65,7 +64,7 @@ def table_rows(table) -> dict[str, dict]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     parser.add_argument("--method", default="ngram", help="ngram or retrieval (the default model ships a datastore)")
     parser.add_argument("--gamma", type=int, default=8)

@@ -8,26 +8,23 @@ each stage writes its JSON as soon as it ends, so a run stopped at its time limi
   D  forward time against positions (the cost curve), the copy bandwidth and the bandwidth floor
   E  bfloat16, one prompt per category: early-exit (gamma 4) beside plain
 
-Run from the repository's root:  python3 scripts/gpu_bench.py --out DIR
+Run from the repository's root:  python3 -m scripts.gpu_bench --out DIR
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import sys
 import time
 import traceback
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from gpu_check import copy_bandwidth  # noqa: E402  (this folder: the same measurement as the check's)
-from specviz.bench import run_bench  # noqa: E402
-from specviz.runners.static import cost_curve, make_runner  # noqa: E402
-from specviz.models import load_model  # noqa: E402
-from specviz.settings import DecodeSettings  # noqa: E402
+from scripts.gpu_check import copy_bandwidth  # the same measurement as the check's
+from specviz.bench import run_bench
+from specviz.runners.static import cost_curve, make_runner
+from specviz.models import load_model
+from specviz.settings import DecodeSettings
 
 
 def weight_bytes(model) -> int:
@@ -39,8 +36,8 @@ def weight_bytes(model) -> int:
     return total
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--prompts", default="data/spec_bench/question.jsonl")
     parser.add_argument("--gamma", type=int, default=16)
@@ -49,7 +46,7 @@ def main() -> None:
     parser.add_argument("--stages", default="A,D,B,C,E")
     parser.add_argument("--device", default="cuda", help="cpu: a dry run of this script")
     parser.add_argument("--max-new-tokens", type=int, default=256)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     began = time.perf_counter()
     common = dict(prompts_file=args.prompts, target="default", device=args.device, chat=True)

@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from specviz.runners.static import StaticRunner, cost_curve  # noqa: E402
-from specviz.models import load_model  # noqa: E402
-from specviz.runner import CausalRunner  # noqa: E402
+from specviz.runners.static import StaticRunner, cost_curve
+from specviz.models import load_model
+from specviz.runner import CausalRunner
 
 
 def copy_bandwidth(gigabytes: float = 1.0) -> float:
@@ -65,12 +61,12 @@ def compare(a: StaticRunner | CausalRunner, b, ids: torch.Tensor, steps) -> dict
     return {"max_abs_logit_diff": worst, "argmax_agreement": agree / total}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--positions", default="1,2,3,4,5,6,8,10,12,16,17,24,33")
     parser.add_argument("--context", type=int, default=300)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     positions = [int(k) for k in args.positions.split(",")]
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     import transformers

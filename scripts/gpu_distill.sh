@@ -11,6 +11,7 @@
 #   STAGE=bench VARIANT=l2-first METHODS=... bash scripts/gpu_distill.sh   all 480 prompts, bf16 (PER_CATEGORY=N: fewer)
 #                                             DRAFT=distilled instead of VARIANT: the shipped model (carry its folder)
 # Results and the weights come back under $OUT.
+case "${1:-}" in -h|--help) sed -n '1,/^[^#]/{/^#!/d;/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 WORK=/root/dm
 mkdir -p "$WORK"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The trained drafters on the GPU machine , one stage per call; run from the carried copy of the repo
+# The trained drafters on the GPU machine, one stage per call; run from the carried copy of the repo
 # with Spec-Bench's prompts in data/spec_bench/ (evaluation only) and the default model staged (docs/gpu.md):
 #   STAGE=bench  bash scripts/gpu_drafters.sh   shipped eagle and medusa on Spec-Bench, bf16 and float32
 #   STAGE=train  bash scripts/gpu_drafters.sh   new data (more kinds of prompt), then EAGLE training; the
 #                                               call's time limit may stop it: STAGE=resume goes on
 #   STAGE=resume bash scripts/gpu_drafters.sh   resume EAGLE training to its budget, then bench it
+case "${1:-}" in -h|--help) sed -n '1,/^[^#]/{/^#!/d;/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 WORK=/root/sv2
 mkdir -p "$WORK"

@@ -2,6 +2,7 @@
 # On the GPU machine, the default model staged (docs/gpu.md): `check-exactness` for every method that drafts,
 # on the default target in float32, each method in its own process (the GPU is shared; most of a run's time
 # is the host's). SAMPLES runs per method and as many for its control. Results: $OUT/exact-*.txt.
+case "${1:-}" in -h|--help) sed -n '1,/^[^#]/{/^#!/d;/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 source "$(dirname "$0")/gpu_common.sh"
 SAMPLES=${SAMPLES:-3000}
 check() {

@@ -7,22 +7,18 @@ every other host step cost nothing.
 With --target random:llama-8b (random weights of a stated shape, random_target.py) it measures a real size
 without downloading one; --positions times chains of K against one position, beside the weight-read floor.
 
-    SPECVIZ_DEFAULT_GGUF=... python3 scripts/gpu_forward_floor.py [--context 300] [--taus chain17=2.87,tree16=3.08,tree64=3.59]
-    python3 scripts/gpu_forward_floor.py --target random:llama-8b --positions 2,4,8,16 --taus ''"""
+    SPECVIZ_DEFAULT_GGUF=... python3 -m scripts.gpu_forward_floor [--context 300] [--taus chain17=2.87,tree16=3.08,tree64=3.59]
+    python3 -m scripts.gpu_forward_floor --target random:llama-8b --positions 2,4,8,16 --taus ''"""
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from specviz.runners.static import StaticRunner  # noqa: E402
-from specviz.floor import spec_bandwidth, weight_bytes  # noqa: E402
-from specviz.models import load_model  # noqa: E402
+from specviz.runners.static import StaticRunner
+from specviz.floor import spec_bandwidth, weight_bytes
+from specviz.models import load_model
 
 
 def gpu_ms(runner: StaticRunner, feed, length: int, repeats: int = 300) -> float:
@@ -38,13 +34,13 @@ def gpu_ms(runner: StaticRunner, feed, length: int, repeats: int = 300) -> float
     return (time.perf_counter() - start) / repeats * 1e3
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--context", type=int, default=300)
     parser.add_argument("--taus", default="chain17=2.87,tree16=3.08,tree64=3.59")
     parser.add_argument("--target", default="default")
     parser.add_argument("--positions", default="", help="chains of K positions to time against one, e.g. 2,4,8,16")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     target = load_model(args.target, device="cuda", dtype=torch.bfloat16)
     runner = StaticRunner(target.model)
     vocab = target.vocab_size

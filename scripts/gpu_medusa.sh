@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Retraining the Medusa heads on the GPU machine , one stage per call, all calls on one warm machine
+# Retraining the Medusa heads on the GPU machine, one stage per call, all calls on one warm machine
 # (/root/sv3 must survive between them); run from the carried copy of the repo with the default model staged
 # (docs/gpu.md) and Spec-Bench's prompts in data/spec_bench/ (evaluation only):
 #   STAGE=data   bash scripts/gpu_medusa.sh   the target writes a new data set (~6 min); GERMAN=0.15: a share of
@@ -17,6 +17,7 @@
 #   STAGE=all    VARIANT=l3|shipped [PROMPTS_FILE=runs/part1.jsonl] [FP32=1] bash scripts/gpu_medusa.sh
 #                                             all 480 prompts or a part (bf16), 13 in float32
 # Results and the weights come back under $OUT.
+case "${1:-}" in -h|--help) sed -n '1,/^[^#]/{/^#!/d;/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 WORK=/root/sv3
 mkdir -p "$WORK"
@@ -47,7 +48,7 @@ case ${STAGE:-data} in
     bench "${VARIANT:-l3}-26" bfloat16 ${METHODS:-medusa:4,medusa:4:32,medusa:5:64,medusa:5:127} "$WORK/${VARIANT:-l3}" "--per-category 2" ;;
   sim)
     heads=$([ "$VARIANT" = shipped ] || echo "$WORK/$VARIANT")
-    python3 scripts/medusa_sim.py --prompts data/spec_bench/question.jsonl --cache "$WORK/greedy-480.json" --batch 480 --dtype float32 \
+    python3 -m scripts.medusa_sim --prompts data/spec_bench/question.jsonl --cache "$WORK/greedy-480.json" --batch 480 --dtype float32 \
         --trees ${TREES:-127,511} ${heads:+--heads "$heads"} 2>&1 | quiet | tee "$OUT/sim-$VARIANT.log" | tail -8 ;;
   all)  # VARIANT=shipped: the heads in assets/; PROMPTS_FILE=runs/partN.jsonl: a third of the 480; FP32=1: also 13 in float32
     heads=$([ "$VARIANT" = shipped ] || echo "$WORK/$VARIANT")

@@ -6,8 +6,8 @@ each per prompt). Random weights accept at random: what counts is that the files
 costs. c = drafting time a step / the target's one-token forward (plain decoding's time a step); also
 given over the method's own verify pass. Writes OUT/published_drafters.json (and the two bench reports).
 
-    python3 scripts/gpu_published_drafters.py --out $OUT                     # on the GPU machine
-    python3 scripts/gpu_published_drafters.py --shape tiny --device cpu --out DIR --max-new-tokens 12 --prompts 1
+    python3 -m scripts.gpu_published_drafters --out $OUT                     # on the GPU machine
+    python3 -m scripts.gpu_published_drafters --shape tiny --device cpu --out DIR --max-new-tokens 12 --prompts 1
 """
 from __future__ import annotations
 
@@ -20,11 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from specviz.bench import run_bench  # noqa: E402
-from specviz.published_layouts import SHAPES, write_both  # noqa: E402
-from specviz.settings import DecodeSettings  # noqa: E402
+from specviz.bench import run_bench
+from specviz.published_layouts import SHAPES, write_both
+from specviz.settings import DecodeSettings
 
 
 def write_prompts(path: Path, count: int, vocab: int, words: int, seed: int = 0) -> None:
@@ -49,7 +47,7 @@ def figures(report: dict, spec: str) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="vicuna-7b", choices=sorted(SHAPES))
     parser.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     parser.add_argument("--work", default=None, help="where the drafter folders go (default: a temporary folder)")

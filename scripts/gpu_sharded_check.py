@@ -4,7 +4,7 @@ onto a GPU) sharded over two GPUs with accelerate's device map, against the same
 Checks that sharded greedy output equals one-GPU greedy output (plain and speculative, drafter on one GPU)
 and measures tokens/s sharded against one GPU, side by side in one process. Needs 2 CUDA GPUs.
 
-    python scripts/gpu_sharded_check.py --out results.json
+    python -m scripts.gpu_sharded_check --out results.json
 """
 from __future__ import annotations
 
@@ -18,13 +18,11 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from specviz import DecodeSettings, load_model  # noqa: E402
-from specviz.models import unload_all  # noqa: E402
-from specviz.api import make_proposer, run_once  # noqa: E402
-from specviz.proposers import PlainProposer  # noqa: E402
-from specviz.testing import word_tokenizer  # noqa: E402
+from specviz import DecodeSettings, load_model
+from specviz.models import unload_all
+from specviz.api import make_proposer, run_once
+from specviz.proposers import PlainProposer
+from specviz.random_target import word_tokenizer
 
 
 MAX_MEMORY = {"bfloat16": "0=3GiB,1=60GiB", "float32": "0=6GiB,1=60GiB"}  # forces a split of both GPUs
@@ -48,12 +46,12 @@ def build(folder: Path, vocab: int, hidden: int, intermediate: int, layers: int,
     return params
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=4)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     assert torch.cuda.device_count() >= 2, "needs two GPUs"
     work = Path(tempfile.mkdtemp())
     vocab = 32000

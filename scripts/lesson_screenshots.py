@@ -2,7 +2,7 @@
 took in the browser (from pressing Run lesson to its sentence); or, with --saved, drawn from lessons measured
 elsewhere (`python -m specviz learn all --out DIR` on a GPU machine with no browser).
 
-    python scripts/lesson_screenshots.py [--out assets/screenshots] [--only mechanic,exact,cost,acceptance,batch,drafters]
+    python -m scripts.lesson_screenshots [--out assets/screenshots] [--only mechanic,exact,...: the lessons' keys]
         [--timings results/DIR/lessons.json] [--saved DIR [--suffix -h100]]
 
 Each lesson runs with its defaults on the offline default model; its panel is saved as learn-KEY.png. The app is
@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from screenshots import chosen, served_app  # noqa: E402
+from scripts.screenshots import chosen, served_app
+from specviz.lessons.catalogue import LESSONS
 
-LESSON_KEYS = ("mechanic", "exact", "cost", "acceptance", "batch", "drafters")
+LESSON_KEYS = tuple(lesson.key for lesson in LESSONS)  # every lesson the tab has, in its order
 
 
 def run_lesson(page, key: str, title: str) -> float:
@@ -56,19 +56,22 @@ def show_saved(page, key: str, title: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(ROOT / "assets" / "screenshots"))
-    parser.add_argument("--only", default=",".join(LESSON_KEYS))
+    parser.add_argument("--only", default=None, help=f"some of {','.join(LESSON_KEYS)} (default: every lesson; with "
+                        "--saved, every lesson saved in DIR)")
     parser.add_argument("--timings", default=None, help="write each lesson's seconds to this JSON file")
     parser.add_argument("--saved", default=None, metavar="DIR", help="draw the lessons saved in DIR by `specviz learn "
                         "--out` instead of running them here")
     parser.add_argument("--suffix", default="", help="appended to each file name (learn-KEY{suffix}.png)")
     args = parser.parse_args(argv)
-    keys = chosen(parser, args.only, LESSON_KEYS, "lessons")
+    if args.only is None and args.saved:
+        from specviz.lessons.saved import file_name
+
+        args.only = ",".join(lesson.key for lesson in LESSONS if (Path(args.saved) / file_name(lesson)).is_file())
+    keys = chosen(parser, args.only or ",".join(LESSON_KEYS), LESSON_KEYS, "lessons")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-
-    from specviz.lessons.catalogue import LESSONS
 
     titles = {lesson.key: f"{lesson.number} · {lesson.title}" for lesson in LESSONS}
     files = {}

@@ -1,16 +1,15 @@
 """Writes assets/measured/drafters-on-spec-bench.json, the Spec-Bench figures the app's Compare tab shows,
 from the bench reports of the runs listed below (each run's doc says its command and machine).
 
-    .venv/bin/python scripts/measured_drafters.py
+    python -m scripts.measured_drafters
 """
+import argparse
 import json
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from specviz.measured import MEASURED, measured_run  # noqa: E402
+from specviz.measured import MEASURED, measured_run
 
 # label, the run's doc, its bench reports (a run too long for one call ran in parts)
 RUNS = [
@@ -23,7 +22,8 @@ RUNS = [
 ]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     runs = [measured_run(label, doc, [json.loads((ROOT / f).read_text()) for f in files])
             for label, doc, files in RUNS]
     MEASURED.parent.mkdir(parents=True, exist_ok=True)

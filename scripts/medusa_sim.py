@@ -4,7 +4,7 @@ greedy continuation, so with the continuation and the target's hidden states kno
 prompt + answer), every step can be replayed. Figures match `specviz bench` up to numerical noise (the bench
 verifies with other batch shapes; bf16 more so).
 
-    PYTHONPATH=. python scripts/medusa_sim.py --prompts data/spec_bench/question.jsonl --per-category 2 \
+    python -m scripts.medusa_sim --prompts data/spec_bench/question.jsonl --per-category 2 \
         --cache runs/greedy-26.json --trees 63,127,255 [--heads FOLDER] [--full-vocab]
 
 Continuations are cached (--cache), so a second call only replays. Evaluation only: nothing here trains.
@@ -51,8 +51,8 @@ def replay(answer: list[int], tops: tuple[torch.Tensor, torch.Tensor], prompt_le
     return steps, len(answer)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", required=True)
     parser.add_argument("--per-category", type=int)
     parser.add_argument("--limit", type=int)
@@ -69,7 +69,7 @@ def main() -> None:
     parser.add_argument("--replay-limit", type=int, default=None, help="replay only the first N prompts")
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     target = load_model(DEFAULT_MODEL, device=args.device, dtype=args.dtype)
     prompts = load_prompts(args.prompts, args.limit, args.per_category)

@@ -1,7 +1,7 @@
 """The Run tab's screenshots in README.md and docs/app.md, taken again from a live app: the default example
 prompt run once per screen, then the screen saved as a PNG.
 
-    python scripts/screenshots.py [--out assets/screenshots] [--only light,dark,projector,phone,phone-charts]
+    python -m scripts.screenshots [--out assets/screenshots] [--only light,dark,projector,phone,phone-charts]
 
 - light.png: 1400x1000, the light theme, the drafts reading mode;
 - dark.png: 1400x1000, the dark theme, the steps reading mode (one lane per step);
@@ -21,7 +21,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
@@ -65,7 +64,7 @@ def take(browser, url: str, name: str, out: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(ROOT / "assets" / "screenshots"))
     parser.add_argument("--only", default=",".join(SCREENS), help=f"some of {','.join(SCREENS)}")
     args = parser.parse_args(argv)

@@ -4,7 +4,7 @@ draft path that matches what the target writes next: replaying the plain output 
 tokens each step would accept (exact where the speculative output equals the plain one; in bfloat16 it
 diverges on some prompts, so measured tau differs a little).
 
-    PYTHONPATH=. python scripts/simulate_lookup.py results/retrieval-h100/retrieval-h100-bf16-all.json \\
+    python -m scripts.simulate_lookup results/retrieval-h100/retrieval-h100-bf16-all.json \\
         --methods ngram:16,retrieval:16,retrieval:16:63 [--heads FOLDER]
 
 The results file must come from `specviz bench` (its rows keep each output's token ids); the prompts are read
@@ -70,12 +70,12 @@ def drafter(method: str, gamma: int, tree: int, retrieval: RetrievalProposer | N
     return draft
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results")
     parser.add_argument("--methods", default="ngram:16,retrieval:16,retrieval:16:63")
     parser.add_argument("--heads", default=None, help="retrieval datastore folder (default: the shipped one)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     data = json.load(open(args.results))
     target = load_model("default", device="cpu")
     prompts = {p["prompt_id"]: p for p in load_prompts(data["config"]["prompts_file"])}

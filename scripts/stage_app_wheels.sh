@@ -7,6 +7,7 @@
 # numpy, safetensors, tokenizers, huggingface_hub, tqdm, jinja2, pyyaml and requests are left out (see
 # docs/gpu.md for the install line).
 #   bash scripts/stage_app_wheels.sh     (PYTHON=... names the interpreter whose pip downloads)
+case "${1:-}" in -h|--help) sed -n '1,/^[^#]/{/^#!/d;/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}

@@ -2,23 +2,20 @@
 (specviz/published_layouts.py: yuhuili/EAGLE-Vicuna-7B-v1.3 and FasterDecoding/medusa-vicuna-7b-v1.3) to
 OUT/eagle and OUT/medusa, for the random target of the same shape (`--target random:vicuna-7b`):
 
-    python3 scripts/write_published_drafters.py --shape vicuna-7b --out DIR   # 1.5 GB each
-    python3 scripts/write_published_drafters.py --shape tiny --out DIR        # for the tests, --target random:llama-tiny,kv_heads=4
+    python3 -m scripts.write_published_drafters --shape vicuna-7b --out DIR   # 1.5 GB each
+    python3 -m scripts.write_published_drafters --shape tiny --out DIR        # for the tests, --target random:llama-tiny,kv_heads=4
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from specviz.published_layouts import SHAPES, write_both  # noqa: E402
+from specviz.published_layouts import SHAPES, write_both
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="vicuna-7b", choices=sorted(SHAPES))
     parser.add_argument("--out", required=True)
     parser.add_argument("--seed", type=int, default=0)

@@ -6,20 +6,37 @@
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from .batch_draft import ModelDrafting
 from .device_loop import DeviceLoop
-from .engine import TOP_N, SpeculativeRun
-from .runners.static import make_runner, runners_of
+from .engine import SpeculativeRun
+from .runners.static import make_runner
 from .errors import InvalidSettingError, MissingDrafterError
 from .models import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
+from .options import EngineOptions
 from .proposers import (METHODS, AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,
                         NgramProposer, PlainProposer, Proposer, RetrievalProposer)
 from .proposers.checkpoints import load_draft_model, load_drafter, shipped_drafter_exists
+from .proposers.early_exit import decoder_layers, default_exit_layer, truncated_view
 from .records import RunResult
 from .settings import DecodeSettings, check_prompt_text
+from .step_records import TOP_N
+
+
+BATCHED_METHODS = ("plain", "ngram", "retrieval", "draft", "early-exit")  # what batch.decode_batch drafts with
+
+
+def check_drafter(method: str, draft) -> None:
+    """The one check that a method has the drafter model it needs: `draft` (the method that drafts with a separate
+    model) needs one. draft: a loaded model or its name, before anything is loaded; None or "": none chosen."""
+    if method == "draft" and not draft:
+        raise MissingDrafterError("the draft method needs a draft model: choose one ('default', a Hub id, a folder or a "
+                                  ".gguf file: --draft on the command line, draft= in the API, the drafter list "
+                                  "in the app)")
 
 
 def make_proposer(
@@ -30,11 +47,14 @@ def make_proposer(
     adaptive_base: str = "auto",
     heads: str | None = None,
     adaptive_lookup: str = "auto",
+    options: EngineOptions | None = None,
 ) -> Proposer:
     """A fresh proposer for `method`. `draft` is the drafter model for `draft` (and for `adaptive`'s base);
     `heads` the trained drafter for `medusa` and `eagle`, the datastore for `retrieval` (folder or Hub id;
     None = the one shipped for the default target). `adaptive_lookup`: what `adaptive` looks up beside a model
-    drafter, "ngram" (the sequence), "retrieval" (the sequence and the datastore) or "auto" (default_lookup)."""
+    drafter, "ngram" (the sequence), "retrieval" (the sequence and the datastore) or "auto" (default_lookup).
+    options: the engine's switches for the drafter's own runners and graphs (None: from the environment)."""
+    options = options or EngineOptions.from_environment()
     vocab_size = target.vocab_size
     if method == "plain":
         return PlainProposer()
@@ -43,15 +63,15 @@ def make_proposer(
     if method == "retrieval":
         return RetrievalProposer(load_drafter("retrieval", target, heads))
     if method == "early-exit":
-        return EarlyExitDrafter(target.model, vocab_size, exit_layer)
+        return EarlyExitDrafter(target.model, vocab_size, exit_layer, options)
     if method == "draft":
         check_drafter(method, draft)
         check_same_vocabulary(target, draft)
-        return ModelDrafter(draft.model, vocab_size)
+        return ModelDrafter(draft.model, vocab_size, options)
     if method == "medusa":
-        return MedusaProposer(load_drafter("medusa", target, heads))
+        return MedusaProposer(load_drafter("medusa", target, heads, options))
     if method == "eagle":
-        return EagleProposer(load_drafter("eagle", target, heads))
+        return EagleProposer(load_drafter("eagle", target, heads, options), options)
     if method == "adaptive":
         base = adaptive_base
         if base == "auto":
@@ -75,25 +95,38 @@ def make_proposer(
             lookup = RetrievalProposer(load_drafter("retrieval", target, None))
         else:
             lookup = NgramProposer()
-        return AdaptiveProposer(make_proposer(base, target, draft, exit_layer, heads=heads), lookup=lookup)
+        return AdaptiveProposer(make_proposer(base, target, draft, exit_layer, heads=heads, options=options),
+                                lookup=lookup)
     raise InvalidSettingError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
 
-def check_drafter(method: str, draft) -> None:
-    """The one check that the draft method has its draft model (a LoadedModel or a name), made before anything
-    loads where the caller can."""
-    if method == "draft" and draft is None:
-        raise MissingDrafterError("the draft method needs a draft model: choose one ('default', a Hub id, a folder or "
-                                  "a .gguf file: --draft on the command line, draft= in the API, the drafter list in "
-                                  "the app)")
+def check_batchable(method: str) -> None:
+    if method not in BATCHED_METHODS:
+        raise InvalidSettingError(f"{method} does not batch: batched decoding runs {', '.join(BATCHED_METHODS)} "
+                                  "(a drafter that reads the target's hidden states would need them per row)")
+
+
+def batch_drafting(method: str, target: LoadedModel, draft: LoadedModel | None = None,
+                   exit_layer: int | None = None, heads: str | None = None) -> Callable[[], Proposer] | ModelDrafting:
+    """What batch.decode_batch drafts with for `method`: a draft model for the whole batch (`draft`,
+    `early-exit`), else a factory of one lookup proposer a row."""
+    check_batchable(method)
+    if method == "early-exit":
+        layers = len(decoder_layers(target.model))
+        cut = default_exit_layer(layers) if exit_layer is None else exit_layer
+        return ModelDrafting(truncated_view(target.model, cut), target.vocab_size)
+    if method == "draft":
+        check_drafter(method, draft)
+        check_same_vocabulary(target, draft)
+        return ModelDrafting(draft.model, target.vocab_size)
+    return lambda: make_proposer(method, target, heads=heads)
 
 
 def default_lookup(target: LoadedModel) -> str:
     """What `adaptive` looks up by default beside a model drafter. On a CPU, retrieval (where a datastore
-    ships for the target): a lookup of ~0.2 ms is nothing beside a ~40 ms forward, and it finds more (13
-    Spec-Bench prompts, 2 vCPUs: 1.37-1.53x over plain against 1.26-1.28x with n-gram lookup,
-    results/cpu-adaptive-auto-13prompts/). On a GPU, n-gram lookup: there the datastore's lookup is a sixth of
-    a ~1.2 ms step (H100, 26 prompts: 1.94x against 1.78x)."""
+    ships for the target): its lookup is nothing beside a forward there, and it finds more than the sequence
+    alone. On a GPU, n-gram lookup: there the datastore's lookup is a real share of a step. The measurements:
+    docs/benchmarks/2026-11-27-6f4be49-where-2-5x-stands-on-the-gpu-measured-adaptive-on-the-cpu.md."""
     if target.device.type == "cpu" and shipped_drafter_exists("retrieval", target):
         return "retrieval"
     return "ngram"
@@ -108,41 +141,45 @@ _warmed: set[int] = set()
 
 
 def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024, proposers=(), tree: int = 0,
-            device_loop: bool = False, detail: bool = False) -> None:
+            device_loop: bool = False, detail: bool = False, options: EngineOptions | None = None) -> None:
     """Untimed work before anything is measured: one short run per model (allocator, kernels, lazy
     imports), and on the fast path the CUDA graphs (and compiled kernels) for forwards of up to
     `max_positions` positions in sequences of up to `max_length` tokens, for the target and for the
     runners of the given proposers (and with tree > 0 the target's for draft trees of up to `tree` tokens, and
     the proposers' own: EAGLE's tree drafting at gamma = max_positions - 1).
     With device_loop, also the device loop's graphs for plain decoding and the proposers where it applies
-    (device_loop.py), for records without detail (the bench's) or with it (detail: the app's). Graphs already
-    captured are kept, so calling it again is cheap."""
+    (device_loop.py), for records without detail (the bench's) or with it (detail: the app's), and then not the
+    host-side graphs of those proposers, which their runs never replay. Graphs already
+    captured are kept, so calling it again is cheap. options: the runs' EngineOptions (None: from the
+    environment)."""
+    options = options or EngineOptions.from_environment()
     if id(target.model) not in _warmed:
         ids = [1 + i % (target.vocab_size - 1) for i in range(8)]  # any 8 ids of the vocabulary, however small
-        for _ in SpeculativeRun(target, PlainProposer(), ids, DecodeSettings(max_new_tokens=4, stop_at_eos=False)):
+        for _ in SpeculativeRun(target, PlainProposer(), ids, DecodeSettings(max_new_tokens=4, stop_at_eos=False),
+                                options=options):
             pass
         _warmed.add(id(target.model))
-    runner = make_runner(target.model)
+    runner = make_runner(target.model, options=options)
+    on_device = set()  # proposers whose runs draft on the device loop: their host-side graphs are never replayed
     for proposer in (PlainProposer(), *proposers) if device_loop else ():  # first: they reserve the most cache
         loop = DeviceLoop.for_run(runner, proposer, DecodeSettings(max_new_tokens=1, gamma=max(1, max_positions - 1),
                                                                    tree=tree), detail_top=TOP_N if detail else 0,
-                                  prompt_length=0)
+                                  prompt_length=0, options=options)
         if loop is not None:
             loop.prepare(max_length)
-    if hasattr(runner, "warm_up"):
-        runner.warm_up(max_positions, max_length, tree)  # only the target verifies draft trees
-    for each in (r for p in proposers for r in runners_of(p)):
-        if hasattr(each, "warm_up"):
+            on_device.add(id(proposer))
+    runner.warm_up(max_positions, max_length, tree)  # only the target verifies draft trees
+    for proposer in (p for p in proposers if id(p) not in on_device):
+        for each in proposer.runners():
             each.warm_up(max_positions, max_length)
-    for proposer in proposers:  # what proposers capture themselves (EAGLE's tree drafting)
-        proposer.warm_up(max_length, max_positions - 1, tree)
-    if hasattr(runner, "release"):
-        runner.release()
+        proposer.warm_up(max_length, max_positions - 1, tree)  # what it captures itself (EAGLE's tree drafting)
+    runner.release()
 
 
 def run_once(target: LoadedModel, proposer: Proposer, prompt_ids: list[int], settings: DecodeSettings,
-             prompt_text: str = "", detail: bool = True) -> RunResult:
-    run = SpeculativeRun(target, proposer, prompt_ids, settings, prompt_text=prompt_text, detail=detail)
+             prompt_text: str = "", detail: bool = True, options: EngineOptions | None = None) -> RunResult:
+    run = SpeculativeRun(target, proposer, prompt_ids, settings, prompt_text=prompt_text, detail=detail,
+                         options=options)
     for _ in run:
         pass
     return run.result
@@ -219,14 +256,17 @@ def generate(
     draft_device: str | None = None,
     heads: str | None = None,
     adaptive_lookup: str = "auto",
+    options: EngineOptions | None = None,
 ) -> Report:
     settings = (settings or DecodeSettings()).validate()
+    options = options or EngineOptions.from_environment()
     check_prompt_text(prompt)  # before loading anything
     target_model, draft_model = resolve_models(target, draft, device, dtype, device_map, max_memory, draft_device)
-    proposer = make_proposer(method, target_model, draft_model, exit_layer, heads=heads, adaptive_lookup=adaptive_lookup)
+    proposer = make_proposer(method, target_model, draft_model, exit_layer, heads=heads, adaptive_lookup=adaptive_lookup,
+                             options=options)
     prompt_ids = encode(target_model, prompt, chat)
     warm_up(target_model, settings.gamma + 1,  # the graphs these runs replay, before they are timed
             min(len(prompt_ids) + settings.max_new_tokens + settings.tree + 1, target_model.context_length),
-            [proposer], tree=settings.tree)
-    plain = run_once(target_model, PlainProposer(), prompt_ids, settings, prompt) if compare_plain else None
-    return Report(run_once(target_model, proposer, prompt_ids, settings, prompt), plain)
+            [proposer], tree=settings.tree, options=options)
+    plain = run_once(target_model, PlainProposer(), prompt_ids, settings, prompt, options=options) if compare_plain else None
+    return Report(run_once(target_model, proposer, prompt_ids, settings, prompt, options=options), plain)

@@ -3,9 +3,9 @@ each row accepting its own number of drafts (a ragged batch: runners/batched.py 
 
 Every row has its own random generator and its own draft: the lookups (plain, `ngram`, `retrieval`) keep one
 proposer a row on the host; a draft model (`draft`, `early-exit`) drafts for every row in one batched forward
-a token (batch_draft.py). Verification is the same per row as at batch 1 (verify.verify_greedy,
-verify.verify_sampled), so each row's output is its batch-1 output (greedy) or has its batch-1 distribution
-(sampling). A row that reaches its token limit or an end-of-sequence token leaves the batch, or, while prompts
+a token (batch_draft.py). After one forward over every row, each row is judged, kept and observed by the same
+step.py functions as a run of one row, so each row's output is its batch-1 output (greedy) or has its batch-1
+distribution (sampling). A row that reaches its token limit or an end-of-sequence token leaves the batch, or, while prompts
 wait, hands its slot to the next one (a refill queue: the batch stays full).
 
 Plain decoding of a batch is the same loop with proposers that never draft, so a batch's speedup compares like
@@ -15,9 +15,9 @@ A batch of one row (one prompt, or batch_size=1) goes, unless asked otherwise (p
 single-sequence loop (engine.SpeculativeRun, one prompt after another), with the same proposer or draft model:
 the same outputs, counted into the same BatchRun. That loop's runner captures CUDA graphs, which the batched
 runner cannot (its shape changes as rows finish): on a GPU an eager step of a small model is bound by the host's
-kernel launches, so batch 1 through the batched runner would be several times slower than today's loop. On
-the CPU the two measure the same (benchmarks of 2026-11-27, batch 1 side by side). Drafters that read the target's hidden states
-(`medusa`, `eagle`) and `adaptive` do not batch here."""
+kernel launches, so batch 1 through the batched runner would be several times slower than the single-sequence
+loop (docs/design.md, Batches, has the measurements). Drafters that read the target's hidden states (`medusa`,
+`eagle`) and `adaptive` do not batch here."""
 from __future__ import annotations
 
 import time
@@ -26,20 +26,20 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from . import verify as verification
-from .clock import device_clock
-from .api import make_proposer
+from . import step
 from .batch_draft import ModelDrafting, RowProposers
-from .engine import SpeculativeRun, keep_tokens
+from .clock import device_clock
+from .engine import SpeculativeRun
 from .errors import InvalidSettingError
-from .models import LoadedModel, check_same_vocabulary
-from .proposers import Draft, Feedback, ModelDrafter, Proposer
-from .proposers.early_exit import decoder_layers, default_exit_layer, truncated_view
+from .models import LoadedModel
+from .options import EngineOptions
+from .proposers import Draft, ModelDrafter, Proposer
 from .runners.batched import BatchedRunner, batched_runner, give_back
-from .sampling import make_generator, warp_probs
+from .sampling import make_generator
 from .settings import DecodeSettings
+from .step import Row
+from .step_records import accepted_in_output
 
-BATCHED_METHODS = ("plain", "ngram", "retrieval", "draft", "early-exit")
 PATHS = ("auto", "batched", "single")  # decode_batch's: auto = single at one row, batched otherwise
 
 
@@ -84,42 +84,22 @@ class BatchRun:
         return self.accepted / self.drafted if self.drafted else None
 
 
-def check_batchable(method: str) -> None:
-    if method not in BATCHED_METHODS:
-        raise InvalidSettingError(f"{method} does not batch: batched decoding runs {', '.join(BATCHED_METHODS)} "
-                                  "(a drafter that reads the target's hidden states would need them per row)")
-
-
-def batch_drafting(method: str, target: LoadedModel, draft: LoadedModel | None = None,
-                   exit_layer: int | None = None, heads: str | None = None) -> Callable[[], Proposer] | ModelDrafting:
-    """What decode_batch drafts with for `method`: a draft model for the whole batch (`draft`, `early-exit`),
-    else a factory of one lookup proposer a row."""
-    check_batchable(method)
-    if method == "early-exit":
-        layers = len(decoder_layers(target.model))
-        cut = default_exit_layer(layers) if exit_layer is None else exit_layer
-        return ModelDrafting(truncated_view(target.model, cut), target.vocab_size)
-    if method == "draft":
-        if draft is None:
-            raise InvalidSettingError("the draft method needs a draft model: --draft on the command line ('default' "
-                                      "drafts with the target itself)")
-        check_same_vocabulary(target, draft)
-        return ModelDrafting(draft.model, target.vocab_size)
-    return lambda: make_proposer(method, target, heads=heads)
-
-
 @torch.inference_mode()
 def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDrafting, prompts: list[list[int]],
-                 settings: DecodeSettings, batch_size: int | None = None, path: str = "auto") -> BatchRun:
+                 settings: DecodeSettings, batch_size: int | None = None, path: str = "auto",
+                 options: EngineOptions | None = None) -> BatchRun:
     """Decode every prompt (token ids), batch_size rows at a time (None: all at once). drafting: a factory of
-    one proposer a row (the lookups), or a draft model that drafts for the whole batch (batch_drafting picks).
+    one proposer a row (the lookups), or a draft model that drafts for the whole batch (api.batch_drafting
+    picks).
     A finished row's slot takes the next prompt waiting, so the batch stays full while prompts wait. Prompt b's
     generator is seeded settings.seed + b, so that it samples as a batch-1 run of that seed does.
     path: "auto" decodes a batch of one row through the single-sequence loop (the module's docstring says
-    why), "batched" always through the batched runner, "single" always one prompt after another."""
+    why), "batched" always through the batched runner, "single" always one prompt after another. options:
+    EngineOptions (None: read from the environment here, once for the whole batch)."""
     if path not in PATHS:
         raise InvalidSettingError(f"path is one of {', '.join(PATHS)}, got {path!r}")
     settings = settings.validate()
+    options = options or EngineOptions.from_environment()
     if settings.tree:
         raise InvalidSettingError("batched decoding drafts chains; set tree to 0")
     if settings.draft_stop:
@@ -135,84 +115,75 @@ def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDr
     eos_ids = target.eos_token_ids if settings.stop_at_eos else set()
     width = min(batch_size or len(prompts), len(prompts))
     if path == "single" or (path == "auto" and width == 1):
-        return decode_one_at_a_time(target, drafting, prompts, settings)
-    runner = batched_runner(target.model, width, capacity)
-    rows = drafting.open(width, capacity) if isinstance(drafting, ModelDrafting) else RowProposers(drafting)
+        return decode_one_at_a_time(target, drafting, prompts, settings, options)
+    runner = batched_runner(target.model, width, capacity, options)
+    drafters = drafting.open(width, capacity, options) if isinstance(drafting, ModelDrafting) else RowProposers(drafting)
     try:
-        return _decode_rows(target, runner, rows, prompts, settings, width, eos_ids)
+        return _decode_rows(target, runner, drafters, prompts, settings, width, eos_ids)
     finally:  # pooled where it holds graphs, for the next call
         give_back(target.model, runner)
-        rows.release()
+        drafters.release()
 
 
-def _decode_rows(target, runner: BatchedRunner, rows, prompts: list[list[int]], settings: DecodeSettings,
+def _decode_rows(target, runner: BatchedRunner, drafters, prompts: list[list[int]], settings: DecodeSettings,
                  width: int, eos_ids) -> "BatchRun":
-    device = target.device
-    sequences = [list(ids) for ids in prompts]
+    """The batch loop: each step drafts for every row, verifies all of them in one forward, then judges, keeps
+    and observes row by row exactly as a run of one row does (step.py)."""
+    device, context = target.device, target.context_length
+    rows = [Row(list(ids), settings.max_new_tokens, eos_ids,
+                make_generator(None if settings.seed is None else settings.seed + b, device))
+            for b, ids in enumerate(prompts)]
     tensors = [torch.tensor(ids) for ids in prompts]  # each sequence as a tensor: made once a step
-    outputs: list[list[int]] = [[] for _ in prompts]
-    generators = [make_generator(None if settings.seed is None else settings.seed + b, device)
-                  for b in range(len(prompts))]
 
-    def start(row: int, prompt: int) -> None:
+    def start(slot: int, prompt: int) -> None:
         lengths = list(runner.host_lengths)
-        lengths[row] = 0
+        lengths[slot] = 0
         runner.rollback(lengths)
         ids = prompts[prompt]
         if len(ids) > 1:  # prompts differ in length: one row at a time
-            runner.forward(torch.tensor(ids[:-1], dtype=torch.long)[None], "none", rows=slice(row, row + 1))
-        rows.start(row, ids, tensors[prompt], settings, generators[prompt])
+            runner.forward(torch.tensor(ids[:-1], dtype=torch.long)[None], "none", rows=slice(slot, slot + 1))
+        drafters.start(slot, ids, tensors[prompt], settings, rows[prompt].generator)
 
     start_time = device_clock(device)
-    for row in range(width):
-        start(row, row)
+    for slot in range(width):
+        start(slot, slot)
     prefill_seconds = device_clock(device) - start_time
     active = list(range(width))  # the runner's rows, in order: which prompt each holds
     waiting = list(range(width, len(prompts)))  # prompts not started yet, in order
     forwards, row_forwards, drafted, accepted = 0, [0] * len(prompts), 0, 0
-    stop_reasons = ["max_new_tokens"] * len(prompts)
     while active:
         step_start = time.perf_counter()
-        gammas = [draft_length(settings, len(sequences[p]), len(outputs[p]), target.context_length) for p in active]
-        drafts = (rows.propose([tensors[p] for p in active], gammas) if max(gammas) > 0
+        # 1. draft: every row's, up to gamma tokens each
+        gammas = [rows[p].draft_length(settings, context) for p in active]
+        drafts = (drafters.propose([tensors[p] for p in active], gammas) if max(gammas) > 0
                   else [Draft(torch.empty(0, dtype=torch.long), None) for _ in active])
         draft_end = time.perf_counter()
         drafted_ids = [draft.token_ids.tolist() for draft in drafts]
-        # with graphs every step feeds gamma + 1 positions (a graph a shape, not one for each shorter draft)
-        span = (settings.gamma if runner.padded_shapes else max(len(row) for row in drafted_ids)) + 1
-        # the rest of a short row: padding, written over later; one tensor made from host lists, one copy
-        ids = torch.tensor([[sequences[prompt][-1], *row] + [0] * (span - 1 - len(row))
-                            for prompt, row in zip(active, drafted_ids)], dtype=torch.long)
+        # 2. verify: one forward over every row's last accepted token and drafts; with graphs every step feeds
+        # gamma + 1 positions (a graph a shape, not one for each shorter draft); the rest of a short row is
+        # padding, written over later; one tensor made from host lists, one copy
+        span = (settings.gamma if runner.padded_shapes else max(len(ids) for ids in drafted_ids)) + 1
+        ids = torch.tensor([[rows[p].sequence[-1], *row_ids] + [0] * (span - 1 - len(row_ids))
+                            for p, row_ids in zip(active, drafted_ids)], dtype=torch.long)
         lengths, finished = list(runner.host_lengths), []
         logits = runner.forward(ids)
         forwards += 1
-        # greedy: every row's argmaxes in one device-to-host transfer, not one a row
-        choices = logits.argmax(-1).tolist() if settings.greedy else None
-        for i, (prompt, draft) in enumerate(zip(active, drafts)):
-            size = len(draft.token_ids)
-            if settings.greedy:
-                verdict = verification.greedy_verdict(drafted_ids[i], choices[i][:size + 1])
-            else:
-                row_logits = logits[i, :size + 1]
-                verdict = verification.verify_sampled(draft.token_ids.to(device), draft.probs,
-                                                      warp_probs(row_logits, settings), generators[prompt])
-            n = verdict.n_accepted
-            kept = keep_tokens(drafted_ids[i][:n] + [verdict.next_token], outputs[prompt],
-                               settings.max_new_tokens, eos_ids)
-            sequences[prompt].extend(kept)
-            tensors[prompt] = torch.tensor(sequences[prompt])
-            lengths[i] += 1 + n  # the fed token and the accepted drafts
-            row_forwards[prompt] += 1
+        choices = logits.argmax(-1).tolist() if settings.greedy else None  # every row's in one transfer
+        for i, (p, draft) in enumerate(zip(active, drafts)):  # then each row, as a run of one
+            row, size = rows[p], draft.size
+            verdict = step.judge(draft, drafted_ids[i], logits[i, :size + 1], settings, row.generator,
+                                 choices=None if choices is None else choices[i][:size + 1])
+            # 3. keep
+            kept = row.keep(drafted_ids[i][:verdict.n_accepted] + [verdict.next_token])
+            tensors[p] = torch.tensor(row.sequence)
+            lengths[i] += 1 + verdict.n_accepted  # the fed token and the accepted drafts
+            row_forwards[p] += 1
             drafted += size
-            accepted += min(n, len(kept))
-            verify_end = time.perf_counter()
-            rows.observe(i, Feedback(tokens=tensors[prompt], drafted=size, n_accepted=n,
-                                     draft_seconds=draft_end - step_start, verify_seconds=verify_end - draft_end,
-                                     target_hidden=None, new_ids=kept))
-            if kept and kept[-1] in eos_ids:
-                stop_reasons[prompt] = "eos"
-                finished.append(i)
-            elif len(outputs[prompt]) >= settings.max_new_tokens:
+            accepted += accepted_in_output(verdict.n_accepted, kept)[0]
+            # 4. observe
+            drafters.observe(i, step.feedback(tensors[p], draft, verdict, kept, draft_end - step_start,
+                                              time.perf_counter() - draft_end))
+            if row.finished:
                 finished.append(i)
         runner.rollback(lengths)
         leaving = []
@@ -228,12 +199,12 @@ def _decode_rows(target, runner: BatchedRunner, rows, prompts: list[list[int]], 
         if leaving:  # finished rows stop costing
             still = [i for i in range(len(active)) if i not in leaving]
             runner.keep(still)
-            rows.keep(still)
+            drafters.keep(still)
             active = [active[i] for i in still]
     wall = device_clock(device) - start_time
-    return BatchRun(token_ids=outputs, forwards=forwards, row_forwards=row_forwards, drafted=drafted,
-                    accepted=accepted, wall_seconds=wall, prefill_seconds=prefill_seconds, stop_reasons=stop_reasons,
-                    width=width)
+    return BatchRun(token_ids=[row.output for row in rows], forwards=forwards, row_forwards=row_forwards,
+                    drafted=drafted, accepted=accepted, wall_seconds=wall, prefill_seconds=prefill_seconds,
+                    stop_reasons=[row.stop_reason for row in rows], width=width)
 
 
 def single_proposer(drafting: Callable[[], Proposer] | ModelDrafting) -> Proposer:
@@ -242,7 +213,8 @@ def single_proposer(drafting: Callable[[], Proposer] | ModelDrafting) -> Propose
 
 
 def decode_one_at_a_time(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDrafting,
-                         prompts: list[list[int]], settings: DecodeSettings) -> BatchRun:
+                         prompts: list[list[int]], settings: DecodeSettings,
+                         options: EngineOptions | None = None) -> BatchRun:
     """decode_batch's prompts through the single-sequence loop, one after another (prompt b seeded seed + b),
     counted as a batch of one row: forwards are every run's verify passes, the wall time all of them."""
     runs = []
@@ -250,7 +222,7 @@ def decode_one_at_a_time(target: LoadedModel, drafting: Callable[[], Proposer] |
     for b, ids in enumerate(prompts):
         proposer = single_proposer(drafting)
         seeded = settings if settings.seed is None else replace(settings, seed=settings.seed + b)
-        run = SpeculativeRun(target, proposer, ids, seeded, detail=False)
+        run = SpeculativeRun(target, proposer, ids, seeded, detail=False, options=options)
         for _ in run:
             pass
         runs.append(run.result)
@@ -260,12 +232,6 @@ def decode_one_at_a_time(target: LoadedModel, drafting: Callable[[], Proposer] |
                     drafted=sum(r.metrics.drafted for r in runs), accepted=sum(r.metrics.accepted for r in runs),
                     wall_seconds=wall, prefill_seconds=sum(r.metrics.prefill_seconds for r in runs),
                     stop_reasons=[r.stop_reason for r in runs], path="single", width=1)
-
-
-def draft_length(settings: DecodeSettings, length: int, produced: int, context: int) -> int:
-    """How many drafts a row may verify this step: gamma, fewer near its token limit or the model's context."""
-    room = min(settings.max_new_tokens - produced - 1, context - length - 1)
-    return max(0, min(settings.gamma, room))
 
 
 @torch.inference_mode()

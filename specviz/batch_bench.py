@@ -14,11 +14,11 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from .api import encode, make_proposer, resolve_models, warm_up
-from .batch import BatchRun, batch_drafting, check_batchable, decode_batch, single_proposer
+from .api import batch_drafting, check_batchable, encode, make_proposer, resolve_models, warm_up
+from .batch import BatchRun, decode_batch, single_proposer
 from .bench import device_info, load_prompts, parse_method
 from .errors import InvalidSettingError
-from .runners.graphs import graphs_allowed
+from .options import EngineOptions
 from .settings import DecodeSettings
 
 
@@ -133,7 +133,7 @@ def run_batch_bench(prompts_file: str, methods: list[str], batch_sizes: list[int
                          DecodeSettings(max_new_tokens=4, gamma=method_settings.gamma), path=path)
     total, done, rows = len(plan) * (len(entries) + 1), 0, []
     # batched forwards on a GPU are graphs of a few shapes per size: each size runs once untimed to capture them
-    capture_first = target_model.device.type == "cuda" and graphs_allowed()
+    capture_first = target_model.device.type == "cuda" and EngineOptions.from_environment().graphs
     for size, path in plan:
         queue = queue_of(encoded, size)
         if capture_first and (path == "batched" or (path == "auto" and size > 1)):

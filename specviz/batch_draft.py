@@ -20,6 +20,7 @@ import torch
 
 from .proposers import Draft, Feedback, Proposer
 from .proposers.draft_model import common_prefix_length, to_target_vocabulary
+from .options import EngineOptions
 from .runners.batched import batched_runner, give_back
 from .sampling import draw, warp_probs
 from .settings import DecodeSettings
@@ -84,17 +85,18 @@ class ModelDrafting:
     model: torch.nn.Module
     vocab_size: int
 
-    def open(self, batch: int, capacity: int) -> BatchedModelDrafter:
-        return BatchedModelDrafter(self.model, self.vocab_size, batch, capacity)
+    def open(self, batch: int, capacity: int, options: EngineOptions | None = None) -> BatchedModelDrafter:
+        return BatchedModelDrafter(self.model, self.vocab_size, batch, capacity, options)
 
 
 class BatchedModelDrafter:
     """A draft model's drafting for every row of a batch at once, its cache a prefix of each row's accepted
     sequence between steps. Rows as in RowProposers: start, propose, observe, keep."""
 
-    def __init__(self, model: torch.nn.Module, vocab_size: int, batch: int, capacity: int):
+    def __init__(self, model: torch.nn.Module, vocab_size: int, batch: int, capacity: int,
+                 options: EngineOptions | None = None):
         self.model = model
-        self.runner = batched_runner(model, batch, capacity)
+        self.runner = batched_runner(model, batch, capacity, options)
         self.vocab_size = vocab_size
         self.token_ids = getattr(model, "draft_vocab", None)  # a distilled draft model's draft vocabulary
         self.cached: list[list[int]] = []  # each row's tokens whose keys and values are in the runner's cache

@@ -93,6 +93,7 @@ def _row(prompt: dict, method: str, result, plain) -> dict:
         "speedup": plain.metrics.wall_seconds / metrics.wall_seconds if metrics.wall_seconds > 0 else None,
         "identical_to_plain": (difference is None) if greedy else None,
         "first_difference": difference,
+        "loop": result.settings.get("loop"),  # where its steps ran: the device loop or the host loop
     }
 
 

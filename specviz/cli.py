@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -14,7 +15,20 @@ from .records import TokenKind
 from .settings import MAX_TREE, DecodeSettings
 
 EXIT_BAD_INPUT = 2
+# check-exactness's default prompt for each method: one on which its drafts are both accepted and rejected often
+# enough to test both paths of the verifier (on the default model, 12-15 runs of 4 tokens at temperature 1: the
+# lookups and adaptive accepted about half their drafts on a pattern sent as is, 0-10% on a chat question, Medusa
+# 23% and 14%; EAGLE and the draft model the other way round, 44% and 31% on the question, 14% and 6% on the
+# pattern). Early exit at its default cut (a quarter of the layers) accepted 0-5% on both: the check cuts it at
+# 7/8 (12% on the question), unless --exit-layer says otherwise.
 EXACTNESS_PROMPT = "Name one animal, one colour and one city."
+PATTERN_PROMPT = "one two three four five, " * 4 + "one two"  # sent without the chat template
+PATTERN_METHODS = ("ngram", "retrieval", "adaptive", "medusa")
+
+
+def exactness_prompt(method: str) -> tuple[str, bool]:
+    """check-exactness's default prompt for a method, and whether it is sent as is (no chat template)."""
+    return (PATTERN_PROMPT, True) if method in PATTERN_METHODS else (EXACTNESS_PROMPT, False)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -84,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--method", default="ngram", choices=METHODS)
     add_model_options(gen)
     gen.add_argument("--compare-plain", action="store_true", help="also run plain decoding and report the speedup")
+    gen.add_argument("--steps", action="store_true", help="also print a line a step: what the drafter proposed, what "
+                     "the target kept, the token it wrote itself")
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of the coloured view")
 
     bench = commands.add_parser("bench", help="run a prompt file through plain decoding and several methods")
@@ -109,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser("check-exactness", help="test that a method's sampled output is the target's distribution")
     check.add_argument("--method", default="ngram", choices=[m for m in METHODS if m != "plain"])
-    check.add_argument("--prompt", default=EXACTNESS_PROMPT)
+    check.add_argument("--prompt", default=None, help="default: one on which the method's drafts are both accepted "
+                       "and rejected (a repeated pattern, sent as is, for the lookups; a chat question for the model "
+                       "drafters)")
     check.add_argument("--samples", type=int, default=3000, help="engine runs for the method (and as many for the control)")
     check.add_argument("--depth", type=int, default=2, help="new tokens whose joint distribution is tested (1..4)")
     check.add_argument("--control", type=_number, default=0.9, help="the control runs the method at this fraction of "
@@ -125,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     learn.add_argument("--target", default="default", help="the model the lessons measure (as generate's --target)")
     learn.add_argument("--device", default="auto", help="auto, cpu or cuda")
     learn.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16")
-    learn.add_argument("--json", default=None, metavar="FILE", help="also write every lesson's results to FILE")
+    learn.add_argument("--json", default=None, metavar="FILE", help="also write every lesson's results to FILE, in "
+                       "one file the Learn tab's \"Open a saved run\" draws")
     learn.add_argument("--out", default=None, metavar="DIR", help="also write each lesson to DIR/lesson-N-KEY.json, "
                        "complete with where and when it was measured: the Learn tab's \"Open a saved run\" draws it")
 
@@ -154,6 +173,18 @@ def render_terminal(tokens, colour: bool) -> str:
     return "".join(parts)
 
 
+def step_line(step) -> str:
+    """One step in a line: the drafted tokens, how many the target kept, the token it wrote itself and why."""
+    drafted = " ".join(repr(p.text) for p in step.positions) or "nothing"
+    if step.gamma == 0:
+        return f"step {step.index}: no draft; the target wrote {step.next_token.text!r}"
+    kept = f"kept {step.n_accepted} of {step.gamma}"
+    if step.emitted <= step.n_accepted:
+        return f"step {step.index}: drafted {drafted}; {kept}, and the output ends there"
+    how = "the bonus, all drafts kept" if step.n_accepted == step.gamma else f"{step.next_token.kind.value}"
+    return f"step {step.index}: drafted {drafted}; {kept}; the target wrote {step.next_token.text!r} ({how})"
+
+
 def cmd_generate(args) -> int:
     from .api import generate
 
@@ -168,6 +199,8 @@ def cmd_generate(args) -> int:
         return 0
     result, metrics = report.result, report.result.metrics
     colour = sys.stdout.isatty()
+    if args.steps:
+        print("\n".join(step_line(step) for step in result.steps) + "\n")
     print(render_terminal(result.tokens, colour))
     legend = "accepted=blue underlined, rejected=red struck, resampled=yellow bold, bonus=green bold underlined"
     print(f"\n[{legend}]" if colour else "\n[rejected drafts shown as [-text-]]")
@@ -227,7 +260,7 @@ def cmd_check_exactness(args) -> int:
     from tqdm import tqdm
 
     from .api import encode, make_proposer, resolve_models
-    from .exactness import check_exactness
+    from .exactness import check_exactness, coverage_warning
 
     if args.samples < 100:
         raise SpecvizError("--samples must be at least 100 for the test to mean anything")
@@ -239,8 +272,12 @@ def cmd_check_exactness(args) -> int:
     if settings.greedy:
         raise SpecvizError("check-exactness tests sampling: give a --temperature above 0")
     target, draft = resolve_models(args.target, args.draft, args.device, args.dtype, draft_device=args.draft_device)
-    prompt_ids = encode(target, args.prompt, chat=not args.raw_prompt)
-    make = lambda: make_proposer(args.method, target, draft, args.exit_layer, heads=args.heads,  # noqa: E731
+    prompt, raw = (args.prompt, args.raw_prompt) if args.prompt is not None else exactness_prompt(args.method)
+    exit_layer = args.exit_layer
+    if args.method == "early-exit" and exit_layer is None:
+        exit_layer = target.model.config.num_hidden_layers * 7 // 8
+    prompt_ids = encode(target, prompt, chat=not raw)
+    make = lambda: make_proposer(args.method, target, draft, exit_layer, heads=args.heads,  # noqa: E731
                                  adaptive_lookup=args.adaptive_lookup)
     make()  # a bad drafter or option fails here, before any sampling
     bars = {}
@@ -256,11 +293,16 @@ def cmd_check_exactness(args) -> int:
     for bar in bars.values():
         bar.close()
     fit = report.fit
+    print(f"prompt{' (as is)' if raw else ''}: {prompt!r}" + (f", exit layer {exit_layer}" if exit_layer else ""))
     print(f"{report.method}: {report.samples} samples of the first {report.depth} tokens, temperature "
           f"{settings.temperature:g}, top-k {settings.top_k}, top-p {settings.top_p:g}, gamma {settings.gamma}, "
           f"tree {settings.tree}, on {target.device} {str(target.dtype).replace('torch.', '')}")
     alpha = "n/a" if not report.drafted else f"{report.accepted / report.drafted:.2f}"
-    print(f"  drafted {report.drafted}, accepted {report.accepted} (alpha {alpha})")
+    loops = ", ".join(f"{count} on the {loop} loop" for loop, count in sorted(report.loops.items()))
+    print(f"  drafted {report.drafted}, accepted {report.accepted} (alpha {alpha}); runs: {loops}")
+    warning = coverage_warning(report.drafted, report.accepted)
+    if warning:
+        print(f"  warning: {warning}")
     print(f"  method:  chi-square {fit.statistic:.1f}, dof {fit.dof}, p = {fit.p_value:.3g}  "
           f"{'exact (no difference found)' if report.passed(args.alpha) else 'NOT the target distribution'}")
     if report.control is not None:
@@ -286,16 +328,42 @@ def plain_sentence(markdown: str) -> str:
     return markdown.replace("**", "")
 
 
+def writable(path: str, folder: bool = False) -> None:
+    """A place for results, checked before a lesson runs (minutes of measuring, then no file, helps nobody):
+    --out's folder is made; --json's file must be in an existing folder. SpecvizError saying what to do."""
+    from pathlib import Path
+
+    target = Path(path)
+    try:
+        if folder:
+            target.mkdir(parents=True, exist_ok=True)
+            probe = target / ".specviz-write-check"
+            probe.touch()
+            probe.unlink()
+        else:
+            if not target.parent.is_dir():
+                raise SpecvizError(f"cannot write {path}: there is no folder {target.parent} (make it first, or give "
+                                   "a file in a folder that exists)")
+            if target.is_dir() or not os.access(target if target.exists() else target.parent, os.W_OK):
+                raise SpecvizError(f"cannot write {path}: {'it is a folder' if target.is_dir() else 'permission denied'}")
+    except OSError as error:
+        raise SpecvizError(f"cannot write {'to ' if folder else ''}{path}: {error.strerror or error}") from None
+
+
 def cmd_learn(args) -> int:
     from .lessons import lessons_to_run
+    from .lessons.saved import lesson_json, lessons_json, measured_on, save_lesson
     from .lessons.catalogue import plain
-    from .lessons.saved import measured_on, save_lesson
     from .models import load_model
 
     chosen = lessons_to_run(args.lesson)  # a wrong number fails here, before the model loads
+    if args.json:
+        writable(args.json)
+    if args.out:
+        writable(args.out, folder=True)
     print(f"loading {args.target}…", file=sys.stderr)
     target = load_model(args.target, args.device, args.dtype)
-    where = measured_on(target, args.target) if args.out else None
+    where = measured_on(target, args.target)
     results = []
     for lesson in chosen:
         print(f"lesson {lesson.number} · {lesson.title}: measuring on {target.device}…", file=sys.stderr)
@@ -313,13 +381,16 @@ def cmd_learn(args) -> int:
         print(f"Measured: {sentence}", flush=True)
         if lesson.sources:
             print("\nThe papers' own figures, on other models and machines:\n" + "\n".join(f"  {line}" for line in lesson.sources))
-        results.append({"lesson": lesson.number, "key": lesson.key, "title": lesson.title, "claim": lesson.claim,
-                        "headers": headers, "rows": rows, "sentence": sentence, "sources": list(lesson.sources),
-                        "record": plain(record)})
+        # what --out writes for the lesson (so that the Learn tab opens the file), its record's figures added
+        entry = lesson_json(lesson, record, where, round(seconds, 1))
+        figures = plain(record)
+        if isinstance(figures, dict) and isinstance(entry["record"], dict):
+            entry["record"] = figures | entry["record"]
+        results.append(entry | {"sentence": sentence})
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"target": args.target, "device": str(target.device), "lessons": results}, out,
-                      ensure_ascii=False, indent=1)
+            json.dump(lessons_json(results, args.target, str(target.device)), out, ensure_ascii=False, indent=1)
+        print(f"wrote {args.json}: the Learn tab's \"Open a saved run\" draws it", file=sys.stderr)
     return 0
 
 

@@ -7,13 +7,19 @@
   positions speculation adds are no longer free, and speculation stops paying.
 
 The K curve is specviz.runners.static.cost_curve, one K at a time (so that the app can show progress and let other
-users' steps in between); the batch curve runs transformers' forward (the engine has no batched runner),
-with every cache call through specviz.runner. No UI imports (this runs on the GPU machine too).
+users' steps in between); the batch curve runs transformers' own forward, as any batched server would, with
+every cache call through specviz.runner (batch.forward_cost times the batch loop's runner instead, for the Batch
+tab and lesson 5). No UI imports (this runs on the GPU machine too).
+
+On a shared machine a busy moment can slow one point: a wider forward then measures cheaper than a narrower one,
+which it cannot be (specviz.plausibility.wider_cheaper). Both points of such a pair are measured again, up to
+RECHECKS times, each keeping the lower of its times (a busy machine only adds time); a point measured again is
+yielded again, and a caller keeps the last point of each width.
 """
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -22,10 +28,12 @@ from .clock import device_clock
 from .runners.static import cost_curve as fast_cost_curve
 from .runners.static import make_runner
 from .models import LoadedModel
+from .plausibility import wider_cheaper
 from .runner import _cache_keyword, drop_last, input_device, new_cache
 
 POSITIONS = tuple(range(1, 17))
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+RECHECKS = 2  # times the points of an implausible pair are measured again
 
 
 @dataclass
@@ -42,44 +50,80 @@ def _random_ids(target: LoadedModel, shape: tuple[int, ...], seed: int = 0) -> t
     return torch.randint(0, target.vocab_size, shape, generator=generator)
 
 
+def _rechecked(measure: Callable[[int], float], widths: Sequence[int]) -> Iterator[tuple[int, float]]:
+    """(width, ms) for each width, then again for each point measured again: the pair whose wider forward
+    measured cheaper than its narrower, both again, up to RECHECKS times, each keeping its lower time."""
+    times = {}
+    for width in widths:
+        times[width] = measure(width)
+        yield width, times[width]
+    for _ in range(RECHECKS):
+        pair = wider_cheaper(list(times.items()))
+        if pair is None:
+            return
+        for width in pair:
+            times[width] = min(times[width], measure(width))
+            yield width, times[width]
+
+
 def measure_positions(target: LoadedModel, positions: Sequence[int] = POSITIONS, context: int = 128,
                       repeats: int = 3) -> Iterator[CostPoint]:
     """One forward of K new positions after a cache of `context` tokens, one K at a time, through the runner
-    the engine uses (specviz.runners.static.cost_curve: graphs and compile where the engine has them)."""
+    the engine uses (specviz.runners.static.cost_curve: graphs and compile where the engine has them); a K
+    measured again (the module's doc) comes again."""
     runner = make_runner(target.model)
     try:
-        for k in positions:
-            ms = fast_cost_curve(target.model, [k], context=context, repeats=repeats, runner=runner)[k]
+        def measure(k: int) -> float:
+            return fast_cost_curve(target.model, [k], context=context, repeats=repeats, runner=runner)[k]
+
+        for k, ms in _rechecked(measure, positions):
             yield CostPoint("positions", k, ms, context)
     finally:
-        if hasattr(runner, "release"):  # the static runner's cache goes back to the model's pool
-            runner.release()
+        runner.release()  # the static runner's cache goes back to the model's pool
 
 
 @torch.inference_mode()
-def measure_batch(target: LoadedModel, batch_sizes: Sequence[int] = BATCH_SIZES, context: int = 64,
-                  repeats: int = 3) -> Iterator[CostPoint]:
-    """Time one forward of one new position for each of B sequences that each have `context` cached tokens."""
+def _batch_ms(target: LoadedModel, b: int, context: int, repeats: int) -> float:
+    """The median time of one forward of one new position for each of b sequences of `context` cached tokens."""
     model = target.model
     device = input_device(model)
     keyword = _cache_keyword(model)
-    for b in batch_sizes:
-        cache = new_cache()
-        ids = _random_ids(target, (b, context + 1), seed=b).to(device)
-        model(input_ids=ids[:, :context], use_cache=True, **{keyword: cache})
-        positions = torch.full((b, 1), context, device=device)
-        times = []
-        for _ in range(repeats + 1):  # the first one untimed
-            start = device_clock(device)
-            model(input_ids=ids[:, context:], position_ids=positions, use_cache=True, **{keyword: cache})
-            times.append((device_clock(device) - start) * 1e3)
-            drop_last(cache, 1)
-        del cache
-        yield CostPoint("batch", b, statistics.median(times[1:]), context)
+    cache = new_cache()
+    ids = _random_ids(target, (b, context + 1), seed=b).to(device)
+    model(input_ids=ids[:, :context], use_cache=True, **{keyword: cache})
+    positions = torch.full((b, 1), context, device=device)
+    times = []
+    for _ in range(repeats + 1):  # the first one untimed
+        start = device_clock(device)
+        model(input_ids=ids[:, context:], position_ids=positions, use_cache=True, **{keyword: cache})
+        times.append((device_clock(device) - start) * 1e3)
+        drop_last(cache, 1)
+    del cache
+    return statistics.median(times[1:])
+
+
+def measure_batch(target: LoadedModel, batch_sizes: Sequence[int] = BATCH_SIZES, context: int = 64,
+                  repeats: int = 3) -> Iterator[CostPoint]:
+    """Time one forward of one new position for each of B sequences that each have `context` cached tokens; a B
+    measured again comes again."""
+    for b, ms in _rechecked(lambda b: _batch_ms(target, b, context, repeats), batch_sizes):
+        yield CostPoint("batch", b, ms, context)
 
 
 def measure_cost_curve(target: LoadedModel, positions: Sequence[int] = POSITIONS,
-                       batch_sizes: Sequence[int] = BATCH_SIZES, repeats: int = 3) -> Iterator[CostPoint]:
-    """Both curves, one point at a time (so that a caller can show progress and stop between points)."""
-    yield from measure_positions(target, positions, repeats=repeats)
-    yield from measure_batch(target, batch_sizes, repeats=repeats)
+                       batch_sizes: Sequence[int] = BATCH_SIZES, repeats: int = 3,
+                       as_measured: bool = False) -> Iterator[CostPoint]:
+    """Both curves. as_measured: one point at a time as it is measured, a point measured again coming again (for a
+    caller that shows progress and stops between points; latest_points keeps the last of each); else every point
+    once, with its final figure."""
+    curves = (measure_positions(target, positions, repeats=repeats), measure_batch(target, batch_sizes, repeats=repeats))
+    for curve in curves:
+        yield from curve if as_measured else latest_points(list(curve))
+
+
+def latest_points(points: Sequence[CostPoint]) -> list[CostPoint]:
+    """The last point of each axis and width, in the order they first came."""
+    latest = {}
+    for point in points:
+        latest[(point.axis, point.x)] = point
+    return list(latest.values())

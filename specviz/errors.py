@@ -10,7 +10,7 @@ class InvalidSettingError(SpecvizError, ValueError):
 
 
 class MissingDrafterError(InvalidSettingError):
-    """The draft method was asked for without a draft model."""
+    """The draft method was asked for without a draft model (api.check_drafter)."""
 
 
 class ModelLoadError(SpecvizError):

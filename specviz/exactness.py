@@ -20,6 +20,7 @@ from functools import partial
 
 import torch
 
+from .engine import SpeculativeRun
 from .models import LoadedModel
 from .proposers import Proposer
 from .sampling import warp_probs
@@ -144,14 +145,13 @@ class Samples:
     drafted: int = 0  # over every run: what the method drafted, and how much of it the output kept
     accepted: int = 0
     tree_steps: int = 0  # steps that verified a draft tree (a tree test that never drafted one tests chains)
+    loops: Counter = dataclasses.field(default_factory=Counter)  # runs on the device loop and on the host loop
 
 
 def sample_outputs(target: LoadedModel, make_proposer: Callable[[], Proposer], prompt_ids: list[int],
                    settings: DecodeSettings, depth: int, runs: int, first_seed: int = 0, verifier=None,
                    progress: Callable[[int], None] | None = None) -> Samples:
     """The first `depth` tokens of `runs` engine runs (seeds first_seed, first_seed + 1, ...), counted."""
-    from .engine import SpeculativeRun
-
     samples = Samples(Counter())
     for i in range(runs):
         run_settings = dataclasses.replace(settings, seed=first_seed + i)
@@ -161,9 +161,31 @@ def sample_outputs(target: LoadedModel, make_proposer: Callable[[], Proposer], p
             samples.accepted += step.n_accepted
             samples.tree_steps += bool(step.tree_size)
         samples.counts[tuple(run.result.token_ids[:depth])] += 1
+        samples.loops[run.result.settings["loop"]] += 1
         if progress is not None:
             progress(i + 1)
     return samples
+
+
+LEAST_DECISIONS = 20  # accepted drafts, and rejected ones, below which a path of the verifier was barely tested
+LEAST_SHARE = 0.05  # ... or below this share of the drafts
+
+
+def coverage_warning(drafted: int, accepted: int) -> str | None:
+    """What a run of the test left untested, or None: a sampled verifier has two paths, keeping a draft (with
+    probability min(1, p/q)) and drawing from the residual after a rejection; a test whose drafts were nearly all
+    rejected (or all accepted) says little about the other path, whatever its p-value."""
+    if drafted == 0:
+        return "the method drafted nothing: the test checked plain decoding only; give a prompt the drafter can predict"
+    least = max(LEAST_DECISIONS, LEAST_SHARE * drafted)
+    rejected = drafted - accepted
+    if accepted < least:
+        return (f"only {accepted} of {drafted} drafts were accepted: the test barely exercised keeping a draft; give a "
+                "prompt the drafter can predict (--prompt) or a lower --temperature")
+    if rejected < least:
+        return (f"only {rejected} of {drafted} drafts were rejected: the test barely exercised the residual drawn after "
+                "a rejection; give a prompt the drafter predicts less well or a higher --temperature")
+    return None
 
 
 def _stage(progress: Callable[[str, int], None] | None, stage: str) -> Callable[[int], None] | None:
@@ -180,6 +202,7 @@ class ExactnessReport:
     control_temperature: float | None
     drafted: int  # over the method's runs: the test means little where the method drafted nothing
     accepted: int
+    loops: Counter = dataclasses.field(default_factory=Counter)  # the method's runs by loop (device, host)
 
     def passed(self, alpha: float) -> bool:
         return self.fit.p_value >= alpha
@@ -209,4 +232,4 @@ def check_exactness(target: LoadedModel, make_proposer: Callable[[], Proposer], 
                                 progress=_stage(progress, "control"))
         control = goodness_of_fit(cooled.counts, exact, samples)
     return ExactnessReport(make_proposer().name, samples, depth, fit, control, control_temperature,
-                           drawn.drafted, drawn.accepted)
+                           drawn.drafted, drawn.accepted, drawn.loops)

@@ -1,12 +1,11 @@
 """Attention for a few new tokens over a static KV cache, in Triton kernels (CUDA only).
 
-Why: in a captured decode step of the default model, cuDNN's attention took 10 us a layer for one query row
-(a quarter of the forward's kernel time) and the layout around it two more kernels: the grouped query heads
+Why: in a captured decode step of a small model, cuDNN's attention was a large share of the forward's kernel time
+for one query row, it read the whole span, and the layout around it took two more kernels: the grouped query heads
 were packed into rows and the mask repeated for them, then unpacked. These kernels read q in the layer's own
 [K, heads, D] layout, the mask as the forward built it ([K, span], shared by every layer), and writes [K,
 heads * D] for the output projection; it stops at the last slot any token may see (read from the device, so
-one captured graph serves every length up to its span). Measured in a captured forward of the default model
-(H100, bfloat16, 300 cached tokens; scripts/gpu_profile.py): see docs/fast-path.md.
+one captured graph serves every length up to its span). docs/fast-path.md has what it saves.
 
 In the target's layers (runners.llama.triton_decoder_layer) the kernel also takes the new tokens' own keys and values,
 reads them from there and writes them into the cache: two kernels fewer a layer than writing the cache first.
@@ -19,7 +18,6 @@ zero, so a row's result does not depend on the span or on the rows beside it.
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
@@ -34,9 +32,9 @@ _available: bool | None = None
 
 def supported(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
     """On CUDA where Triton imports, for a power-of-two head size of 16 to 256 (tl.arange's and tl.dot's
-    limits), unless SPECVIZ_TRITON_ATTENTION=0."""
+    limits). Callers also ask EngineOptions.triton_attention."""
     global _available
-    if device.type != "cuda" or os.environ.get("SPECVIZ_TRITON_ATTENTION", "1") == "0":
+    if device.type != "cuda":
         return False
     if dtype not in (torch.float16, torch.bfloat16, torch.float32) or head_dim & (head_dim - 1) or not 16 <= head_dim <= 256:
         return False

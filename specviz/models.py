@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 import torch
 
+from .configs import text_config
 from .errors import ModelLoadError, NotCausalLMError, OfflineError, SpecvizError, VocabularyMismatchError
 from .random_target import build_random_target, is_random_target
 from .runner import input_device
@@ -58,7 +59,7 @@ class LoadedModel:
 
     @property
     def context_length(self) -> int:
-        config = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
+        config = text_config(self.model.config)
         for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
             value = getattr(config, key, None)
             if isinstance(value, int) and value > 0:

@@ -55,11 +55,19 @@ def parse_shape(name: str) -> dict[str, int]:
     return shape
 
 
+def word_tokenizer(vocab_size: int):
+    """A whitespace word-level tokenizer over the words w0, w1, ... (w0 is the unknown word)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel({f"w{i}": i for i in range(vocab_size)}, unk_token="w0"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="w0")
+
+
 def build_random_target(name: str, device: torch.device, dtype: torch.dtype, seed: int = 0):
     """(model, tokenizer) of the shape `name` names, random weights made on `device` in `dtype`."""
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from .testing import word_tokenizer
 
     shape = parse_shape(name)
     config = LlamaConfig(vocab_size=shape["vocab"], hidden_size=shape["hidden"],

@@ -11,6 +11,8 @@ import inspect
 import torch
 from transformers import DynamicCache
 
+from .configs import scales_logits, text_config
+
 
 def _cache_keyword(model) -> str:
     """transformers 5.18+ names the forward argument `cache`; earlier releases `past_key_values`."""
@@ -21,8 +23,7 @@ def _cache_keyword(model) -> str:
 def _has_plain_output_layer(model) -> bool:
     """True when logits = output_layer(decoder(x)) with nothing in between, so that the runner can compute
     logits only at the positions it needs and return the hidden states for free."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+    if scales_logits(text_config(model.config)):
         return False
     return model.get_output_embeddings() is not None and model.get_decoder() is not model
 
@@ -63,7 +64,11 @@ def input_device(model: torch.nn.Module) -> torch.device:
 
 
 class CausalRunner:
-    """Runs new tokens of one sequence (batch 1) through a causal LM with a KV cache."""
+    """Runs new tokens of one sequence (batch 1) through a causal LM with a KV cache. It has what the engine
+    asks of any runner (runners.static.StaticRunner has it too): forward, rollback, reset, length, device,
+    supports_tree, warm_up, release."""
+
+    supports_tree = False  # draft trees need the fast path's tree attention
 
     def __init__(self, model):
         self.model = model
@@ -102,6 +107,13 @@ class CausalRunner:
 
     def layer_keys_values(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return layer_keys_values(self.cache)
+
+    def warm_up(self, max_positions: int, max_length: int, tree: int = 0) -> int:
+        """Nothing to capture: no graphs here. Returns the number of graphs held (0)."""
+        return 0
+
+    def release(self) -> None:
+        """Nothing held beyond the cache, which goes with the runner."""
 
     def rollback(self, length: int) -> None:
         """Keep only the first `length` tokens in the cache."""

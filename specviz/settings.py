@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from .errors import InvalidSettingError
 
 MAX_GAMMA = 32
-# draft tokens in a tree: with the last accepted token, 1,024 positions a verify pass. Large trees are for a GPU
-# (on an H100 the default model verifies 1,023 nodes in about ten plain steps' time; on a CPU every node costs);
-# they raise Medusa's tau most (docs/drafters.md, "Trained drafters")
+# draft tokens in a tree: with the last accepted token, 1,024 positions a verify pass. Large trees are for a GPU,
+# which verifies many positions for little more than one (on a CPU every node costs); they raise Medusa's tau
+# most (docs/drafters.md, "Trained drafters")
 MAX_TREE = 1023
 
 

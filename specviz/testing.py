@@ -1,10 +1,12 @@
 """Tiny random models for tests and examples (vLLM's make_dummy idea): real transformers models, real
-forward passes, small enough to run thousands of times on a CPU."""
+forward passes, small enough to run thousands of times on a CPU. Nothing else in the package imports this
+module; random targets of a real shape (and their word tokenizer) are random_target.py's."""
 from __future__ import annotations
 
 import torch
 
 from .models import LoadedModel
+from .random_target import word_tokenizer
 
 
 def tiny_causal_lm(vocab_size: int = 16, seed: int = 0, layers: int = 2, hidden: int = 32,
@@ -39,16 +41,6 @@ def perturbed_copy(base: LoadedModel, noise: float, seed: int = 1) -> LoadedMode
             parameter.add_(torch.randn(parameter.shape, generator=generator) * noise * parameter.std())
     return LoadedModel(name=f"{base.name}-perturbed", model=model, tokenizer=None, device=base.device,
                        dtype=base.dtype)
-
-
-def word_tokenizer(vocab_size: int):
-    """A whitespace word-level tokenizer over the words w0, w1, ... (w0 is the unknown word)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    backend = Tokenizer(models.WordLevel({f"w{i}": i for i in range(vocab_size)}, unk_token="w0"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="w0")
 
 
 def save_tiny_model(folder, vocab_size: int = 32, seed: int = 0, layers: int = 4, tokenizer=None) -> str:

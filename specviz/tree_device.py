@@ -1,6 +1,7 @@
-"""Draft trees on the device: tree.py's weighted trie, heaviest line and greedy walk as tensor functions without
-loops over depths or nodes, which a CUDA graph can hold (the device loop, device_loop.py, replays them). They
-give exactly what tree.py gives (tests/test_device_loop.py compares them on random candidates)."""
+"""Draft trees on the device: tree.py's weighted trie, heaviest line, greedy and sampled walks as tensor functions
+without loops over nodes, which a CUDA graph can hold (the device loop, device_loop.py, replays them). They give
+exactly what tree.py gives (tests/test_device_loop.py compares them on random candidates; the sampled walk, its
+distribution)."""
 from __future__ import annotations
 
 import torch
@@ -75,6 +76,11 @@ def weighted_tree(tokens: torch.Tensor, valid: torch.Tensor, weights: torch.Tens
     return node_tokens, parents, torch.where(real, depth + 1, 1), real, ancestors
 
 
+def candidates_tree(candidates, budget: int):
+    """weighted_tree over sets of candidates (each: tokens, valid, weights), the first set's first."""
+    return weighted_tree(*(torch.cat(parts) for parts in zip(*candidates)), budget)
+
+
 def walk_tree(logits, tokens, parents, real, ancestors, depths, gamma: int):
     """tree.walk_greedy on the device: logits [B + 1, V] (row 0 the root's, row b + 1 node b's), the tree's
     tokens, parents, real [B], ancestors [B, B], depths [B] -> (the target's choices [B + 1], accepted n [], the
@@ -89,3 +95,62 @@ def walk_tree(logits, tokens, parents, real, ancestors, depths, gamma: int):
     path = (on_path[None, :] & (depths[None, :] == levels[:, None])).int().argmax(-1)
     last_row = torch.where(accepted > 0, path.gather(0, (accepted - 1).clamp(min=0)[None])[0] + 1, 0)
     return choices, accepted, path, choices.gather(0, last_row[None])[0]
+
+
+def tree_layout(tokens: torch.Tensor, parents: torch.Tensor, budget: int, depth: int):
+    """A drafter's tree (tokens, parents [N], parents before children, N <= budget; a model drafter's) -> what
+    weighted_tree gives: (tokens, parents, depths, real, ancestors) over `budget` nodes, padding past N. depth:
+    the tree's greatest depth (its nodes' ancestors are found in that many steps)."""
+    count = tokens.shape[0]
+    pad = budget - count
+    slots = torch.arange(budget, device=tokens.device)
+    real = slots < count
+    tokens = torch.cat([tokens, tokens.new_zeros(pad)])
+    parents = torch.cat([parents, parents.new_full((pad,), -1)])
+    ancestors = slots[:, None] == slots[None, :]
+    node_depths = torch.ones(budget, dtype=torch.long, device=tokens.device)
+    above = parents
+    for _ in range(depth - 1):  # each step adds the nodes one level further up
+        has = above >= 0
+        ancestors = ancestors | (has[:, None] & (slots[None, :] == above.clamp(min=0)[:, None]))
+        node_depths = node_depths + has
+        above = torch.where(has, parents.gather(0, above.clamp(min=0)), -1)
+    return tokens, parents, node_depths, real, ancestors
+
+
+def walk_tree_sampled(probs, tokens, parents, real, depths, uniforms, gamma: int):
+    """tree.walk_sampled on the device: probs [B + 1, V] (the target's warped distributions; row 0 the root's,
+    row b + 1 node b's), the tree's tokens, parents, real, depths [B], uniforms [B] (node b's trial) -> (accepted
+    n [], the path [gamma] (the first n real), the distribution the next token is drawn from [V], each node's
+    acceptance probability [B]).
+
+    A node's children are tried in order, each as a one-hot draft against what its earlier siblings left:
+    child k is accepted with probability p(x_k) / (1 - p(x_1) - ... - p(x_(k-1))), the host's p with the tried
+    tokens removed and renormalised (siblings hold distinct tokens); after every child is rejected, the next
+    token is drawn from p without them. Each node is tried at most once, so one uniform a node serves."""
+    budget = tokens.shape[0]
+    slots = torch.arange(budget, device=tokens.device)
+    p_of = probs.index_select(0, parents + 1).gather(1, tokens[:, None])[:, 0]  # each token at its parent's row
+    mass = torch.where(real, p_of, 0.0)
+    earlier = (parents[:, None] == parents[None, :]) & (slots[None, :] < slots[:, None])  # [b, its earlier sibling]
+    left = 1.0 - (earlier * mass[None, :]).sum(1)
+    accept = torch.where(left > 0, (p_of / left.clamp_min(1e-30)).clamp(max=1.0), 0.0)
+    trial = real & (uniforms < accept)
+    node = parents.new_full((), -1)
+    accepted = torch.zeros((), dtype=torch.long, device=tokens.device)
+    path = torch.zeros(gamma, dtype=torch.long, device=tokens.device)
+    going = torch.ones((), dtype=torch.bool, device=tokens.device)
+    for level in range(gamma):
+        passed = trial & (parents == node)
+        moved = going & passed.any()
+        first = passed.int().argmax()  # the first accepted child in the drafter's order
+        path[level] = torch.where(moved, first, path[level])
+        accepted = accepted + moved
+        node = torch.where(moved, first, node)
+        going = moved
+    row = probs.index_select(0, (node + 1)[None])[0]
+    tried = real & (parents == node)  # where the walk ended: every child was tried and rejected (a leaf: none)
+    vocab = row.shape[0]
+    rest = torch.cat([row, row.new_zeros(1)]).scatter(0, torch.where(tried, tokens, vocab), 0.0)[:vocab]
+    total = rest.sum()
+    return accepted, path, torch.where(total > 0, rest / total.clamp_min(1e-30), row), accept

@@ -116,3 +116,40 @@ def verify_sampled_without_residual(
         verdict.next_token = int(draw(distribution, generator))
         verdict.next_distribution = distribution
     return verdict
+
+
+# On the device (device_loop.py): the same rule as tensor functions that read nothing back to the host, with the
+# uniforms and the final draw's noise given (drawn from the run's generator by the caller).
+
+def accept_sampled(p: torch.Tensor, q: torch.Tensor | None, draft: torch.Tensor, draft_length: torch.Tensor,
+                   uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """verify_sampled's acceptance: p [G + 1, V], q [G, V] or None (one-hot), draft [G] (its first draft_length
+    real), uniforms [G] -> (min(1, p_i(x_i) / q_i(x_i)) [G], accepted n [])."""
+    gamma = draft.shape[0]
+    p_of_draft = p[:gamma].gather(1, draft[:, None])[:, 0]
+    q_of_draft = torch.ones_like(p_of_draft) if q is None else q.gather(1, draft[:, None])[:, 0]
+    accept = torch.where(q_of_draft > 0, (p_of_draft / q_of_draft.clamp_min(1e-30)).clamp(max=1.0), 1.0)
+    real = torch.arange(gamma, device=draft.device) < draft_length
+    return accept, ((uniforms < accept) & real).int().cumprod(0).sum()
+
+
+def next_distribution(p: torch.Tensor, q: torch.Tensor | None, draft: torch.Tensor, draft_length: torch.Tensor,
+                      accepted: torch.Tensor, residual: bool = True) -> torch.Tensor:
+    """What verify_sampled draws the next token from: after a rejection at n (accepted < draft_length) the
+    residual norm(max(0, p_n - q_n)) (one-hot q: p_n without x_n), else p_n (the bonus). residual=False is
+    verify_sampled_without_residual's mistake (p_n after a rejection too), kept as a control."""
+    row = p.index_select(0, accepted[None])[0]
+    if not residual:
+        return row
+    at = accepted.clamp(max=draft.shape[0] - 1)[None] if draft.shape[0] else accepted[None]
+    if q is None:
+        left = row.scatter(0, draft.index_select(0, at), 0.0) if draft.shape[0] else row
+    else:
+        left = (row - q.index_select(0, at)[0]).clamp_min(0.0)
+    left = torch.where(accepted < draft_length, left, row)
+    total = left.sum()
+    return torch.where(total > 0, left / total.clamp_min(1e-30), row)  # p == q up to rounding: p, as on the host
+
+
+# the verifiers the device loop has, by the host verifier they stand for: whether each resamples from the residual
+ON_DEVICE = {verify_sampled: True, verify_sampled_without_residual: False}

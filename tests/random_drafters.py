@@ -3,7 +3,7 @@ the published file layouts (FasterDecoding's Medusa, SafeAILab's EAGLE-1) writte
 import torch
 
 from specviz.proposers.draft_head import DraftHead, TargetParts
-from specviz.proposers.eagle import EagleConfig, EagleDrafter, EagleNet
+from specviz.proposers.eagle_net import EagleConfig, EagleDrafter, EagleNet
 from specviz.proposers.medusa import MedusaDrafter, MedusaHeads
 from specviz.published_layouts import Shape, write_eagle1, write_medusa1
 

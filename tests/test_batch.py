@@ -72,7 +72,7 @@ def test_the_batched_runner_keeps_rows_apart_and_drops_finished_ones(tiny_target
 @pytest.mark.parametrize("method", ["ngram", "draft"])
 def test_batch_one_runs_the_single_sequence_loop_with_the_batched_runner_s_records(tiny_target, tiny_drafter,
                                                                                   method):
-    from specviz.batch import batch_drafting
+    from specviz.api import batch_drafting
 
     ids = [[3, 7, 1, 3, 7, 1, 3], [5, 2, 5, 2]]
     settings = DecodeSettings(max_new_tokens=12, gamma=3, stop_at_eos=False)
@@ -99,7 +99,7 @@ def test_a_batched_forward_costs_more_with_more_positions(tiny_target):
 
 def test_drafters_that_cannot_batch_are_refused(default_target):
     with pytest.raises(InvalidSettingError, match="does not batch"):
-        from specviz.batch import check_batchable
+        from specviz.api import check_batchable
         check_batchable("eagle")
     with pytest.raises(InvalidSettingError, match="chains"):
         decode_batch(default_target, lambda: make_proposer("ngram", default_target), [[1, 2]],
@@ -217,9 +217,10 @@ def test_rows_give_their_batch_one_output_in_the_graphs_padded_shapes(tiny_targe
     eagerly here: each row still gives its batch-1 output."""
     import specviz.batch
     import specviz.batch_draft
-    from specviz.batch import batch_drafting
+    from specviz.api import batch_drafting
 
-    padded = lambda model, batch, capacity: BatchedRunner(model, batch, capacity, padded_shapes=True)  # noqa: E731
+    padded = lambda model, batch, capacity, options=None: BatchedRunner(  # noqa: E731
+        model, batch, capacity, padded_shapes=True, options=options)
     monkeypatch.setattr(specviz.batch, "batched_runner", padded)
     monkeypatch.setattr(specviz.batch_draft, "batched_runner", padded)
     ids = [[3, 7, 1, 3, 7, 1, 3], [5, 2], [9, 9, 9, 4, 1, 2, 8]]

@@ -8,7 +8,8 @@ import torch
 
 from specviz import DecodeSettings
 from specviz.api import encode, make_proposer, run_once
-from specviz.batch import batch_drafting, decode_batch
+from specviz.api import batch_drafting
+from specviz.batch import decode_batch
 from specviz.batch_draft import choose_rows, ragged_ids
 from specviz.errors import InvalidSettingError
 

@@ -37,3 +37,30 @@ def test_learn_a_lesson_that_does_not_exist_is_bad_input(capsys):
     printed = capsys.readouterr()
     assert printed.err.strip() == "specviz: error: no lesson '7': choose 1 to 6, or all"
     assert printed.out == ""  # nothing ran
+
+
+def test_learn_refuses_a_place_it_cannot_write_before_measuring(capsys, tmp_path):
+    assert main(["learn", "3", "--json", "/no/such/dir/x.json"]) == EXIT_BAD_INPUT
+    printed = capsys.readouterr()
+    assert printed.err.startswith("specviz: error: cannot write /no/such/dir/x.json: there is no folder /no/such/dir")
+    assert len(printed.err.strip().splitlines()) == 1 and printed.out == ""  # nothing ran
+    (tmp_path / "file").write_text("")
+    assert main(["learn", "3", "--out", str(tmp_path / "file" / "inside")]) == EXIT_BAD_INPUT
+    assert "cannot write to" in capsys.readouterr().err
+
+
+def test_the_file_of_json_opens_in_the_learn_tab(tmp_path, capsys):
+    from specviz.lessons.saved import load_lessons
+    from specviz.testing import save_tiny_model
+    from specviz.ui.learn import read_saved
+
+    folder = save_tiny_model(tmp_path / "tiny")
+    out = tmp_path / "lessons.json"
+    assert main(["learn", "3", "--target", folder, "--device", "cpu", "--dtype", "float32", "--json", str(out)]) == 0
+    assert "Open a saved run" in capsys.readouterr().err
+    (saved,) = load_lessons(out.read_text(), "lessons.json")
+    assert saved.lesson.key == "cost" and saved.measured["model"] == folder
+    found, errors = read_saved([str(out)])
+    assert list(found) == ["cost"] and errors == []
+    data = json.loads(out.read_text())
+    assert data["lessons"][0]["record"]["points"] and data["lessons"][0]["headers"]  # the figures are there too

@@ -25,3 +25,32 @@ def test_positions_use_the_engines_runner_and_give_it_back(tiny_target, monkeypa
 def test_batch_points_time_one_new_position(tiny_target):
     (point,) = measure_batch(tiny_target, batch_sizes=(4,), context=8, repeats=1)
     assert point.axis == "batch" and point.x == 4 and point.context == 8 and point.ms > 0
+
+
+def test_a_pair_measured_implausibly_is_measured_again(tiny_target, monkeypatch):
+    """A busy moment slows K = 1 once: K = 2 then measures cheaper, which it cannot be; both are measured again
+    and the curve a caller keeps is the plausible one."""
+    from specviz import cost_curve
+    from specviz.plausibility import wider_cheaper
+
+    calls = []
+
+    def timed(model, positions, context, repeats, runner):  # 10 ms a position, 5x that on K = 1's first timing
+        (k,) = positions
+        calls.append(k)
+        return {k: 10.0 * k * (5 if calls == [1] else 1)}
+
+    monkeypatch.setattr(cost_curve, "fast_cost_curve", timed)
+    points = list(measure_positions(tiny_target, positions=(1, 2, 4), context=8, repeats=1))
+    assert [p.x for p in points] == [1, 2, 4, 1, 2]  # the slowed pair, again
+    kept = cost_curve.latest_points(points)
+    assert [(p.x, p.ms) for p in kept] == [(1, 10.0), (2, 20.0), (4, 40.0)]
+    assert wider_cheaper([(p.x, p.ms) for p in points[:3]]) == (1, 2) and wider_cheaper([(p.x, p.ms) for p in kept]) is None
+
+
+def test_a_plausible_curve_is_measured_once(tiny_target, monkeypatch):
+    from specviz import cost_curve
+
+    monkeypatch.setattr(cost_curve, "fast_cost_curve", lambda model, positions, context, repeats, runner:
+                        {positions[0]: 10.0 + positions[0]})
+    assert [p.x for p in measure_positions(tiny_target, positions=(1, 2, 4), context=8, repeats=1)] == [1, 2, 4]

@@ -194,6 +194,48 @@ def test_device_loop_runs_give_the_host_loops_output_and_steps(default_target, m
             assert any(step.tree_size for step in device.steps)
 
 
+@pytest.fixture(scope="module")
+def distilled(default_target):
+    from specviz.proposers.checkpoints import load_draft_model
+
+    return load_draft_model("distilled", default_target)
+
+
+MODEL_DRAFTERS = [("eagle", 6, 0, 0.0), ("eagle", 4, 15, 0.0), ("medusa", 4, 0, 0.0), ("draft", 4, 0, 0.5)]
+
+
+@pytest.mark.parametrize("method,gamma,tree,stop", MODEL_DRAFTERS,
+                         ids=[f"{m}-{g}-{t}{'-stop' if s else ''}" for m, g, t, s in MODEL_DRAFTERS])
+def test_drafters_that_are_models_draft_on_the_device_as_on_the_host(default_target, distilled, monkeypatch, method,
+                                                                      gamma, tree, stop):
+    """EAGLE (chains and trees), Medusa and the distilled draft model with its draft stop (early-exit drafts through
+    the same code as the draft model) on the device loop: the host loop's output, and step by step its drafts (ended where the host's draft stop ends them),
+    acceptances and tree sizes, until the host loop shortens its drafts near the token limit."""
+    settings = DecodeSettings(max_new_tokens=24, gamma=gamma, tree=tree, draft_stop=stop)
+    ids = encode(default_target, PROMPTS[0])
+    runs = {}
+    for mode in ("0", "force"):
+        monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", mode)
+        runs[mode] = run_once(default_target, make_proposer(method, default_target, distilled), ids, settings,
+                              detail=False)
+    host, device = runs["0"], runs["force"]
+    assert (host.settings["loop"], device.settings["loop"]) == ("host", "device")
+    assert device.token_ids == host.token_ids
+    compared = 0
+    for host_step, device_step in zip(host.steps, device.steps):
+        if settings.max_new_tokens - (host_step.total_emitted - host_step.emitted) - 1 < gamma:
+            break
+        assert [p.token_id for p in device_step.positions] == [p.token_id for p in host_step.positions]
+        assert (device_step.n_accepted, device_step.tree_size, device_step.doubted) == \
+            (host_step.n_accepted, host_step.tree_size, host_step.doubted)
+        compared += 1
+    assert compared >= len(host.steps) // 2 and host.metrics.accepted > 0
+    if stop:  # the stop ended drafts early
+        assert any(step.doubted and len(step.positions) < gamma for step in device.steps)
+    if tree:
+        assert any(step.tree_size for step in device.steps)
+
+
 def detailed_runs_on_both_loops(target, monkeypatch, method, settings, device_mode):
     """(host loop, device loop) runs of PROMPTS[1] with detail (the app's records): checked to have run on
     those loops and to give the same output."""
@@ -245,6 +287,24 @@ def test_device_loop_records_with_detail_are_the_host_loops(default_target, monk
         assert any(p.accepted for p in shown) and any(not p.accepted for p in shown)
 
 
+@pytest.mark.parametrize("method,gamma", [("eagle", 4), ("medusa", 3)])
+def test_device_loop_records_show_a_model_drafters_q_as_the_host_loops(default_target, monkeypatch, method, gamma):
+    """With detail, a model drafter's chain on the device loop shows what the host loop shows of it: its
+    probability of each draft token and its top tokens at each, beside the target's."""
+    settings = DecodeSettings(max_new_tokens=24, gamma=gamma)
+    host, device = detailed_runs_on_both_loops(default_target, monkeypatch, method, settings, "force")
+    compared = 0
+    for host_step, device_step in drafted_in_full(host, device, settings):
+        for mine, theirs in zip(device_step.positions, host_step.positions, strict=True):
+            assert (mine.token_id, mine.accepted) == (theirs.token_id, theirs.accepted)
+            assert mine.q == pytest.approx(theirs.q, abs=1e-5) and mine.p == pytest.approx(theirs.p, abs=1e-5)
+            assert mine.q_top.ids[:5] == theirs.q_top.ids[:5]
+            assert mine.q_top.probs == pytest.approx(theirs.q_top.probs, abs=1e-5)
+        compared += 1
+    assert compared >= len(host.steps) // 2
+    assert all(0 < p.q <= 1 and len(p.q_top.ids) == 20 for step in device.steps for p in step.positions)
+
+
 def test_device_loop_stops_at_eos(default_target, monkeypatch):
     monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "force")
     ids = encode(default_target, "Say just the word yes.")
@@ -259,8 +319,9 @@ def test_device_loop_stops_at_eos(default_target, monkeypatch):
 
 
 def test_device_loop_only_where_it_applies(default_target, monkeypatch):
-    """The host loop for what the device loop does not do: sampling, other drafters; and on a CPU unless
-    forced. Detailed records (the app's) run in it too."""
+    """The host loop for what the device loop does not do: adaptive, Medusa's trees, the app's detailed records
+    of sampled runs; and on a CPU unless forced. Sampled runs, and detailed records of lookups and of drafters that
+    are models, run in it too."""
     ids = encode(default_target, PROMPTS[0])
     short = DecodeSettings(max_new_tokens=4, gamma=4)
 
@@ -271,10 +332,14 @@ def test_device_loop_only_where_it_applies(default_target, monkeypatch):
     monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "force")
     assert loop_of() == "device"
     assert loop_of(detail=True) == "device"
-    assert loop_of(settings=DecodeSettings(max_new_tokens=4, gamma=4, temperature=0.7, seed=1)) == "host"
+    sampled = DecodeSettings(max_new_tokens=4, gamma=4, temperature=0.7, seed=1)
+    assert loop_of(settings=sampled) == "device"
+    assert loop_of(settings=sampled, detail=True) == "host"
     assert loop_of(settings=DecodeSettings(max_new_tokens=4, gamma=4, tree=8)) == "device"
     assert loop_of("retrieval", settings=DecodeSettings(max_new_tokens=4, gamma=4, tree=8)) == "device"
-    assert loop_of("early-exit") == "host"
+    assert loop_of("early-exit") == "device" and loop_of("early-exit", detail=True) == "device"
+    assert loop_of("medusa") == "device" and loop_of("medusa", settings=DecodeSettings(max_new_tokens=4, tree=8)) == "host"
+    assert loop_of("adaptive") == "host"
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -299,7 +364,7 @@ def test_a_device_loop_step_never_waits_for_the_host(method, tree, detail_top):
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        loop._lookup_step(state)
+        loop._lookup_step(state, 128)
         loop._verify_step(state, 128)
         if detail_top:  # the detail graph's two steps
             loop._take_step(state)
@@ -345,3 +410,85 @@ def test_device_loop_records_with_detail_through_graphs_are_the_host_loops_in_fl
             assert [(t.id, t.text, t.kind) for t in mine.tokens] == [(t.id, t.text, t.kind) for t in theirs.tokens]
             assert [p.p for p in mine.positions] == pytest.approx([p.p for p in theirs.positions], abs=1e-4)
             assert mine.next_top.ids[:3] == theirs.next_top.ids[:3]
+
+
+@cuda
+@pytest.mark.parametrize("method,tree,temperature,detail_top", [
+    ("eagle", 0, 0.0, 0), ("eagle", 15, 0.0, 0), ("medusa", 0, 0.0, 0), ("draft", 0, 0.0, 0), ("eagle", 0, 1.0, 0),
+    ("eagle", 15, 1.0, 0), ("draft", 0, 0.8, 0), ("retrieval", 31, 1.0, 0), ("plain", 0, 1.0, 0), ("eagle", 0, 0.0, 20),
+    ("draft", 0, 0.0, 20)])
+def test_a_drafter_that_is_a_model_never_waits_for_the_host_in_a_step(method, tree, temperature, detail_top):
+    """Drafters that are models, sampled steps and a model drafter's detail: a step's functions run eagerly with
+    CUDA's sync check set to fail on any read-back, the drafter first reading a prompt."""
+    from specviz import load_model
+    from specviz.proposers.checkpoints import load_draft_model
+    from specviz.runners.static import make_runner
+
+    target = load_model("default", device="cuda", dtype="float32")
+    draft = load_draft_model("distilled", target) if method == "draft" else None
+    runner = make_runner(target.model, compile=False)
+    settings = DecodeSettings(gamma=4, tree=tree, temperature=temperature, top_k=50 if temperature else 0, draft_stop=0.5)
+    loop = device_loop.DeviceLoop.for_run(runner, make_proposer(method, target, draft), settings, detail_top, 10)
+    loop.reserve(64)
+    state = loop._state()
+    prompt = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2], device="cuda")
+    runner.reset()
+    _, hidden = runner.forward(prompt[:-1], logits_for="none")
+    state.start(prompt)
+    if loop.sampled:
+        state.warp.set(settings)
+        state.generator.manual_seed(0)
+    loop.lookup.start(prompt, hidden)
+
+    def step():
+        if loop.gamma:
+            loop._lookup_step(state, 128)
+        loop._verify_step(state, 128)
+        if detail_top:
+            loop._take_step(state)
+            loop._detail_step(state)
+
+    step()  # kernels compiled and tuned first (Triton's, cuBLAS's)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert state.length.item() >= 8 + 4
+
+
+@cuda
+def test_drafters_that_are_models_through_graphs_give_the_host_loops_output_in_float32(monkeypatch):
+    """On a GPU the loop runs them as graphs (compiled): float32, the host loop's output exactly."""
+    from specviz import load_model
+    from specviz.proposers.checkpoints import load_draft_model
+
+    target = load_model("default", device="cuda", dtype="float32")
+    draft = load_draft_model("distilled", target)
+    for method, gamma, tree, stop in MODEL_DRAFTERS[:4]:
+        settings = DecodeSettings(max_new_tokens=64, gamma=gamma, tree=tree, draft_stop=stop)
+        ids = encode(target, PROMPTS[0])
+        monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "1")
+        device = run_once(target, make_proposer(method, target, draft), ids, settings, detail=False)
+        monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "0")
+        host = run_once(target, make_proposer(method, target, draft), ids, settings, detail=False)
+        assert (device.settings["loop"], host.settings["loop"]) == ("device", "host"), method
+        assert device.token_ids == host.token_ids, (method, gamma, tree)
+        assert device.metrics.draft_seconds > 0 and device.metrics.verify_seconds > 0
+
+
+@cuda
+def test_a_seed_reproduces_a_sampled_run_through_graphs(monkeypatch):
+    from specviz import load_model
+
+    target = load_model("default", device="cuda", dtype="bfloat16")
+    ids = encode(target, PROMPTS[0])
+    monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "1")
+    for method, tree in (("eagle", 15), ("retrieval", 0)):
+        runs = [run_once(target, make_proposer(method, target), ids,
+                         DecodeSettings(max_new_tokens=48, gamma=4, tree=tree, temperature=1.0, seed=seed),
+                         detail=False) for seed in (3, 3, 4)]
+        assert all(run.settings["loop"] == "device" for run in runs)
+        assert runs[0].token_ids == runs[1].token_ids != runs[2].token_ids

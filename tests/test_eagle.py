@@ -7,7 +7,7 @@ import torch
 from specviz import DecodeSettings
 from specviz.api import run_once
 from specviz.proposers import AdaptiveProposer, EagleProposer, NgramProposer, PlainProposer
-from specviz.proposers.eagle import DraftCache
+from specviz.proposers.eagle_net import DraftCache
 from specviz.train.losses import ttt_forward
 
 from random_drafters import random_eagle

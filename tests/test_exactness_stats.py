@@ -36,3 +36,12 @@ def test_rare_outcomes_are_pooled_with_what_the_listed_ones_leave():
 def test_an_outcome_the_target_never_gives_fails_at_once():
     fit = goodness_of_fit(Counter(a=999, z=1), {"a": 1.0}, 1000)
     assert fit.p_value == 0.0
+
+
+def test_a_test_that_barely_exercised_a_path_says_so():
+    from specviz.exactness import coverage_warning
+
+    assert "only 1 of 649 drafts were accepted" in coverage_warning(649, 1)  # ngram on a prompt it cannot predict
+    assert "only 3 of 400 drafts were rejected" in coverage_warning(400, 397)
+    assert "drafted nothing" in coverage_warning(0, 0)
+    assert coverage_warning(649, 120) is None  # the control: both paths well exercised

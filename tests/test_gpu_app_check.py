@@ -2,7 +2,6 @@
 /run, /compare and /cost_curve through gradio_client, runs the library beside them, and reports every way's
 speeds and their ratios to the library's, with the same output everywhere."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_app_check_compares_every_endpoint_with_the_library(tmp_path):
     pytest.importorskip("gradio_client")
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_app_check.py"), "--out", str(tmp_path),
+    proc = subprocess.run([sys.executable, "-m", "scripts.gpu_app_check", "--out", str(tmp_path),
                            "--max-new-tokens", "12", "--repeats", "1"], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=900)
+                          timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "app_check.json").read_text())
     assert result["same_output_everywhere"] and result["repeats_count"] == 1

@@ -2,7 +2,6 @@
 written, load, bench against plain decoding with outputs identical to it, and the drafting cost c of each
 is reported beside the plain speed."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,10 +11,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_script_reports_c_for_eagle_and_medusa(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_published_drafters.py"), "--shape", "tiny",
+    proc = subprocess.run([sys.executable, "-m", "scripts.gpu_published_drafters", "--shape", "tiny",
                            "--device", "cpu", "--out", str(out), "--work", str(tmp_path / "work"),
                            "--max-new-tokens", "10", "--prompts", "1", "--prompt-words", "12"],
-                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "published_drafters.json").read_text())
     assert result["target"] == "random:llama-tiny,kv_heads=4" and result["plain_tokens_per_second"] > 0

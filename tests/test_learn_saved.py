@@ -109,3 +109,23 @@ def test_a_file_that_is_not_a_saved_lesson_says_what_is_wrong(tmp_path):
     summary = learn.saved_summary_html(found, errors)
     assert "sv-error" in summary and "NVIDIA H100 80GB HBM3" in summary and "not live" in summary
     assert "Saved run, not measured here" in learn.saved_status_html(found["cost"])
+
+
+@pytest.mark.quick
+def test_a_damaged_lesson_5_file_says_which_figure_is_wrong(tmp_path):
+    record = lessons.BatchSizes("cpu (x)", "retrieval",
+                                rows=[{"method": m, "batch_size": 1, "rows": 1, "new_tokens": 32, "wall_seconds": w,
+                                       "ms_per_token": 30.0, "row_forwards": f, "drafted": d, "accepted": a,
+                                       "identical_rows": 1}
+                                      for m, w, f, d, a in (("plain", 1.0, 32, 0, 0), ("retrieval", 0.8, 20, 40, 12))],
+                                costs=[{"batch_size": 1, "ratio": 1.2}])
+    text = save_lesson(tmp_path, BY_KEY["batch"], record, {"device": "cpu"}).read_text()
+    assert load_lesson(text).record.summary  # the control: the file as written reads
+    damaged = json.loads(text)
+    damaged["record"]["rows"][0]["wall_seconds"] = 0
+    with pytest.raises(SavedLessonError, match=r"record.rows\[0\].wall_seconds is 0, where a measured time"):
+        load_lesson(json.dumps(damaged), "lesson-5-batch.json")
+    damaged["record"]["rows"][0]["wall_seconds"] = 1.0
+    damaged["record"]["costs"][0]["ratio"] = "fast"
+    with pytest.raises(SavedLessonError, match=r"record.costs\[0\].ratio is 'fast'"):
+        load_lesson(json.dumps(damaged), "lesson-5-batch.json")

@@ -107,6 +107,35 @@ def test_distribution_passes_the_real_verifier_and_catches_the_wrong_one(tiny_ta
     assert sum(data["speculative"]["counts"].values()) == 300 and data["caught"] is True
 
 
+def test_lesson_2_decodes_plain_runs_in_batches_each_as_its_single_run(tiny_target, monkeypatch):
+    """Plain decoding's histogram comes from batches of seeds (a third of the lesson's time otherwise), and each
+    row's token is the one its batch-1 run of the same seed draws."""
+    import dataclasses
+
+    from specviz import DecodeSettings
+    from specviz.engine import SpeculativeRun
+    from specviz.lessons import exactness
+    from specviz.proposers import PlainProposer
+
+    widths = []
+    real = exactness.decode_batch
+    monkeypatch.setattr(exactness, "decode_batch", lambda *args, **kwargs: widths.append(len(args[2])) or real(*args, **kwargs))
+    make = lambda: ArgmaxDrafter(tiny_target.model)  # noqa: E731
+    record = lessons.finish(lessons.distribution(tiny_target, PROMPT, runs=30, make=make, wrong=False, first_seed=5))
+    assert widths == [25, 5]
+    settings = DecodeSettings(max_new_tokens=2, gamma=1, temperature=1.0, stop_at_eos=False)
+    single = Counter()
+    for i in range(30):
+        run = SpeculativeRun(tiny_target, PlainProposer(), PROMPT, dataclasses.replace(settings, seed=5 + 60 + i), detail=False)
+        for _ in run:
+            pass
+        single[run.result.token_ids[1]] += 1
+    assert record.plain.counts == single
+    assert record.speculative.counts != single  # the control: other seeds, another sample
+    sentence = lessons.distribution_sentence(lessons.finish(lessons.distribution(tiny_target, PROMPT, runs=10, make=make)))
+    assert "computed rather than sampled" in sentence  # why the exact fit sees more than the two-sample test
+
+
 def test_greedy_side_by_side_is_identical(tiny_target, tiny_drafter):
     proposer = ModelDrafter(tiny_drafter.model, tiny_target.vocab_size)
     result = lessons.greedy_side_by_side(tiny_target, PROMPT, max_new_tokens=24, proposer=proposer)
@@ -159,6 +188,15 @@ def test_drafter_costs_count_only_what_the_target_does_not_hold(tiny_target, tin
     assert rows["draft"].target_parameters == sum(p.numel() for p in tiny_target.model.parameters())
 
 
+def test_lesson_1_on_the_default_model_writes_sense(default_target):
+    """The mechanic is read as text by a class: its prompt is one the small model answers sensibly (greedy, so
+    this is its one answer on a CPU in float32)."""
+    s = lessons.SETTINGS["mechanic"]
+    record = lessons.finish(lessons.mechanic(default_target, s["prompt"], s["method"], s["gamma"], s["max_new"]))
+    assert record.result.text.startswith("1. **Avoiding Caffeine and Alcohol Before Bed**: Caffeine and alcohol")
+    assert record.tokens_per_forward > 1.3  # and the drafter still has something to show
+
+
 def test_default_model_verify_cost_has_a_stated_floor(default_target):
     record = lessons.finish(lessons.verify_cost(default_target, positions=(1, 4), repeats=1))
     assert [p.x for p in record.points] == [1, 4]
@@ -177,3 +215,51 @@ def test_the_batch_lesson_decodes_a_full_batch_and_at_least_a_few_prompts_at_eac
     assert batches_of(prompts_for(chosen, 2), 2) == [[0, 1], [2, 3]]
     assert prompts_for(chosen, 8) == chosen  # control: a size above the least decodes its whole batch
     assert prompts_for([5, 6], 1) == [5, 6]  # fewer prompts than the least: each of them
+
+
+@pytest.mark.quick
+def test_lesson_4_marks_a_speedup_that_fails_its_check_and_quotes_only_the_trusted_ones():
+    from specviz.plausibility import BUSY
+
+    rows = [lessons.AcceptanceRow("code", "ngram", 4, 0.9, 3.5, 0.0, 5.3, 3.3, 32, doubt="5.30× is more than τ = 3.50"),
+            lessons.AcceptanceRow("code", "eagle", 4, 0.6, 2.2, 0.1, 1.6, 1.7, 32),
+            lessons.AcceptanceRow("code", "early-exit", 4, 0.0, 1.0, 0.2, 0.5, 0.6, 32)]
+    table = lessons.acceptance_rows(rows)
+    assert table[0][5] == "5.30× (noisy)" and table[1][5] == "1.60×"
+    sentence = lessons.acceptance_sentence(rows)
+    assert "**1.60×**" in sentence and "**5.30×**" not in sentence and BUSY in sentence
+    assert BUSY not in lessons.acceptance_sentence(rows[1:])  # the control: every row trusted, no note
+
+
+@pytest.mark.quick
+def test_lesson_4_checks_each_pair_from_its_runs_own_steps():
+    from types import SimpleNamespace
+
+    from specviz.lessons.speedup import pair_doubt
+
+    def run(step_seconds, gammas, tokens):
+        elapsed, total = [], 0.0
+        for seconds in step_seconds:
+            total += seconds
+            elapsed.append(total)
+        steps = [SimpleNamespace(elapsed_s=e, gamma=g) for e, g in zip(elapsed, gammas)]
+        metrics = SimpleNamespace(wall_seconds=total, mean_accepted_length=tokens / len(steps))
+        return SimpleNamespace(steps=steps, metrics=metrics)
+
+    spec = run([0.07] + [0.035] * 8, [4] * 9, 32)  # tau 3.56
+    assert pair_doubt(run([0.06] + [0.025] * 31, [0] * 32, 32), spec) is None
+    assert "more than τ" in pair_doubt(run([0.06] + [0.05] * 31, [0] * 32, 32), spec)  # plain at half speed
+
+
+@pytest.mark.quick
+def test_lesson_5_marks_a_batch_size_whose_figures_do_not_add_up():
+    from specviz.plausibility import BUSY
+
+    summary = [{"method": "retrieval", "batch_size": 1, "speedup": 1.4, "mean_accepted_length": 2.0, "path": "single"},
+               {"method": "retrieval", "batch_size": 2, "speedup": 3.1, "mean_accepted_length": 2.0, "path": "batched"},
+               {"method": "retrieval", "batch_size": 4, "speedup": 0.9, "mean_accepted_length": 2.0, "path": "batched"}]
+    costs = [{"batch_size": 1, "ratio": 1.2}, {"batch_size": 2, "ratio": 1.3}, {"batch_size": 4, "ratio": 0.5}]
+    doubts = lessons.batch_size.batch_doubts(summary, "retrieval", costs)
+    assert sorted(doubts) == [2, 4] and "more than τ" in doubts[2] and "verify pass measured 0.50×" in doubts[4]
+    assert BUSY in lessons.batch_sentence(summary, "retrieval", costs)
+    assert BUSY not in lessons.batch_sentence(summary[:1], "retrieval", costs[:1])  # the control

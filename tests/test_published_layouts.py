@@ -36,7 +36,7 @@ def test_the_7b_layouts_weigh_what_the_published_files_weigh():
 
 
 def test_the_tiny_folders_load_through_specviz_and_decode_exactly(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "write_published_drafters.py"), "--shape", "tiny",
+    proc = subprocess.run([sys.executable, "-m", "scripts.write_published_drafters", "--shape", "tiny",
                            "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     written = json.loads(proc.stdout)

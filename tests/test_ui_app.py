@@ -213,7 +213,7 @@ def test_step_mode_next_resume_replay_and_inspect(url, reference):
 def test_compare_methods(url):
     client = Client(url, verbose=False)
     status, table, chart = client.predict(PROMPT, ["ngram"], "default", "none", 4, 0, 1, 16, 0, api_name="/compare")
-    assert "Done" in status
+    assert "Done" in status and "the Run tab" in status and PROMPT[:20] in status  # the prompt it ran, named
     rows = {row[0]: row for row in table["data"]}
     assert set(rows) == {"plain", "ngram"} and rows["ngram"][-1] == "yes"
     c = table["headers"].index("c")
@@ -227,10 +227,11 @@ def test_cost_curve(url, monkeypatch):
     monkeypatch.setattr(tabs_module, "measure_cost_curve",
                         functools.partial(measure_cost_curve, positions=(1, 4), batch_sizes=(1, 2), repeats=1))
     client = Client(url, verbose=False)
-    status, chart = client.predict("default", api_name="/cost_curve")
+    status, chart, sentence = client.predict("default", api_name="/cost_curve")
     assert "Done" in status
     per_forward = [t for t in plot(chart)["data"] if t["name"].startswith("ms per forward")]
     assert [t["x"] for t in per_forward] == [[1, 4], [1, 2]] and all(y > 0 for t in per_forward for y in t["y"])
+    assert "One forward of 4 positions took" in sentence and "One forward of a batch of 2 took" in sentence
 
 
 def test_batch_view_measures_speedup_against_batch_size(url):
@@ -379,3 +380,16 @@ def test_a_run_sends_its_first_update_once_it_has_started(default_target, monkey
     monkeypatch.setattr(app_module, "load_models", lambda request: (time.sleep(0.8), load(request))[1])
     first, started = first_update("first-update-slow")  # control: a load that takes a while is reported
     assert not started and "Loading" in first[app.status] and set(first) == {app.status}
+
+
+def test_the_port_and_the_address_are_options(monkeypatch):
+    import app
+
+    monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)
+    monkeypatch.delenv("GRADIO_SERVER_NAME", raising=False)
+    default = app.options([])
+    assert (default.port, default.host) == (7860, "127.0.0.1")
+    chosen = app.options(["--port", "8081", "--host", "0.0.0.0"])
+    assert (chosen.port, chosen.host) == (8081, "0.0.0.0")
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "9000")  # what a Space or a container sets
+    assert app.options([]).port == 9000

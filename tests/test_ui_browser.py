@@ -333,10 +333,10 @@ def test_an_idle_page_does_not_draw_every_frame(browser, url):
     assert idle_frames(browser, url, strip_script=False) < 10
 
 
-STEP_CHART_JS = """() => {
-    const svg = document.querySelector('#sv-step-plot .main-svg'), page = svg.getBoundingClientRect();
-    const panels = [...document.querySelectorAll('#sv-step-plot .draglayer .nsewdrag')].map(r => r.getBoundingClientRect());
-    const texts = [...document.querySelectorAll('#sv-step-plot [class^="g-"][class$="title"] text, #sv-step-plot .annotation-text')]
+STEP_CHART_JS = """(chart) => {
+    const svg = document.querySelector(chart + ' .main-svg'), page = svg.getBoundingClientRect();
+    const panels = [...document.querySelectorAll(chart + ' .draglayer .nsewdrag')].map(r => r.getBoundingClientRect());
+    const texts = [...document.querySelectorAll(chart + ' [class^="g-"][class$="title"] text, ' + chart + ' .annotation-text, ' + chart + ' .gtitle')]
         .map(t => [t.textContent, t.getBoundingClientRect()]).filter(([, b]) => b.width > 0);
     const overlaps = [];
     texts.forEach(([a, p], i) => texts.slice(i + 1).forEach(([b, q]) => {
@@ -346,12 +346,12 @@ STEP_CHART_JS = """() => {
 }"""
 
 
-def step_chart_reads(tab) -> dict:
-    """The Steps chart's problems on this screen: panels under 200x100 px, titles that overlap, text cut at the
-    chart's edges."""
-    tab.wait_for_selector("#sv-step-plot .draglayer .nsewdrag", timeout=30_000)
+def step_chart_reads(tab, chart="#sv-step-plot") -> dict:
+    """A chart's problems on this screen (the Steps chart's by default): panels under 200x100 px, titles that
+    overlap, text cut at the chart's edges."""
+    tab.wait_for_selector(f"{chart} .draglayer .nsewdrag", timeout=30_000)
     tab.wait_for_timeout(500)  # plotly's automargin redraw
-    geometry = tab.evaluate(STEP_CHART_JS)
+    geometry = tab.evaluate(STEP_CHART_JS, chart)
     small = [panel for panel in geometry["panels"] if panel[0] < 200 or panel[1] < 100]
     return {"panels": len(geometry["panels"]), "small": small, "overlaps": geometry["overlaps"], "cut": geometry["cut"]}
 
@@ -443,3 +443,85 @@ def test_a_run_is_asked_for_after_two_frames_or_in_a_hidden_tab_after_a_fifth_of
     page.wait_for_selector("#sv-run", timeout=60_000)
     inputs, waited_ms = page.evaluate(passed_on, [False])
     assert inputs == ["prompt", 4, True] and waited_ms >= 190
+
+
+def output_text(tab) -> str:
+    """The token view's output as the reader sees it (hidden parts left out)."""
+    return tab.locator("#sv-tokens .sv-output").inner_text()
+
+
+def test_the_answer_reads_as_text_and_the_drafts_show_the_marks(screens):
+    tab = screens["projector"]  # PROMPT: a rejected newline draft, then the end of text accepted
+    tab.locator("#sv-mode").get_by_text("answer").click()  # whatever mode an earlier test left
+    tab.wait_for_function("document.body.dataset.svMode === 'answer'")
+    answer = output_text(tab)
+    assert "<|im_end|>" not in answer and "⏎" not in answer and "·" not in answer
+    from specviz.ui.render import END_MARK
+
+    assert answer.rstrip().endswith(END_MARK) and "lazy dog." in answer
+    tab.locator("#sv-mode").get_by_text("drafts").click()
+    tab.wait_for_function("document.body.dataset.svMode === 'drafts'")
+    drafts = output_text(tab)
+    assert "<|im_end|>" in drafts and "⏎" in drafts and END_MARK not in drafts
+    tab.locator("#sv-mode").get_by_text("answer").click()
+    tab.wait_for_function("document.body.dataset.svMode === 'answer'")
+
+
+TIP_INK = (31, 31, 31)  # the tip's background, #1f1f1f
+
+
+def tip_rows(tab, token) -> int:
+    """Rows of the tip's dark box on the screen around a hovered token: the tip is three lines tall (~60 px);
+    a tip clipped by the token view shows a few rows at most."""
+    import io
+
+    import numpy
+    from PIL import Image
+
+    token.scroll_into_view_if_needed()
+    box = token.bounding_box()
+    token.hover()
+    tab.wait_for_timeout(200)
+    top = max(0, box["y"] - 120)
+    shot = tab.screenshot(clip={"x": box["x"], "y": top, "width": 260, "height": box["y"] - top + box["height"] + 120})
+    pixels = numpy.asarray(Image.open(io.BytesIO(shot)).convert("RGB")).astype(int)
+    dark = (numpy.abs(pixels - numpy.array(TIP_INK)).max(axis=2) <= 8).mean(axis=1)
+    tab.mouse.move(0, 0)
+    return int((dark > 0.3).sum())
+
+
+def test_a_first_line_tokens_tip_is_shown_whole(screens):
+    tab = screens["projector"]
+    first = tab.locator("#sv-tokens .sv-output .tok:not(.tok-rejected)").first  # shown in the answer mode
+    assert tip_rows(tab, first) >= 45
+
+
+def test_the_speedup_and_tau_are_in_the_first_screen(screens):
+    tab = screens["projector"]
+    status = tab.locator("#sv-status")
+    box = status.bounding_box()
+    assert box["y"] + box["height"] <= 720
+    speedup = tab.locator("#sv-summary .sv-tile .sv-big").first.inner_text()  # the summary card's, lower down
+    assert speedup.endswith("×") and speedup in status.inner_text() and "τ = " in status.inner_text()
+
+
+def test_a_phone_reads_the_inspectors_titles(screens):
+    tab = screens["phone"]
+    tab.locator("#sv-inspector").scroll_into_view_if_needed()
+    reads = step_chart_reads(tab, "#sv-inspector")
+    assert reads["panels"] >= 1 and reads["overlaps"] == [] and reads["cut"] == [], reads
+
+
+def test_two_quick_clicks_on_next_step_take_two_steps(page):
+    set_field(page, "sv-prompt", PROMPT)
+    set_field(page, "sv-max-new", str(MAX_NEW))
+    page.locator("#sv-settings").get_by_text("step mode").click()
+    page.click("#sv-run")
+    page.wait_for_selector("#sv-status:has-text('paused before the first step')", timeout=240_000)
+    # a person's double click: the second 150 ms after the first, while its step is pending
+    page.evaluate("() => { const next = document.querySelector('#sv-next'); next.click(); "
+                  "setTimeout(() => next.click(), 150); }")
+    page.wait_for_selector("#sv-status:has-text('Paused after step 1')", timeout=120_000)
+    page.wait_for_timeout(1000)  # a third step would show by now
+    assert page.locator("#sv-tokens .sv-step").count() == 2
+    assert "Paused after step 1" in page.locator("#sv-status").inner_text()

@@ -58,6 +58,24 @@ def test_verify_cost_widgets_name_the_ratio_and_the_stated_floor():
 
 
 @pytest.mark.quick
+def test_a_verify_cost_the_machine_slowed_is_not_told_as_a_story():
+    """Lesson 3 under load: one position measured at 210.4 ms and sixteen at 75.6 ms. No forward of sixteen is
+    cheaper than one of one: the sentence says the figure is noisy instead of what it would mean."""
+    from specviz.plausibility import BUSY
+    from specviz.ui.tabs import cost_sentence
+
+    busy = [lessons.CostPoint("positions", k, ms, 128) for k, ms in [(1, 210.4), (4, 60.2), (8, 66.0), (16, 75.6)]]
+    record = lessons.VerifyCost("cpu (x)", busy, 540_000_000, 20.0, "assumed")
+    sentence = learn.verify_cost_sentence(record)
+    assert BUSY in sentence and "barely grows" not in sentence and "grows with K" not in sentence
+    quiet = [lessons.CostPoint("positions", k, ms, 128) for k, ms in [(1, 56.4), (4, 60.2), (8, 66.0), (16, 75.6)]]
+    told = learn.verify_cost_sentence(lessons.VerifyCost("cpu (x)", quiet, 540_000_000, 20.0, "assumed"))
+    assert BUSY not in told and "1.34× the time of one" in told and "barely grows" in told
+    # the Cost curve tab tells the same measurement the same way
+    assert cost_sentence(quiet).split(" The weights")[0] in told and BUSY in cost_sentence(busy)
+
+
+@pytest.mark.quick
 def test_acceptance_widgets():
     rows = [lessons.AcceptanceRow("code", "eagle", 4, 0.8, 3.2, 0.1, 1.6, 2.4, 32),
             lessons.AcceptanceRow("code", "ngram", 4, None, 1.0, None, 0.9, None, 32)]

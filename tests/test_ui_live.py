@@ -28,8 +28,22 @@ def emitted_ids(steps):
     return [t.id for s in steps for t in s.emitted_tokens]
 
 
-def test_worker_runs_speculative_then_plain(target):
+def record_turns(run) -> list[tuple[str, int]]:
+    """Which run took each step, and the tokens it had written after it."""
+    turns = []
+    for name, stepped in (("speculative", run.speculative), ("plain", run.plain)):
+        def advance(stepped=stepped, name=name, original=stepped.advance):
+            step = original()
+            turns.append((name, stepped.emitted))
+            return step
+        stepped.advance = advance
+    return turns
+
+
+def test_worker_runs_speculative_and_plain_in_turns(target, monkeypatch):
+    monkeypatch.setattr(live, "SLICE_SECONDS", 0.0)  # a turn each step: the order is then known exactly
     run = new_run(target)
+    turns = record_turns(run)
     assert run.start()
     run.join(120)
     assert run.phase == live.DONE and not run.active
@@ -39,10 +53,58 @@ def test_worker_runs_speculative_then_plain(target):
     assert spec.result.token_ids == reference.token_ids == plain.result.token_ids  # greedy: exact
     assert emitted_ids(spec.steps) == spec.result.token_ids
     assert run.speedup == pytest.approx(plain.engine_wall / spec.engine_wall)
-    assert spec.idle_seconds < 0.05  # nothing paused it: engine time is the engine's wall time
-    assert spec.engine_wall == pytest.approx(spec.result.metrics.wall_seconds, abs=0.05)
+    # after each speculative step plain decoding writes as many tokens, and no more than it needs to
+    assert turns[0][0] == "speculative" and turns[1][0] == "plain"
+    written = {"speculative": 0, "plain": 0}
+    for (name, tokens), following in zip(turns, turns[1:] + [("end", 0)]):
+        written[name] = tokens
+        if name == "speculative" and following[0] != "speculative":
+            assert following[0] == "plain" or written["plain"] >= tokens
+        if name == "plain" and following[0] == "speculative":
+            assert written["plain"] >= written["speculative"]
+    assert sum(name == "speculative" for name, _ in turns) == len(spec.steps)
+    # each run's engine time leaves out the other's turns: its wall time less the time it was suspended
+    assert plain.idle_seconds > 0 and spec.idle_seconds > 0
+    assert spec.engine_wall == pytest.approx(spec.result.metrics.wall_seconds - spec.idle_seconds)
+    assert plain.engine_wall == pytest.approx(plain.result.metrics.wall_seconds - plain.idle_seconds)
+    assert run.doubt is None or "busy" not in run.doubt  # a sentence, or None on a quiet machine
     assert run.target is None and spec.closed  # models and caches released when the run ends
     assert run.report().to_dict()["identical_to_plain"] is True
+
+
+def test_a_hold_for_the_page_is_left_out_of_the_measured_time(target):
+    run = new_run(target, max_new=16)
+    turns = record_turns(run)
+    original = run.speculative.advance
+
+    def advance():  # the page draws after the second step: half a second in which no step may start
+        step = original()
+        if len(run.speculative.steps) == 2:
+            run.hold(0.5)
+        return step
+
+    run.speculative.advance = advance
+    assert run.start()
+    run.join(120)
+    assert run.phase == live.DONE and len(turns) > 3
+    spec, plain = run.speculative, run.plain
+    assert spec.idle_seconds + plain.idle_seconds >= 0.5
+    for stepped in (spec, plain):
+        assert stepped.engine_wall == pytest.approx(stepped.result.metrics.wall_seconds - stepped.idle_seconds)
+    assert max(spec.durations) < 0.5 or max(plain.durations) < 0.5  # the wait is in neither run's steps
+
+
+def test_quick_clicks_on_next_step_each_take_a_step(target):
+    run = new_run(target, compare_plain=False)
+    run.hold(0.3)  # the first click's step waits: the second click comes while it is pending
+    assert run.take_steps(1) == "started"
+    assert run.take_steps(1) == "queued"
+    run.join(60)
+    assert len(run.speculative.steps) == 2 and run.phase == live.PAUSED
+    assert run.take_steps(None) == "started"  # Resume
+    assert run.take_steps(1) is None  # running to the end: Next step waits for Pause
+    run.join(120)
+    assert run.phase == live.DONE
 
 
 def test_step_mode_advances_one_step_at_a_time(target):

@@ -1,6 +1,7 @@
 """The app's renderer and chart functions on hand-built step records: no model, no server."""
 import math
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -59,12 +60,14 @@ class _Spans(HTMLParser):
 
     def __init__(self):
         super().__init__()
-        self.spans, self.tags, self._open = [], [], None
+        self.spans, self.tags, self._open, self._depth = [], [], None, 0
 
     def handle_starttag(self, tag, attrs):
         self.tags.append(tag)
         attrs = dict(attrs)
-        if tag == "span" and "tok" in (attrs.get("class") or "").split():
+        if tag == "span" and self._open is not None:
+            self._depth += 1  # a token's own parts (its marks and plain text)
+        elif tag == "span" and "tok" in (attrs.get("class") or "").split():
             self._open = [attrs["class"].split(), attrs, ""]
 
     def handle_data(self, data):
@@ -73,6 +76,9 @@ class _Spans(HTMLParser):
 
     def handle_endtag(self, tag):
         if tag == "span" and self._open is not None:
+            if self._depth:
+                self._depth -= 1
+                return
             self.spans.append(tuple(self._open))
             self._open = None
 
@@ -210,6 +216,31 @@ def test_summary_shows_measurements_baseline_and_theory(steps):
     assert "yes, token for token" in same
 
 
+def test_a_noisy_speedup_is_marked_never_stated_as_fact(steps):
+    from types import SimpleNamespace
+
+    from specviz.plausibility import noise_note
+    from specviz.ui.readouts import headline
+
+    metrics = summarize(steps, steps[-1].total_emitted, 1.0, 0.1)
+    theory = view.theory(metrics, steps, 4, 5.3)
+    note = noise_note("5.30× is more than τ = 3.00")
+    out = render.summary_html(metrics, "ngram", metrics, 5.3, True, None, theory=theory, noise=note)
+    assert "speedup (noisy)" in out and "sv-tile sv-noisy" in out and render.NOISY_TILE in out
+    assert "5.30× (noisy)" in out and "5.30× is more than τ = 3.00" in out  # the whole note in the tile's title
+    plain = render.summary_html(metrics, "ngram", metrics, 2.0, True, None, theory=view.theory(metrics, steps, 4, 2.0))
+    assert "noisy" not in plain  # the control
+
+    def run(speedup, doubt):
+        result = SimpleNamespace(metrics=SimpleNamespace(mean_accepted_length=3.5))
+        return SimpleNamespace(speculative=SimpleNamespace(done=True, result=result), speedup=speedup, doubt=doubt)
+
+    assert headline(run(2.8, None)) == "2.80× the speed of plain decoding · τ = 3.50 tokens per step"
+    noisy = headline(run(5.3, "5.30× is more than τ = 3.50"))
+    assert noisy.startswith("5.30× the speed of plain decoding (noisy)") and "\nThe machine was busy" in noisy
+    assert headline(run(None, None)) == "τ = 3.50 tokens per step"  # no baseline: tau alone
+
+
 def test_theory_uses_measured_alpha_and_c(steps):
     metrics = summarize(steps, 9, 1.0, 0.0)
     theory = view.theory(metrics, steps, 4, 1.5)
@@ -310,6 +341,57 @@ def test_inspector_shows_reached_positions_and_the_draw(steps):
     assert any("bonus" in a["text"] for a in bonus["layout"]["annotations"])
 
 
+def test_the_inspector_plots_tokens_as_categories_even_when_they_are_digits(steps):
+    digits = {10: "8", 11: "0", 12: "7", 13: "5", 50: "1", 99: "2", 98: "3", 7: "4"}.get
+    fig = valid(charts.inspector_figure(steps[0], lambda i: digits(i) or f"#{i}", sampling=True))
+    axes = [key for key in fig["layout"] if key.startswith("xaxis")]
+    assert len(axes) == 4 and all(fig["layout"][key]["type"] == "category" for key in axes)
+
+
+def test_a_step_where_the_output_ended_draws_nothing_after_it():
+    """The default example's last step: the drafted end of text accepted, the output ends there; the record's
+    next token is no draw (it was never emitted), so no panel and no title may say one was drawn."""
+    end, names = 2, {2: "<|im_end|>", 198: "\n", 99: "x"}
+    step = make_step(9, [("", True), ("\n", False)], "", TokenKind.RESAMPLED, 34)
+    step.positions[0] = position(end, "", p=0.99, q=None, accepted=True)
+    step.positions[1].reached = False
+    step.next_token.id, step.emitted, step.n_accepted = end, 1, 1
+    step.next_top = TopTokens([198, end], [0.998, 0.00002])
+    fig = valid(charts.inspector_figure(step, lambda i: names.get(i, f"#{i}"), sampling=False))
+    texts = [a["text"] for a in fig["layout"]["annotations"]] + [fig["layout"]["title"]["text"]]
+    assert not any("drawn from" in t for t in texts) and not any(a == "drawn" for a in texts)
+    assert any("position 1: &lt;|im_end|&gt; accepted" in t for t in texts)  # named, not ∅
+    assert "the output ends at &lt;|im_end|&gt;" in fig["layout"]["title"]["text"]
+    assert not any("∅" in t for t in texts)
+    # the control: the same step not cut draws its resampled token
+    step.emitted = 2
+    drawn = valid(charts.inspector_figure(step, lambda i: names.get(i, f"#{i}"), sampling=False))
+    assert any("drawn from" in a["text"] for a in drawn["layout"]["annotations"])
+
+
+def test_a_phones_inspector_breaks_its_titles(steps):
+    wide = valid(charts.inspector_figure(steps[0], lambda i: f"#{i}", sampling=True))
+    narrow = valid(charts.inspector_figure(steps[0], lambda i: f"#{i}", sampling=True, narrow=True))
+    titles = lambda fig: [a["text"] for a in fig["layout"]["annotations"] if a["text"].startswith("position")]  # noqa: E731
+    assert all("<br>" in t for t in titles(narrow)) and not any("<br>" in t for t in titles(wide))
+    assert narrow["layout"]["height"] > wide["layout"]["height"]
+
+
+def test_compare_ticks_at_first_the_drafters_that_accept_and_pay():
+    """Early exit accepts about nothing on the default model (alpha 0.01 on the 2-core CPU): not ticked at first."""
+    from specviz.measured import load_measured
+    from specviz.proposers import METHODS
+    from specviz.ui.tabs import default_methods
+
+    runs = load_measured()
+    choices = [m for m in METHODS if m != "plain"]
+    ticked = default_methods(runs, choices)
+    assert "early-exit" not in ticked and 1 <= len(ticked) <= 3
+    cpu = {m["method"].split(":")[0]: m for m in runs[0]["methods"]}
+    assert all(cpu[m]["alpha"] >= 0.2 and cpu[m]["speedup"] > 1 for m in ticked if m in cpu)
+    assert view.paying_methods({"methods": [{"method": "early-exit:4", "alpha": 0.01, "speedup": 0.4}]}, choices) == []
+
+
 def test_chart_labels_show_the_characters_plotly_would_otherwise_read_as_markup():
     import html
     for text in ['"', "'", "<b>x</b>", "$x$", "a & b", "<img src=x onerror=alert(1)>"]:
@@ -405,6 +487,22 @@ def test_whitespace_shows_as_marks():
     assert shown("\n", TokenKind.REJECTED) == "⏎"  # not in the output: no line break
     spans = parse(render.token_view_html([TokenRecord(id=1, text="  ", kind=TokenKind.ACCEPTED, step=0)])).spans
     assert "tok-ws" in spans[0][0] and spans[0][1]["tabindex"] == "0"
+
+
+def test_the_answer_reads_as_text_and_the_other_modes_show_the_marks():
+    tokens = [TokenRecord(id=1, text="Hi", kind=TokenKind.ACCEPTED, step=0),
+              TokenRecord(id=2, text="  ", kind=TokenKind.ACCEPTED, step=0),
+              TokenRecord(id=3, text=".\n", kind=TokenKind.BONUS, step=0),
+              TokenRecord(id=4, text="<|im_end|>", kind=TokenKind.RESAMPLED, step=1)]
+    html_text = render.token_view_html(tokens, special={4})
+    spans = parse(html_text).spans
+    assert [text for _, _, text in spans] == ["Hi", "··  ", ".⏎\n", f"<|im_end|>{render.END_MARK}"]
+    assert html_text.count('class="sv-mark"') == 3 and html_text.count('class="sv-plain') == 2
+    assert '<span class="sv-mark">⏎</span>\n' in html_text and "&lt;|im_end|&gt;" in html_text
+    # without the special id, a model's literal text is shown as written, in every mode
+    assert render.END_MARK not in render.token_view_html(tokens[3:])
+    css = (Path(__file__).resolve().parents[1] / "assets" / "specviz.css").read_text()
+    assert 'body[data-sv-mode="answer"] #sv-tokens .sv-mark { display: none; }' in css
 
 
 def test_each_step_is_one_group(steps):

@@ -10,6 +10,7 @@ from ..api import make_proposer, warm_up
 from ..batch import decode_batch, forward_cost
 from ..batch_bench import batches_of, crossover, summarize_batches
 from ..models import LoadedModel
+from ..plausibility import batch_doubt, noise_note
 from ..settings import DecodeSettings
 from .common import PROMPTS, prompt_ids
 
@@ -66,16 +67,33 @@ def batch_sizes(target: LoadedModel, method: str = "retrieval", sizes: Sequence[
         yield record
 
 
+def batch_doubts(summary: list[dict], method: str, costs: list[dict] = ()) -> dict[int, str]:
+    """Each batch size whose figures fail their plausibility check (a speedup above tau, a verify pass measured
+    cheaper than a plain step: specviz.plausibility.batch_doubt), with why."""
+    ratio = {c["batch_size"]: c["ratio"] for c in costs}
+    doubts = {}
+    for s in summary:
+        if s["method"] == method:
+            doubt = batch_doubt(s["speedup"], s.get("mean_accepted_length"), ratio.get(s["batch_size"]), s["batch_size"])
+            if doubt:
+                doubts[s["batch_size"]] = doubt
+    return doubts
+
+
 def batch_rows(record: BatchSizes) -> list[list]:
     ratio = {c["batch_size"]: c["ratio"] for c in record.costs}
+    noisy = batch_doubts(record.summary, record.method, record.costs)
+    mark = lambda size: " (noisy)" if size in noisy else ""  # noqa: E731
     return [[s["method"], s["batch_size"], round(s["tokens_per_second"], 1), round(s["mean_accepted_length"], 2),
-             "–" if s["acceptance_rate"] is None else round(s["acceptance_rate"], 2), f"{s['speedup']:.2f}×",
-             "–" if s["batch_size"] not in ratio else f"{ratio[s['batch_size']]:.2f}×"]
+             "–" if s["acceptance_rate"] is None else round(s["acceptance_rate"], 2),
+             f"{s['speedup']:.2f}×{mark(s['batch_size'])}",
+             "–" if s["batch_size"] not in ratio else f"{ratio[s['batch_size']]:.2f}×{mark(s['batch_size'])}"]
             for s in record.summary if s["method"] != "plain"]
 
 
-def batch_sentence(summary: list[dict], method: str) -> str:
-    """One sentence on what the measurement shows."""
+def batch_sentence(summary: list[dict], method: str, costs: list[dict] = ()) -> str:
+    """One sentence on what the measurement shows, and the noise note where a batch size's figures do not add
+    up (costs: the verify pass's cost over a plain step's, by batch size)."""
     ours = [s for s in summary if s["method"] == method]
     if not ours:
         return ""
@@ -83,5 +101,9 @@ def batch_sentence(summary: list[dict], method: str) -> str:
     turn = crossover(summary, method)
     where = (f"it stops paying at batch {turn}" if turn is not None
              else f"it still pays at batch {last['batch_size']}, the largest measured")
-    return (f"{method}: {first['speedup']:.2f}x plain at batch {first['batch_size']}, {last['speedup']:.2f}x at batch "
+    text = (f"{method}: {first['speedup']:.2f}x plain at batch {first['batch_size']}, {last['speedup']:.2f}x at batch "
             f"{last['batch_size']}; {where}. Each row's output is its batch-1 output.")
+    doubts = batch_doubts(summary, method, costs)
+    if doubts:
+        text += " " + noise_note("; ".join(doubts.values()))
+    return text

@@ -14,7 +14,8 @@ from .common import PROMPTS
 from .literature import literature_lines
 
 SETTINGS = {  # what each lesson runs with; the Learn tab's "Open in the Run tab" copies them there
-    "mechanic": dict(prompt="Explain what a cache is in one sentence.", method="eagle", gamma=4, temperature=0.0,
+    # a prompt the 135M default model answers with sense (on caches it wrote of hidden valuables)
+    "mechanic": dict(prompt="Give two tips for sleeping well.", method="eagle", gamma=4, temperature=0.0,
                      max_new=24, seed=0),
     "exact": dict(prompt="Once upon a time, there was a", method="medusa", gamma=1, temperature=0.7, max_new=32,
                   seed=0),
@@ -57,7 +58,7 @@ def _unchanged_headers(record: exactness.Unchanged) -> list[str]:
 
 
 def _batch_sentence(record: batch_size.BatchSizes) -> str:
-    return batch_size.batch_sentence(record.summary, record.method)
+    return batch_size.batch_sentence(record.summary, record.method, record.costs)
 
 
 LESSONS = [

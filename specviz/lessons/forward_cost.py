@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from ..cost_curve import CostPoint, measure_positions
+from ..cost_curve import CostPoint, latest_points, measure_positions
 from ..floor import memory_bandwidth, weight_bytes
 from ..models import LoadedModel
+from ..plausibility import cost_doubt, noise_note
 from .common import megabytes
 
 CLAIM = ("Checking K drafted tokens costs about as much as writing one: a forward reads every weight once, however "
@@ -52,7 +53,7 @@ def verify_cost(target: LoadedModel, positions: Sequence[int] = (1, 2, 3, 5, 8, 
     record = VerifyCost(f"{target.device.type} ({target.describe()}, {str(target.dtype).replace('torch.', '')})", [],
                         weight_bytes(target.model), gbs, source)
     for point in measure_positions(target, positions, context=context, repeats=repeats):
-        record.points.append(point)
+        record.points = latest_points([*record.points, point])  # a point measured again replaces its first
         yield record
 
 
@@ -61,19 +62,36 @@ def verify_cost_rows(record: VerifyCost) -> list[list]:
              round(record.floor_ms, 2)] for p in record.points]
 
 
+def curve_sentence(points: list[CostPoint]) -> str:
+    """What one curve of forward times measured, in words (lesson 3 and the Cost curve tab say the same): the
+    widest forward against the narrowest, and what that says; with the noise note where a wider forward measured
+    cheaper than a narrower (specviz.plausibility), in place of a story it cannot support."""
+    if len(points) < 2:
+        return ""
+    batch = points[0].axis == "batch"
+    one, widest = min(points, key=lambda p: p.x), max(points, key=lambda p: p.x)
+    k, ratio = widest.x, widest.ms / one.ms if one.ms > 0 else float("inf")
+    what = f"a batch of {k}" if batch else f"{k} positions"
+    single = f"one sequence's ({one.ms:.1f} ms)" if batch else f"one ({one.ms:.1f} ms)"
+    text = (f"One forward of {what} took {widest.ms:.1f} ms, **{ratio:.2f}× the time of {single}**, where {k} "
+            f"forwards of one {'sequence' if batch else 'position'} take {k * one.ms:.0f} ms. ")
+    doubt = cost_doubt([(p.x, p.ms) for p in points], "sequences" if batch else "positions")
+    if doubt:
+        return text + noise_note(doubt)
+    if ratio < 2:
+        return text + ("The time barely grows with the batch: one read of the weights serves every sequence. "
+                       if batch else "The time barely grows with K: reading the weights, not the arithmetic, "
+                       "dominates a forward. ")
+    return text + ("The time grows with the batch: the arithmetic fills the device, and extra positions cost. "
+                   if batch else "The time grows with K: here the arithmetic, not the weight reads, dominates a "
+                   "forward, so each checked draft costs. ")
+
+
 def verify_cost_sentence(record: VerifyCost | None) -> str:
     if record is None or len(record.points) < 2:
         return ""
-    k = max(p.x for p in record.points)
-    ratio = record.ratio(k)
-    one, many = record.points[0].ms, record.points[0].ms * ratio
-    text = (f"One forward of {k} positions took {many:.1f} ms, **{ratio:.2f}× the time of one** ({one:.1f} ms), "
-            f"where {k} forwards of one position take {k * one:.0f} ms. ")
-    if ratio < 2:
-        text += "The time barely grows with K: reading the weights, not the arithmetic, dominates a forward. "
-    else:
-        text += "The time grows with K: here the arithmetic, not the weight reads, dominates a forward, so each checked draft costs. "
-    text += (f"The weights are {megabytes(record.weight_bytes)}: at {record.bandwidth_gbs:g} GB/s "
+    text = curve_sentence(record.points).rstrip()
+    text += (f" The weights are {megabytes(record.weight_bytes)}: at {record.bandwidth_gbs:g} GB/s "
              f"({record.bandwidth_source}) no forward can beat {record.floor_ms:.1f} ms")
     implied = record.implied_bandwidth_gbs
     if implied and implied > record.bandwidth_gbs:

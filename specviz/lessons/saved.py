@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import enum
 import json
+import math
 import os
 import platform
 import subprocess
@@ -35,6 +36,7 @@ from .speedup import AcceptanceRow
 from .steps import Mechanic
 
 FORMAT = "specviz-lesson"
+MANY = "specviz-lessons"  # every lesson of one `learn --json` run in one file
 VERSION = 1
 RECORD_TYPES = {"mechanic": Mechanic, "exact": Unchanged, "cost": VerifyCost, "acceptance": list[AcceptanceRow],
                 "batch": BatchSizes, "drafters": list[DrafterCost]}  # what each lesson's generator yields
@@ -178,20 +180,82 @@ def save_lesson(folder: str | Path, lesson: Lesson, record, measured: dict, seco
     return path
 
 
+def lessons_json(entries: list[dict], target: str, device: str) -> dict:
+    """Every lesson of one `learn --json FILE` run in one file (each entry a lesson_json): the Learn tab opens it
+    as it opens the files of --out."""
+    return {"format": MANY, "version": VERSION, "target": target, "device": device, "lessons": entries}
+
+
+MEASURED_POSITIVE = {"wall_seconds", "ms", "ms_per_token", "ratio", "measured_speedup"}  # times and ratios a
+# measurement gives: 0, a negative number or text there says the file was damaged (and would divide by zero)
+
+
+def damage(value, where: str = "record") -> str | None:
+    """Where a record (as saved) holds a measured time or ratio that is not a number above 0, and what it holds."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in MEASURED_POSITIVE and not (isinstance(item, (int, float)) and not isinstance(item, bool)
+                                                 and math.isfinite(item) and item > 0):
+                return f"{where}.{key} is {item!r}, where a measured time or ratio is a number above 0"
+            found = damage(item, f"{where}.{key}")
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = damage(item, f"{where}[{i}]")
+            if found:
+                return found
+    return None
+
+
 def load_lesson(text: str | bytes, name: str = "the file") -> SavedLesson:
     """A saved lesson from its file's text; SavedLessonError, saying what is wrong, for anything else."""
-    try:
-        data = json.loads(text)
-    except (UnicodeDecodeError, ValueError) as error:
-        raise SavedLessonError(f"{name} is not JSON ({error}): open a file that `specviz learn --out` wrote") from None
+    data = _json(text, name)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise SavedLessonError(f"{name} is not a saved lesson: open a lesson-N-KEY.json that `specviz learn --out` wrote")
+        raise SavedLessonError(f"{name} is not a saved lesson: open a lesson-N-KEY.json that `specviz learn --out` "
+                               "wrote, or the FILE of `specviz learn --json FILE`")
+    return _lesson(data, name)
+
+
+def load_lessons(text: str | bytes, name: str = "the file") -> list[SavedLesson]:
+    """The lessons of a file: one (`learn --out`) or every lesson of a run (`learn --json`)."""
+    data = _json(text, name)
+    if isinstance(data, dict) and data.get("format") == MANY:
+        _version(data, name)
+        entries = data.get("lessons")
+        if not isinstance(entries, list) or not entries:
+            raise SavedLessonError(f"{name} holds no lessons: its \"lessons\" list is missing or empty")
+        return [_lesson(entry, f"{name} (lesson {i + 1} in it)") if isinstance(entry, dict) and entry.get("format") == FORMAT
+                else _not_a_lesson(f"{name} (entry {i + 1} in it)") for i, entry in enumerate(entries)]
+    return [load_lesson(text, name)]
+
+
+def _json(text: str | bytes, name: str):
+    try:
+        return json.loads(text)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise SavedLessonError(f"{name} is not JSON ({error}): open a file that `specviz learn --out` or --json "
+                               "wrote") from None
+
+
+def _not_a_lesson(name: str):
+    raise SavedLessonError(f"{name} is not a saved lesson")
+
+
+def _version(data: dict, name: str) -> None:
     if data.get("version") != VERSION:
         raise SavedLessonError(f"{name} is a saved lesson of version {data.get('version')!r}; this specviz reads "
                                f"version {VERSION}")
+
+
+def _lesson(data: dict, name: str) -> SavedLesson:
+    _version(data, name)
     lesson = next((item for item in LESSONS if item.key == data.get("key")), None)
     if lesson is None:
         raise SavedLessonError(f"{name}: no lesson {data.get('key')!r}")
+    problem = damage(data.get("record"))
+    if problem:
+        raise SavedLessonError(f"{name}: lesson {lesson.number}'s record is damaged: {problem}")
     try:
         record = decode(RECORD_TYPES[lesson.key], data["record"])
         lesson.sentence(record)  # a record that decodes but cannot be drawn fails here, not in the tab

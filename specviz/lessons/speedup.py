@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from ..api import make_proposer, warm_up
 from ..models import LoadedModel
+from ..plausibility import noise_note, speedup_doubt, step_durations
 from ..proposers import PlainProposer, Proposer
+from ..records import RunResult
 from ..settings import DecodeSettings
 from ..theory import expected_speedup
 from .common import PROMPTS, prompt_ids, run_once
@@ -29,6 +31,15 @@ class AcceptanceRow:
     measured_speedup: float  # plain wall time / the method's, same prompt and settings
     expected_speedup: float | None  # (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1))
     new_tokens: int
+    doubt: str | None = None  # why the measured speedup is not to be trusted (specviz.plausibility), or None
+
+
+def pair_doubt(plain: RunResult, result: RunResult) -> str | None:
+    """The plausibility check of one method's speedup over plain decoding, from the two runs' own steps."""
+    speedup = plain.metrics.wall_seconds / result.metrics.wall_seconds
+    return speedup_doubt(speedup, result.metrics.mean_accepted_length,
+                         step_durations([s.elapsed_s for s in plain.steps]),
+                         step_durations([s.elapsed_s for s in result.steps]), [s.gamma for s in result.steps])
 
 
 def expected_curve(alpha: float, c: float, gammas: Sequence[int] = tuple(range(0, 13))) -> list[tuple[int, float]]:
@@ -39,7 +50,9 @@ def expected_curve(alpha: float, c: float, gammas: Sequence[int] = tuple(range(0
 def acceptance(target: LoadedModel, methods: Sequence[str] = ("ngram", "retrieval", "early-exit", "medusa", "eagle"),
                prompts: dict[str, str] | None = None, gamma: int = 4, max_new_tokens: int = 32,
                make: Callable[[str], Proposer] | None = None) -> Iterator[list[AcceptanceRow]]:
-    """Each method on each prompt, greedy, beside plain decoding of the same prompt; yields the table so far."""
+    """Each method on each prompt, greedy, beside plain decoding of the same prompt; yields the table so far. A
+    speedup that fails its plausibility check is measured once more, plain decoding again right before the
+    method, and the row keeps the second pair (with its doubt, if that one fails too)."""
     make = make or (lambda method: make_proposer(method, target))
     settings = DecodeSettings(max_new_tokens=max_new_tokens, gamma=gamma, temperature=0.0, stop_at_eos=False).validate()
     warm_up(target)
@@ -49,10 +62,15 @@ def acceptance(target: LoadedModel, methods: Sequence[str] = ("ngram", "retrieva
         plain = run_once(target, PlainProposer(), ids, settings, prompt, detail=False)
         for method in methods:
             result = run_once(target, make(method), ids, settings, prompt, detail=False)
+            baseline, doubt = plain, pair_doubt(plain, result)
+            if doubt:  # measured again under the same conditions, the pair back to back
+                baseline = run_once(target, PlainProposer(), ids, settings, prompt, detail=False)
+                result = run_once(target, make(method), ids, settings, prompt, detail=False)
+                doubt = pair_doubt(baseline, result)
             m = result.metrics
             expected = None if m.acceptance_rate is None else expected_speedup(m.acceptance_rate, gamma, m.cost_ratio or 0.0)
             rows.append(AcceptanceRow(kind, result.method, gamma, m.acceptance_rate, m.mean_accepted_length, m.cost_ratio,
-                                      plain.metrics.wall_seconds / m.wall_seconds, expected, m.new_tokens))
+                                      baseline.metrics.wall_seconds / m.wall_seconds, expected, m.new_tokens, doubt))
             yield list(rows)
 
 
@@ -62,16 +80,22 @@ def acceptance_rows(rows: list[AcceptanceRow]) -> list[list]:
         return "–" if ref is None else f"{ref.speedup}; {ref.targets} ({ref.source})"
 
     return [[r.kind, r.method, "–" if r.alpha is None else round(r.alpha, 2), round(r.tau, 2),
-             "–" if r.c is None else round(r.c, 3), f"{r.measured_speedup:.2f}×",
+             "–" if r.c is None else round(r.c, 3), f"{r.measured_speedup:.2f}×" + (" (noisy)" if r.doubt else ""),
              "–" if r.expected_speedup is None else f"{r.expected_speedup:.2f}×", lit(r.method)] for r in rows]
 
 
 def acceptance_sentence(rows: list[AcceptanceRow]) -> str:
     if not rows:
         return ""
-    best = max(rows, key=lambda r: r.measured_speedup)
-    worst = min(rows, key=lambda r: r.measured_speedup)
+    trusted = [r for r in rows if not r.doubt]
+    noisy = [r for r in rows if r.doubt]
+    note = (" " + noise_note(f"{len(noisy)} of {len(rows)} speedups failed their check, marked (noisy); for "
+                             f"instance {noisy[0].method} on {noisy[0].kind}: {noisy[0].doubt}") if noisy else "")
+    if not trusted:
+        return note.strip()
+    best = max(trusted, key=lambda r: r.measured_speedup)
+    worst = min(trusted, key=lambda r: r.measured_speedup)
     return (f"The same machine and model gave **{best.measured_speedup:.2f}×** ({best.method} on {best.kind}, "
             f"α {best.alpha if best.alpha is None else round(best.alpha, 2)}) and **{worst.measured_speedup:.2f}×** "
             f"({worst.method} on {worst.kind}, α {worst.alpha if worst.alpha is None else round(worst.alpha, 2)}): "
-            f"acceptance, which depends on the prompt and the drafter, decides the win.")
+            f"acceptance, which depends on the prompt and the drafter, decides the win." + note)

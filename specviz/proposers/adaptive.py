@@ -6,12 +6,12 @@ to verify K positions. Both are measured as the run goes; each step takes the g 
 tokens per second, where g = 0 is a plain decoding step. So speculation is used only where it pays, and a
 few cheap probes keep the estimates fresh when it does not.
 
-Two refinements that matter in practice:
+Three refinements that matter in practice:
 - t(K) is kept per K (a GPU's cost is a step: K = 1 runs other kernels than K > 1), with a line fitted
   over all K for the sizes not seen yet;
 - a drafter that costs nothing (n-gram lookup, `free_drafts = True`) is asked for its whole draft first,
-  and alpha is kept per kind of draft the drafter reports (`draft_key`: for n-gram lookup, the size of the matched n-gram), so a
-  confident 3-gram match and a weak 1-gram match are judged apart;
+  and alpha is kept per kind of draft the drafter reports (`Draft.key`: for n-gram lookup, the size of the
+  matched n-gram), so a confident 3-gram match and a weak 1-gram match are judged apart;
 - with a `lookup` drafter beside a model drafter (n-gram lookup beside EAGLE), the free lookup goes first and
   the model drafts only where the lookup has nothing worth verifying: text copied from the prompt (extraction,
   summaries, RAG) is looked up, new text is drafted; each keeps its own alpha.
@@ -142,7 +142,7 @@ class AdaptiveProposer(Proposer):
         self.needs_target_hidden = base.needs_target_hidden
         # a base that costs something and drafts trees (EAGLE, Medusa): each step weighs its tree against the
         # lookup's chain and a plain step; a free base (n-gram lookup) drafts chains: on a GPU trees did not pay
-        self.drafts_trees = base.drafts_trees and not getattr(base, "free_drafts", False)
+        self.drafts_trees = base.drafts_trees and not base.free_drafts
         self.drafts_on_host = base.drafts_on_host and (lookup is None or lookup.drafts_on_host)
         self.warmup_steps = warmup_steps
 
@@ -169,6 +169,9 @@ class AdaptiveProposer(Proposer):
     def release(self) -> None:
         self.base.release()
 
+    def runners(self) -> list:
+        return self.base.runners() + (self.lookup.runners() if self.lookup is not None else [])
+
     def warm_up(self, max_length: int, gamma: int, tree: int) -> None:
         self.base.warm_up(max_length, gamma, tree)
 
@@ -183,7 +186,7 @@ class AdaptiveProposer(Proposer):
     @property
     def drafter_is_free(self) -> bool:
         """A drafter that says its drafts cost next to nothing, whatever their length (n-gram lookup)."""
-        return getattr(self.base, "free_drafts", False)
+        return self.base.free_drafts
 
     def choose_length(self, gamma_max: int, key=None, free: bool | None = None) -> int:
         """free: whether this draft costs nothing (default: whether the base drafter says so)."""
@@ -213,7 +216,7 @@ class AdaptiveProposer(Proposer):
             return self._propose_in_tree_mode(tokens, gamma)
         if self.lookup is not None:
             draft = self.lookup.propose(tokens, gamma)
-            key = ("lookup", getattr(self.lookup, "draft_key", None))
+            key = ("lookup", draft.key)
             choice = self.choose_length(draft.size, key, free=True) if draft.size else 0
             if choice:
                 self.last_key, self.last_choice, self.last_from_lookup = key, choice, True
@@ -221,7 +224,7 @@ class AdaptiveProposer(Proposer):
         self.last_from_lookup = False
         if self.drafter_is_free:  # see the draft first: its length and kind are free information
             draft = self.base.propose(tokens, gamma)
-            self.last_key = getattr(self.base, "draft_key", None)
+            self.last_key = draft.key
             self.last_choice = self.choose_length(draft.size, self.last_key)
             return truncate(draft, self.last_choice)
         self.last_key = None  # the length is chosen before the draft exists: one alpha for all drafts
@@ -237,7 +240,7 @@ class AdaptiveProposer(Proposer):
         if self.lookup is not None:
             draft = self.lookup.propose(tokens, gamma)
             self.lookup_draft = draft.token_ids.tolist()
-            self.lookup_key = ("lookup", getattr(self.lookup, "draft_key", None))
+            self.lookup_key = ("lookup", draft.key)
             if draft.size and tree_rate is not None:  # the tree is measured first: then the lookup must beat it
                 alpha = min(self.alpha(self.lookup_key), 0.999)
                 length = best_draft_length(alpha, 0.0, self.verify_costs.predict, draft.size)

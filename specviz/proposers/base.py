@@ -17,6 +17,8 @@ class Draft:
     parents: list[int] | None = None  # a draft tree (tree.py): each token's parent, -1 = the last accepted
     # token; None = a chain. Tree drafts are verified as one-hot candidates: probs and logits are None.
     doubted: bool = False  # the drafter ended the chain after its last token, which it doubted (draft_stop)
+    key: object = None  # what kind of draft it is, where the drafter can say (n-gram lookup: the matched n-gram's
+    # size): `adaptive` keeps an acceptance rate per key
 
     @property
     def size(self) -> int:
@@ -41,28 +43,79 @@ class Feedback:
 class DeviceLookup:
     """A proposer's drafting as tensor functions that a CUDA graph can hold, for the device loop
     (device_loop.py): they read the sequence on the device (its first `length` [1] entries) and never read a
-    value back to the host. This base drafts nothing: plain decoding."""
+    value back to the host. This base drafts nothing: plain decoding.
+
+    A drafter that is a model keeps tensors of its own on the device (its cache): workspace() makes them once
+    per loop state, and use() hands them to each run's lookup, so that the graphs captured over them serve
+    every run. It reads the prompt before the first step (start()) and, in the verify pass's graph, what the
+    target computed for the tokens it kept (observe())."""
 
     gamma = 0  # draft tokens a step (a chain's length, a tree's depth)
     tree = 0  # a draft tree's nodes; 0: chains
+    has_q = False  # sampled chains come with q, the distributions they were drawn from (a model's); else one-hot
+    stops = False  # a chain may end early where the drafter doubts its token (settings.draft_stop)
+    min_prompt = 1  # prompt tokens a run needs (a model drafter reads the prompt but its last token first)
+    scratch = 0  # cache slots past the sequence that drafting writes in its own cache (a model's)
 
     def key(self) -> tuple:
         """What the loop's captured graphs depend on besides the runner."""
         return ("plain",)
 
-    def draft(self, sequence: torch.Tensor, length: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A chain: (its tokens [gamma], zeros past its end; its length [])."""
+    def workspace(self, device: torch.device, capacity: int):
+        """The drafter's own device tensors for sequences of up to `capacity` tokens (None: it needs none)."""
+        return None
+
+    def use(self, space) -> None:
+        """This run drafts over `space` (what workspace() made, kept with the loop's graphs)."""
+        self.space = space
+
+    def start(self, sequence: torch.Tensor, hidden: torch.Tensor | None) -> None:
+        """Before the first step, outside any graph: sequence [T], the prompt; hidden [T - 1, H], the target's
+        hidden states over all of it but its last token (the prefill's)."""
+
+    def draft(self, sequence: torch.Tensor, length: torch.Tensor, span: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A greedy chain: (its tokens [gamma], zeros past its end; its length []). span: the attention span of
+        this step's graph (a model drafter attends over its cache up to it)."""
         raise NotImplementedError
+
+    def draft_shown(self, sequence, length, span: int):
+        """draft() with what the app shows of the drafter: (tokens, length, its distribution at each position [gamma,
+        V], the softmax of its logits, or None: a lookup has none)."""
+        return (*self.draft(sequence, length, span), None)
+
+    def sample(self, sequence, length, span: int, warp, generator: torch.Generator):
+        """A sampled chain (warp: sampling.DeviceWarp, the run's): (tokens [gamma], length [], q [gamma, V] or
+        None where the draft is deterministic, a one-hot q). A lookup drafts as when greedy."""
+        return (*self.draft(sequence, length, span), None)
 
     def candidates(self, sequence: torch.Tensor, length: torch.Tensor) -> tuple:
         """A tree's candidates: sets of (tokens [M, gamma], valid [M, gamma], weights [M]), merged into a
-        weighted trie by the loop."""
+        weighted trie by draft_tree()."""
         raise NotImplementedError
+
+    def draft_tree(self, sequence: torch.Tensor, length: torch.Tensor, span: int) -> tuple:
+        """A draft tree of `tree` nodes (greedy and sampled alike: trees are verified as one-hot candidates):
+        (tokens, parents, depths, real [B], ancestors [B, B]) as tree_device.weighted_tree gives them."""
+        from ..tree_device import candidates_tree
+
+        return candidates_tree(self.candidates(sequence, length), self.tree)
+
+    def observe(self, hidden: torch.Tensor, rows: torch.Tensor, accepted: torch.Tensor) -> None:
+        """After a verify pass, inside its graph: hidden [W, H], the pass's hidden states; rows [gamma + 1], the
+        rows of the positions kept (the last token before the step, then the accepted drafts: the first
+        accepted + 1 are real); accepted []. Lookups read nothing."""
 
 
 class Proposer:
-    """Base class. Subclasses set `name` and implement propose(); they keep their own state (caches)
-    in step with the accepted sequence, which reset() and observe() give them."""
+    """Base class of every drafting method. The engine calls, of each proposer:
+
+    - reset() once a run, propose() and observe() once a step, release() when the run ends (subclasses
+      implement propose(); they keep their own state, such as caches, in step with the accepted sequence);
+    - runners(): the runners it drafts with, and warm_up(): graphs of its own, both for api.warm_up to prepare
+      before anything is timed;
+    - device_lookup(): its drafting as tensor functions for the device loop, where it has that.
+
+    The flags below say what the engine and `adaptive` may count on; nothing else is read from a proposer."""
 
     name = "proposer"
     drafts = True  # False for plain decoding, which never proposes anything
@@ -72,6 +125,8 @@ class Proposer:
     # adaptive method then looks at the whole draft before choosing how much of it to verify
     drafts_on_host = False  # True when propose() and observe() launch no work on the device (lookups, plain):
     # the engine then times a step without waiting for the device in between
+    settings: DecodeSettings | None = None  # the run's, from reset()
+    generator: torch.Generator | None = None
 
     def reset(self, prompt_ids: torch.Tensor, settings: DecodeSettings, generator: torch.Generator,
               target_hidden: torch.Tensor | None = None) -> None:
@@ -87,9 +142,13 @@ class Proposer:
     def observe(self, feedback: Feedback) -> None:
         """Called after every verification."""
 
+    def runners(self) -> list:
+        """The runners it drafts with (a draft model's), whose graphs api.warm_up captures before timing."""
+        return []
+
     def warm_up(self, max_length: int, gamma: int, tree: int) -> None:
         """Untimed preparation for runs of up to max_length tokens with these settings (api.warm_up calls it):
-        graphs to capture, code to compile. Most proposers have none."""
+        graphs to capture, code to compile, other than its runners'. Most proposers have none."""
 
     def device_lookup(self, settings: DecodeSettings, runner) -> DeviceLookup | None:
         """This proposer's drafting on the device, for the device loop, or None where it has none (then the
@@ -110,7 +169,7 @@ class Proposer:
     def tree_budget(self) -> int:
         """Draft tokens a tree may hold this run (settings.tree; the engine sets it to 0 where the runner
         cannot verify trees); 0 means draft a chain."""
-        return getattr(getattr(self, "settings", None), "tree", 0)
+        return self.settings.tree if self.settings is not None else 0
 
     def empty_draft(self, device) -> Draft:
         return Draft(torch.empty(0, dtype=torch.long, device=device), None)

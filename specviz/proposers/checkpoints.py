@@ -25,11 +25,12 @@ import torch
 
 from ..datastore import Datastore
 from ..errors import DrafterMismatchError, ModelLoadError, OfflineError
+from ..options import EngineOptions
 from ..runners.onednn import pack_linears
 from ..models import DEFAULT_MODEL, LoadedModel, load_model
 from .distilled import DISTILLED, is_distilled_folder, load_distilled
 from .draft_head import DraftHead, TargetParts
-from .eagle import EagleConfig, EagleDrafter, EagleNet
+from .eagle_net import EagleConfig, EagleDrafter, EagleNet
 from .medusa import MedusaDrafter, MedusaHeads
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "drafters"
@@ -140,7 +141,7 @@ def _draft_vocab(state: dict, target: LoadedModel, what: str) -> torch.Tensor | 
     return ids
 
 
-def load_eagle(folder: Path, target: LoadedModel) -> EagleDrafter:
+def load_eagle(folder: Path, target: LoadedModel, options: EngineOptions) -> EagleDrafter:
     what = f"the EAGLE drafter in {folder}"
     data = read_config(folder)
     state, file = read_state(folder, EAGLE_WEIGHTS)
@@ -163,16 +164,16 @@ def load_eagle(folder: Path, target: LoadedModel) -> EagleDrafter:
     if missing or unexpected:
         raise ModelLoadError(f"{file} does not match the EAGLE-1 layout: missing {missing[:4]}, unexpected {unexpected[:4]}")
     net.to(target.device, target.dtype).eval().requires_grad_(False)
-    pack_linears(net)  # on a CPU in float32: prepacked for oneDNN (specviz.runners.onednn)
+    pack_linears(net, options)  # on a CPU in float32: prepacked for oneDNN (specviz.runners.onednn)
     parts = TargetParts(target.model, config.head_dim)
-    return EagleDrafter(net, parts, DraftHead.from_target(parts, token_ids), str(folder))
+    return EagleDrafter(net, parts, DraftHead.from_target(parts, token_ids, options.onednn), str(folder))
 
 
 _BLOCK_KEY = re.compile(r"^(\d+)\.(\d+)\.linear\.(weight|bias)$")
 _OUTPUT_KEY = re.compile(r"^(\d+)\.(\d+)\.weight$")
 
 
-def load_medusa(folder: Path, target: LoadedModel) -> MedusaDrafter:
+def load_medusa(folder: Path, target: LoadedModel, options: EngineOptions) -> MedusaDrafter:
     what = f"the Medusa heads in {folder}"
     data = read_config(folder)
     state, file = read_state(folder, MEDUSA_WEIGHTS)
@@ -203,15 +204,15 @@ def load_medusa(folder: Path, target: LoadedModel) -> MedusaDrafter:
     except RuntimeError as error:
         raise ModelLoadError(f"{file} does not match config.json's heads and layers: {str(error).splitlines()[0]}") from None
     heads.to(target.device, target.dtype).eval().requires_grad_(False)
-    pack_linears(heads)  # on a CPU in float32: prepacked for oneDNN (specviz.runners.onednn)
+    pack_linears(heads, options)  # on a CPU in float32: prepacked for oneDNN (specviz.runners.onednn)
     if outputs:  # published Medusa-1: every head has its own output layer
         if sorted(outputs) != list(range(num_heads)):
             raise ModelLoadError(f"{file} has output layers for heads {sorted(outputs)}, expected 0..{num_heads - 1}")
-        heads_out = [DraftHead(outputs[k].to(target.device, target.dtype), target.vocab_size, token_ids)
-                     for k in range(num_heads)]
+        heads_out = [DraftHead(outputs[k].to(target.device, target.dtype), target.vocab_size, token_ids,
+                               onednn=options.onednn) for k in range(num_heads)]
     else:  # the target's output layer, shared
         parts = TargetParts(target.model, first.shape[0])
-        heads_out = [DraftHead.from_target(parts, token_ids)]
+        heads_out = [DraftHead.from_target(parts, token_ids, options.onednn)]
     return MedusaDrafter(heads, heads_out, str(folder))
 
 
@@ -233,15 +234,18 @@ _loaded: dict[tuple, object] = {}
 _lock = threading.Lock()
 
 
-def load_drafter(method: str, target: LoadedModel, heads: str | None = None):
+def load_drafter(method: str, target: LoadedModel, heads: str | None = None, options: EngineOptions | None = None):
     """The EagleDrafter, MedusaDrafter or Datastore (retrieval) for `method` on `target`, loaded once per
-    process."""
+    process (and per oneDNN switch: a drafter's matrices are prepacked as it loads)."""
+    options = options or EngineOptions.from_environment()
     folder = resolve_folder(method, target, heads)
-    key = (method, str(folder.resolve()), id(target.model), str(target.device), str(target.dtype))
+    key = (method, str(folder.resolve()), id(target.model), str(target.device), str(target.dtype), options.onednn)
     with _lock:
         if key not in _loaded:
-            load = {"eagle": load_eagle, "medusa": load_medusa, "retrieval": load_datastore}[method]
-            _loaded[key] = load(folder, target)
+            if method == "retrieval":
+                _loaded[key] = load_datastore(folder, target)
+            else:
+                _loaded[key] = {"eagle": load_eagle, "medusa": load_medusa}[method](folder, target, options)
         return _loaded[key]
 
 

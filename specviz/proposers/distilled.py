@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..configs import text_config
 from ..errors import DrafterMismatchError, ModelLoadError
 
 DISTILLED = "distilled"  # the drafter name that means "the distilled draft model shipped for this target"
@@ -43,8 +44,7 @@ def spread_layers(target_layers: int, layers: int) -> list[int]:
 
 def draft_config(target_config, layers: int):
     """The target's config with `layers` decoder layers and an untied output layer."""
-    config = copy.deepcopy(target_config.get_text_config() if hasattr(target_config, "get_text_config")
-                           else target_config)
+    config = copy.deepcopy(text_config(target_config))
     config.num_hidden_layers = layers
     config.tie_word_embeddings = False
     for key in ("layer_types", "max_window_layers"):  # per-layer lists and counts sized for the target's depth

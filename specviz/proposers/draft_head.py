@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import configs
 from ..runners.onednn import onednn_allowed, onednn_linear, pack_matrix
 
 
@@ -42,8 +43,8 @@ class TargetParts:
         self.device, self.dtype = weight.device, weight.dtype
         self.vocab_size, self.hidden_size = weight.shape
         rotary = getattr(model.get_decoder(), "rotary_emb", None)
-        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        target_head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        config = configs.text_config(model.config)
+        target_head_dim = configs.head_dim(config)
         if rotary is not None and target_head_dim == head_dim:
             self._rotary = rotary  # the target's own (keeps its rope scaling, if any)
         else:
@@ -63,7 +64,7 @@ TOP_K_CHUNK = 1024  # on a GPU, a long row's top k is taken in chunks of this ma
 def top_k(x: torch.Tensor, k: int, two_stage: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x.topk(k, dim=-1) (values, indices), best first. On a GPU (two_stage=None), rows longer than a chunk go in
     two stages: the k best of each TOP_K_CHUNK-long chunk, then the k best of those. Why: torch.topk gives
-    each row one block, which took ~90 us for 8 rows of 16,384 on an H100 (a draft tree takes one a depth)."""
+    each row one block, slow over a long row (a draft tree takes one a depth; docs/fast-path.md)."""
     length = x.shape[-1]
     two_stage = x.is_cuda if two_stage is None else two_stage
     if not two_stage or length <= TOP_K_CHUNK or length % TOP_K_CHUNK or k > TOP_K_CHUNK:
@@ -81,7 +82,7 @@ class DraftHead:
     weight [K, H] (the target's output rows for those tokens, or a head's own output layer)."""
 
     def __init__(self, weight: torch.Tensor, vocab_size: int, token_ids: torch.Tensor | None = None,
-                 bias: torch.Tensor | None = None):
+                 bias: torch.Tensor | None = None, onednn: bool = True):
         self.token_ids = token_ids
         self.vocab_size = vocab_size
         if token_ids is not None:
@@ -91,7 +92,8 @@ class DraftHead:
         self.bias = bias.detach() if bias is not None else None
         # on a CPU in float32, prepacked for oneDNN like the target's matrices (specviz.runners.onednn): a draft head
         # is most of a small drafter's cost there
-        packable = onednn_allowed(self.weight.device, self.weight.dtype, self.weight.numel() * self.weight.element_size())
+        packable = onednn and onednn_allowed(self.weight.device, self.weight.dtype,
+                                             self.weight.numel() * self.weight.element_size())
         self.packed = pack_matrix(self.weight) if packable else None
 
     @property
@@ -100,9 +102,9 @@ class DraftHead:
         return int(self.weight.shape[0])
 
     @classmethod
-    def from_target(cls, parts: TargetParts, token_ids: torch.Tensor | None) -> "DraftHead":
+    def from_target(cls, parts: TargetParts, token_ids: torch.Tensor | None, onednn: bool = True) -> "DraftHead":
         ids = token_ids.to(parts.device) if token_ids is not None else None
-        return cls(parts.output.weight, parts.vocab_size, ids, getattr(parts.output, "bias", None))
+        return cls(parts.output.weight, parts.vocab_size, ids, getattr(parts.output, "bias", None), onednn)
 
     def sub_logits(self, features: torch.Tensor) -> torch.Tensor:
         """features [..., H] -> [..., K] float32."""

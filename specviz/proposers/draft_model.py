@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ..runners.static import make_runner
+from ..options import EngineOptions
+from ..runners.static import StaticRunner, make_runner
 from .base import Draft, Feedback, Proposer
 
 
@@ -58,13 +59,16 @@ class ModelDrafter(Proposer):
 
     name = "draft"
 
-    def __init__(self, model: torch.nn.Module, vocab_size: int):
-        self.runner = make_runner(model)  # the fast path (static cache, CUDA graphs) where supported
+    def __init__(self, model: torch.nn.Module, vocab_size: int, options: EngineOptions | None = None):
+        self.runner = make_runner(model, options=options)  # the fast path (static cache, CUDA graphs) where supported
         self.vocab_size = vocab_size  # the target's: q must cover the same ids as p
         # a distilled draft model scores only some token ids (distilled.py); others score the whole vocabulary
         self.token_ids = getattr(model, "draft_vocab", None)
         self.cached_ids: list[int] = []  # the tokens whose keys and values are in the runner's cache
         self.sequence: list[int] = []  # host mirror of the accepted sequence
+
+    def runners(self) -> list:
+        return [self.runner]
 
     def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:
         super().reset(prompt_ids, settings, generator)
@@ -112,6 +116,14 @@ class ModelDrafter(Proposer):
             logits=torch.stack(all_logits).to(device),
             doubted=doubted and len(drafted) < gamma,  # the last of a full chain ends it anyway
         )
+
+    def device_lookup(self, settings, runner):
+        """Its chains on the device (draft_model_device.py) where it drafts on the fast path beside the target."""
+        if not isinstance(self.runner, StaticRunner) or self.runner.device != runner.device:
+            return None
+        from .draft_model_device import DraftModelLookup
+
+        return DraftModelLookup(self.runner, self.vocab_size, self.token_ids, settings.gamma, settings.draft_stop)
 
     def observe(self, feedback: Feedback) -> None:
         # Drop the rejected drafts now, so that the cache always holds a prefix of the accepted sequence.

@@ -1,8 +1,8 @@
 """EAGLE-2's dynamic draft tree as fixed-shape tensor work, so that a whole tree step runs on the device
 without a host round trip, and on a CUDA GPU as one captured graph.
 
-Why: drafting a tree node by node on the host cost ~12 ms a step on an H200 (seven eager drafter passes, each
-followed by a host sync to choose the next nodes) against ~2-4 ms for the target's verify pass. Here every
+Why: drafting a tree node by node on the host cost several verify passes' time a step (seven eager drafter
+passes, each followed by a host sync to choose the next nodes; docs/benchmarks has the runs). Here every
 choice is a top-k on the device, and the drafter's keys and values live in a static cache written by slot:
 
 - slots 0 .. prefix - 1 hold the positions computed from the target's own features (position i at slot i);
@@ -25,17 +25,19 @@ import warnings
 import torch
 
 from .. import gpu_attention
-from ..runners.graphs import capture_graph, compile_allowed, graphs_allowed, no_cudnn_attention
-from .eagle import attend
+from ..options import EngineOptions
+from ..runners.graphs import capture_graph, no_cudnn_attention
+from .eagle_net import attend
 
 MIN_CAPACITY = 512  # smallest drafter cache on a GPU (a power of two: few graphs serve every length)
 CATCH_UP_ROWS = 64  # positions one replay of the catch-up graph feeds (a prompt, or steps drafted by others)
 KERNEL_MIN_CAPACITY = 4096  # the same where gpu_attention's kernel attends (it reads no slot past the last written)
 
 
-def attention_kernel_for(drafter) -> bool:
-    """Whether gpu_attention's kernel can serve this drafter (CUDA, Triton, its head size)."""
-    return gpu_attention.supported(drafter.parts.device, drafter.parts.dtype, drafter.net.config.head_dim)
+def attention_kernel_for(drafter, options: EngineOptions) -> bool:
+    """Whether gpu_attention's kernel serves this drafter (switched on; CUDA, Triton, its head size)."""
+    return options.triton_attention and gpu_attention.supported(drafter.parts.device, drafter.parts.dtype,
+                                                                drafter.net.config.head_dim)
 
 
 class CacheTensors(NamedTuple):
@@ -52,7 +54,7 @@ class TreeWorkspace:
     """A static drafter cache ([layers, kv heads, capacity, head dim]), its RoPE tables, the graphs that point
     at them and their static inputs. One run uses one at a time; they are pooled per drafter."""
 
-    def __init__(self, drafter, capacity: int):
+    def __init__(self, drafter, capacity: int, attention_kernel: bool):
         net, parts = drafter.net, drafter.parts
         config = net.config
         device, dtype = parts.device, parts.dtype
@@ -64,7 +66,7 @@ class TreeWorkspace:
         self.cos, self.sin = cos[0].to(dtype).contiguous(), sin[0].to(dtype).contiguous()
         self.capacity = capacity
         # in graphs on CUDA, gpu_attention's kernel: the span is the whole cache, which SDPA reads to the end
-        self.attention_kernel = attention_kernel_for(drafter)
+        self.attention_kernel = attention_kernel
         self.graphs: dict[tuple, "_TreeGraph"] = {}
         self.pool = None
 
@@ -169,15 +171,18 @@ class TreeDrafting:
     """A run's tree drafting for one EAGLE drafter: a static cache taken from the drafter's pool, what has
     been fed into it, and the step itself (a graph replay on CUDA where graphs are allowed, else eager)."""
 
-    def __init__(self, drafter, needed: int, max_rows: int):
+    def __init__(self, drafter, needed: int, max_rows: int, options: EngineOptions | None = None):
+        options = options or EngineOptions.from_environment()
         self.drafter = drafter
         self.device = drafter.parts.device
-        self.use_graphs = self.device.type == "cuda" and graphs_allowed()
+        self.use_graphs = self.device.type == "cuda" and options.graphs
+        self.use_compile = options.compile
+        kernel = attention_kernel_for(drafter, options)
         self.max_rows = max_rows  # pending positions a graph feeds (gamma + 1: a step's accepted ones)
         floor = 64
         if self.use_graphs:  # with the kernel, a slot past the last one written costs nothing: one size serves
-            floor = KERNEL_MIN_CAPACITY if attention_kernel_for(drafter) else MIN_CAPACITY  # nearly every run
-        self.space = take_workspace(drafter, max(floor, 1 << (needed - 1).bit_length()))
+            floor = KERNEL_MIN_CAPACITY if kernel else MIN_CAPACITY  # nearly every run
+        self.space = take_workspace(drafter, max(floor, 1 << (needed - 1).bit_length()), kernel)
         self.length = 0  # slots holding positions computed from the target's features
 
     def release(self) -> None:
@@ -193,8 +198,8 @@ class TreeDrafting:
     def catch_up(self, features: torch.Tensor, token_ids: torch.Tensor) -> None:
         """Feed positions length .. length + K - 1, no tree: a prompt's features, or those of steps that others
         drafted (adaptive's lookup and plain steps). With graphs, CATCH_UP_ROWS positions a replay of one
-        captured graph: fed eagerly, every new count was new work for the allocator and kernels, 2-11 ms a
-        call on an H100 against ~1 ms for a whole tree step."""
+        captured graph: fed eagerly, every new count was new work for the allocator and kernels, more than a
+        whole tree step."""
         if not self.use_graphs:
             return self.prefill(features, token_ids)
         for begin in range(0, features.shape[0], CATCH_UP_ROWS):
@@ -288,7 +293,7 @@ class TreeDrafting:
 
             graph.out = capture_graph(graph.graph, run, self.device, space)
 
-        if compile_allowed() and not _compile_failed:
+        if self.use_compile and not _compile_failed:
             try:
                 return capture(_compiled_draft_tree())
             except Exception as error:  # compile is an optimisation: never fail a run over it
@@ -305,7 +310,7 @@ _compile_failed = False
 
 def _compiled_draft_tree():
     """draft_tree through torch.compile (shapes static: a graph captures one (gamma, width, budget, capacity)):
-    uncompiled, a step of seven depths was ~2 ms of small kernels on an H100, as long as the verify pass."""
+    uncompiled, a step of seven depths was as long as the verify pass, in small kernels."""
     global _compiled
     if _compiled is None:
         _compiled = torch.compile(draft_tree, dynamic=False)
@@ -315,16 +320,16 @@ def _compiled_draft_tree():
 _pool_lock = threading.Lock()
 
 
-def take_workspace(drafter, capacity: int) -> TreeWorkspace:
-    """A free workspace of this capacity from the drafter's pool (graphs captured by earlier runs come with
-    it), or a new one."""
+def take_workspace(drafter, capacity: int, attention_kernel: bool) -> TreeWorkspace:
+    """A free workspace of this capacity and attention from the drafter's pool (graphs captured by earlier runs
+    come with it), or a new one."""
     with _pool_lock:
-        free = drafter.tree_workspaces.setdefault(capacity, [])
+        free = drafter.tree_workspaces.setdefault((capacity, attention_kernel), [])
         if free:
             return free.pop()
-    return TreeWorkspace(drafter, capacity)
+    return TreeWorkspace(drafter, capacity, attention_kernel)
 
 
 def give_back_workspace(drafter, space: TreeWorkspace) -> None:
     with _pool_lock:
-        drafter.tree_workspaces.setdefault(space.capacity, []).append(space)
+        drafter.tree_workspaces.setdefault((space.capacity, space.attention_kernel), []).append(space)

@@ -52,7 +52,8 @@ def truncated_view(model: torch.nn.Module, exit_layer: int) -> torch.nn.Module:
 class EarlyExitDrafter(ModelDrafter):
     name = "early-exit"
 
-    def __init__(self, target_model: torch.nn.Module, vocab_size: int, exit_layer: int | None = None):
+    def __init__(self, target_model: torch.nn.Module, vocab_size: int, exit_layer: int | None = None,
+                 options: EngineOptions | None = None):
         total = len(decoder_layers(target_model))
         self.exit_layer = default_exit_layer(total) if exit_layer is None else exit_layer
-        super().__init__(truncated_view(target_model, self.exit_layer), vocab_size)
+        super().__init__(truncated_view(target_model, self.exit_layer), vocab_size, options)

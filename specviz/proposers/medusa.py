@@ -121,6 +121,18 @@ class MedusaProposer(Proposer):
         device = tokens.device
         return Draft(token_ids.to(device), probs.to(device), logits.to(device))
 
+    def device_lookup(self, settings, runner):
+        """Its chains on the device (medusa_device.py), where the heads sit beside the target; its trees on the
+        host loop."""
+        weight = self.drafter.outputs[0].weight
+        if settings.tree or weight.device != runner.device or weight.dtype != runner.dtype:
+            return None
+        if len({out.scored for out in self.drafter.outputs}) > 1:
+            return None
+        from .medusa_device import MedusaLookup
+
+        return MedusaLookup(self.drafter, settings.gamma, compiled=runner.use_graphs and runner.use_compile)
+
     def observe(self, feedback: Feedback) -> None:
         new = feedback.tokens.shape[0] - 1 - self.known
         if new > 0 and feedback.target_hidden is not None:

@@ -6,6 +6,7 @@ import torch
 
 from ..tree import weighted_trie
 from .base import Draft, Feedback, Proposer
+from .ngram_device import NgramLookup
 
 
 def lookup_continuation(tokens: torch.Tensor, gamma: int, max_ngram: int, min_ngram: int) -> torch.Tensor:
@@ -75,6 +76,7 @@ class NgramProposer(Proposer):
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+        self.index: NgramIndex | None = None  # the sequence's host mirror, built by the first propose()
 
     def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:
         super().reset(prompt_ids, settings, generator)
@@ -82,7 +84,7 @@ class NgramProposer(Proposer):
 
     def _synced_index(self, tokens: torch.Tensor) -> NgramIndex:
         """The host mirror, brought up to `tokens` when a caller skipped reset() or observe()."""
-        index = getattr(self, "index", None)
+        index = self.index
         have = len(index.tokens) if index is not None else 0
         if index is None or have > tokens.shape[0] or (have and int(tokens[have - 1]) != index.tokens[-1]):
             index, have = NgramIndex(self.max_ngram, self.min_ngram), 0
@@ -93,7 +95,7 @@ class NgramProposer(Proposer):
 
     def _index_for(self, tokens: torch.Tensor) -> NgramIndex:
         """The host mirror of `tokens`: kept up to date by observe(), rebuilt only when a caller skipped it."""
-        index = getattr(self, "index", None)
+        index = self.index
         return index if index is not None and len(index.tokens) == tokens.shape[0] else self._synced_index(tokens)
 
     def propose(self, tokens: torch.Tensor, gamma: int) -> Draft:
@@ -102,12 +104,10 @@ class NgramProposer(Proposer):
         if budget:  # a tree of the continuations of several earlier matches
             node_ids, parents = weighted_trie(index.candidates(gamma), budget)
             return Draft(torch.tensor(node_ids, dtype=torch.long), probs=None, parents=parents)
-        continuation, self.draft_key = index.continuation(gamma)  # draft_key: what adaptive judges apart
-        return Draft(torch.tensor(continuation, dtype=torch.long), probs=None)
+        continuation, size = index.continuation(gamma)
+        return Draft(torch.tensor(continuation, dtype=torch.long), probs=None, key=size)
 
     def device_lookup(self, settings, runner):
-        from .ngram_device import NgramLookup
-
         return NgramLookup(settings.gamma, settings.tree, self.sizes(), runner.use_graphs and runner.use_compile)
 
     def sizes(self) -> tuple[int, ...]:
@@ -115,7 +115,7 @@ class NgramProposer(Proposer):
         return tuple(range(self.max_ngram, self.min_ngram - 1, -1))
 
     def observe(self, feedback: Feedback) -> None:
-        index = getattr(self, "index", None)
+        index = self.index
         if index is None:
             return  # propose() builds it
         if feedback.new_ids is not None and len(index.tokens) + len(feedback.new_ids) == feedback.tokens.shape[0]:

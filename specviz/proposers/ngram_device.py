@@ -7,10 +7,14 @@ from __future__ import annotations
 import torch
 
 from ..runners.graphs import compiled_static
+from ..tree_device import candidates_tree
 from .base import DeviceLookup
-from .retrieval import SEQUENCE_WEIGHT
 
 PER_SIZE = 8  # NgramIndex.candidates' per_size: latest occurrences of each suffix n-gram looked at
+# the sequence's own matches weigh this times 4^(n-1) on the device, and so in `retrieval` on the host, which weighs
+# the datastore's below them; whole-number weights add up exactly, in any order (this lookup adds them in
+# another order than tree.py and must break the same ties)
+SEQUENCE_WEIGHT = 100.0
 
 
 def latest_matches(sequence: torch.Tensor, length: torch.Tensor, sizes: tuple[int, ...], per_size: int) -> torch.Tensor:
@@ -29,7 +33,7 @@ def latest_matches(sequence: torch.Tensor, length: torch.Tensor, sizes: tuple[in
         by_size.append(match)  # [n - 1]: the last n tokens match
     chosen = torch.stack([by_size[n - 1] for n in sizes])  # [S, C]
     # each occurrence's rank from the latest (0 = the latest): the matches after it, from a running count; slot
-    # k takes the occurrence of rank k (topk took 60 us on an H100, a scatter into a sink slot 25 us)
+    # k takes the occurrence of rank k (cheaper than topk or a scatter into a sink slot: docs/fast-path.md)
     seen = chosen.int().cumsum(-1)
     later = seen[:, -1:] - seen
     rank = torch.arange(per_size, device=sequence.device)[None, :, None]
@@ -79,12 +83,16 @@ class NgramLookup(DeviceLookup):
         self.gamma, self.tree, self.sizes = gamma, tree, sizes
         self._chain = compiled_static(ngram_draft) if compiled else ngram_draft
         self._own = compiled_static(own_candidates) if compiled else own_candidates
+        self._tree = compiled_static(candidates_tree) if compiled else candidates_tree
 
     def key(self) -> tuple:
         return ("ngram", self.gamma, self.tree, self.sizes)
 
-    def draft(self, sequence, length):
+    def draft(self, sequence, length, span=None):
         return self._chain(sequence, length, self.gamma, self.sizes)
+
+    def draft_tree(self, sequence, length, span=None):
+        return self._tree(self.candidates(sequence, length), self.tree)
 
     def own(self, sequence, length):
         return self._own(sequence, length, self.gamma, self.sizes)

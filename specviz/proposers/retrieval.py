@@ -15,15 +15,16 @@ from ..datastore import Datastore
 from ..tree import heaviest_line, weighted_trie
 from .base import Draft
 from .ngram import NgramProposer
+from .ngram_device import SEQUENCE_WEIGHT
+from .retrieval_device import RetrievalLookup, device_datastore
 
 STORE_WEIGHT = 0.01  # a datastore continuation against one of the sequence's own (chosen on self-written data)
-SEQUENCE_WEIGHT = 100.0  # both scaled by this: whole-number weights add up exactly, in any order (the device
-# loop's lookup adds them in another order than tree.py and must break the same ties)
 STORE_LIMIT = 32  # datastore continuations a step looks at
 
 
 class RetrievalProposer(NgramProposer):
     name = "retrieval"
+    draft_key: tuple | None = None  # the key of the candidates looked up last
 
     def __init__(self, datastore: Datastore, max_ngram: int = 3, min_ngram: int = 1,
                  store_weight: float = STORE_WEIGHT, store_limit: int = STORE_LIMIT):
@@ -34,8 +35,8 @@ class RetrievalProposer(NgramProposer):
 
     def candidates(self, index, gamma: int) -> list[tuple[list[int], float]]:
         """The sequence's own continuations (NgramIndex.candidates), then the datastore's, each weighted
-        store_weight * 4^(n - 1) for a match of n tokens. Sets draft_key (what adaptive judges apart): whether
-        the sequence itself matched, and the length of the datastore's match."""
+        store_weight * 4^(n - 1) for a match of n tokens. Sets draft_key, the key of the drafts made of them
+        (Draft.key): whether the sequence itself matched, and the length of the datastore's match."""
         found = [(piece, SEQUENCE_WEIGHT * weight) for piece, weight in index.candidates(gamma)]
         pieces, n = self.datastore.continuations(index.tokens[-self.datastore.width:], gamma, self.store_limit)
         self.draft_key = (bool(found), n)
@@ -47,12 +48,10 @@ class RetrievalProposer(NgramProposer):
         budget = self.tree_budget()
         if budget:
             node_ids, parents = weighted_trie(candidates, budget)
-            return Draft(torch.tensor(node_ids, dtype=torch.long), probs=None, parents=parents)
-        return Draft(torch.tensor(heaviest_line(candidates, gamma), dtype=torch.long), probs=None)
+            return Draft(torch.tensor(node_ids, dtype=torch.long), probs=None, parents=parents, key=self.draft_key)
+        return Draft(torch.tensor(heaviest_line(candidates, gamma), dtype=torch.long), probs=None, key=self.draft_key)
 
     def device_lookup(self, settings, runner):
-        from .retrieval_device import RetrievalLookup, device_datastore
-
         return RetrievalLookup(settings.gamma, settings.tree, self.sizes(), device_datastore(self.datastore, runner.device),
                                self.store_limit, self.store_weight * SEQUENCE_WEIGHT,
                                compiled=runner.use_graphs and runner.use_compile, streams=runner.use_graphs)

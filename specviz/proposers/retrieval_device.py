@@ -113,7 +113,7 @@ class RetrievalLookup(NgramLookup):
     def key(self) -> tuple:
         return ("retrieval", self.gamma, self.tree, self.sizes, id(self.store), self.limit, self.store_scale)
 
-    def draft(self, sequence, length):
+    def draft(self, sequence, length, span=None):
         return self._line(*self.candidates(sequence, length))
 
     def candidates(self, sequence, length):

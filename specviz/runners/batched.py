@@ -8,8 +8,9 @@ matrix, so a forward reads every weight once whatever the batch; attention runs 
 On a CPU in float32 the matrices are the fast path's oneDNN prepacked ones (onednn.py; shared with it, packed
 once a model).
 
-On a GPU a whole-batch forward is a CUDA graph: eager, the step is bound by launching its ~1,000 kernels (about
-20 ms for the default model at any batch size on an H100), which hides what the batch costs the device. Graph
+On a GPU a whole-batch forward is a CUDA graph: eager, the step is bound by launching its ~1,000 kernels, the
+same time at any batch size for a small model (docs/design.md, Batches), which hides what the batch costs the
+device. Graph
 shapes are fixed, so a forward is padded: the attention span up to a power of two (graphs.graph_span) and the
 batch up to a power of two with idle rows (length 0, token 0, their logits dropped). Rows that leave are
 moved down in place, so the cache's address, which the graphs hold, never changes; runners are pooled per
@@ -27,7 +28,9 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from .graphs import capture_graph, graph_span, graphs_allowed, next_power_of_two, no_cudnn_attention
+from ..configs import head_dim, kv_heads, norm_eps
+from ..options import EngineOptions
+from .graphs import capture_graph, graph_span, next_power_of_two, no_cudnn_attention
 from .llama import layer_input, layer_mlp, layer_weights, rms_norm, text_config, unsupported_reason
 from .onednn import model_matrices, onednn_allowed, parameter_bytes
 
@@ -63,9 +66,12 @@ class BatchedRunner:
     """forward(ids [B, K]) appends K tokens to each row at its own length and returns logits [B, K, V];
     rollback(lengths [B]) keeps each row's first lengths[b] tokens; keep(rows) drops the other rows.
     padded_shapes: whole-batch forwards in the graphs' padded shapes (default: where graphs are used; the
-    tests set it on a CPU to check the padding without a GPU)."""
+    tests set it on a CPU to check the padding without a GPU). options: EngineOptions (None: from the
+    environment)."""
 
-    def __init__(self, model: torch.nn.Module, batch: int, capacity: int, padded_shapes: bool | None = None):
+    def __init__(self, model: torch.nn.Module, batch: int, capacity: int, padded_shapes: bool | None = None,
+                 options: EngineOptions | None = None):
+        options = options or EngineOptions.from_environment()
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"batched decoding needs the fast path's models: {reason}")
@@ -74,20 +80,19 @@ class BatchedRunner:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.heads = config.num_attention_heads
-        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.kv_heads, self.head_dim = kv_heads(config), head_dim(config)
         if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
             raise ValueError("batched decoding does not implement sliding-window attention")
         self.layers = [layer_weights(layer) for layer in decoder.layers]
         head = model.get_output_embeddings()
         self.head = head.weight.detach()
         # MKL's products repack the weights each call: on a CPU the batch-1 step took twice the fast path's
-        self.use_onednn = onednn_allowed(self.device, self.dtype, parameter_bytes(model))
+        self.use_onednn = options.onednn and onednn_allowed(self.device, self.dtype, parameter_bytes(model))
         self.layer_tensors, self.head_matrix, self.linear = model_matrices(decoder, self.layers, head,
                                                                            self.use_onednn)
         self.embed = decoder.embed_tokens.weight.detach()
         self.final_norm = decoder.norm.weight.detach()
-        self.final_eps = float(getattr(decoder.norm, "variance_epsilon", getattr(decoder.norm, "eps", 1e-6)))
+        self.final_eps = norm_eps(decoder.norm)
         self.head_bias = None if getattr(head, "bias", None) is None else head.bias.detach()
         self.capacity = capacity
         self.width = batch  # rows allocated; self.batch of them in use
@@ -100,7 +105,7 @@ class BatchedRunner:
         self.cos, self.sin = cos[0].to(self.dtype), sin[0].to(self.dtype)
         self.all_lengths = torch.zeros(batch, dtype=torch.long, device=self.device)  # rows past self.batch: 0
         self.host_lengths = [0] * batch  # the rows in use, on the host: no device read to know a forward's span
-        self.use_graphs = self.device.type == "cuda" and graphs_allowed()
+        self.use_graphs = self.device.type == "cuda" and options.graphs
         self.padded_shapes = self.use_graphs if padded_shapes is None else padded_shapes
         self.shapes: dict[tuple, PaddedShape] = {}  # (width, count, span) -> its static ids and logits
         self.pool = None  # the graphs' shared memory pool (graphs.capture_graph)
@@ -228,7 +233,8 @@ _pool_lock = threading.Lock()
 CAPACITY_STEP = 64  # capacities rounded up to a multiple: calls with nearby lengths share a runner and its graphs
 
 
-def batched_runner(model: torch.nn.Module, batch: int, capacity: int) -> BatchedRunner:
+def batched_runner(model: torch.nn.Module, batch: int, capacity: int,
+                   options: EngineOptions | None = None) -> BatchedRunner:
     """A runner of `batch` rows holding at least `capacity` positions: where it uses graphs, one given back
     earlier (its graphs already captured), else a new one."""
     capacity = -(-capacity // CAPACITY_STEP) * CAPACITY_STEP
@@ -236,7 +242,7 @@ def batched_runner(model: torch.nn.Module, batch: int, capacity: int) -> Batched
         free = _pool.get(model, {}).get((batch, capacity))
         runner = free.pop() if free else None
     if runner is None:
-        return BatchedRunner(model, batch, capacity)
+        return BatchedRunner(model, batch, capacity, options=options)
     runner.reset()
     return runner
 

@@ -1,9 +1,8 @@
-"""CUDA graphs and compile for the fast path: the switches that allow them, the workspaces (a static KV cache
-and the graphs captured over it) pooled per model, capturing a graph, the attention spans graphs are made
-for, and layer functions compiled once per process."""
+"""CUDA graphs and compile for the fast path: the workspaces (a static KV cache and the graphs captured over it)
+pooled per model, capturing a graph, the attention spans graphs are made for, and layer functions compiled once
+per process. Whether graphs and compile are used at all is options.EngineOptions's to say."""
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 
@@ -15,10 +14,9 @@ from ..tree import WORD
 MIN_SPAN = 128  # smallest attention span captured in a graph (positions are padded up to a power of two)
 
 
-# Eager forwards (prefills, any length) avoid cuDNN's attention: it builds a plan for every new shape (tens of
-# milliseconds in bfloat16 on an H100 or H200), so each new prompt length paid for plans. Captured graphs keep
-# it: their shapes are fixed, and in decode it is the fastest (excluding it there made a bfloat16 step
-# 1.3 -> 1.65 ms at ~300 cached tokens and 1.7 -> 3.2 ms at ~2,000 on an H200).
+# Eager forwards (prefills, any length) avoid cuDNN's attention: it builds a plan for every new shape, which in
+# bfloat16 costs more than the forward, so each new prompt length paid for plans. Captured graphs keep it: their
+# shapes are fixed, and in decode it is the fastest (docs/fast-path.md).
 ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -28,19 +26,6 @@ def no_cudnn_attention():
 
 def next_power_of_two(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
-
-
-def compile_allowed() -> bool:
-    """torch.compile is used on CUDA unless SPECVIZ_COMPILE=0 or on ZeroGPU, which does not support it."""
-    if os.environ.get("SPECVIZ_COMPILE", "1") == "0" or os.environ.get("SPACES_ZERO_GPU"):
-        return False
-    return True
-
-
-def graphs_allowed() -> bool:
-    """CUDA graphs are used on CUDA unless SPECVIZ_GRAPHS=0 or on ZeroGPU, which lends the GPU per call: a
-    graph holds raw device addresses, which need not survive from one call to the next."""
-    return os.environ.get("SPECVIZ_GRAPHS", "1") != "0" and not os.environ.get("SPACES_ZERO_GPU")
 
 
 class CapturedGraph:
@@ -94,11 +79,14 @@ def return_workspace(first_layer_ref, key: tuple, workspace: Workspace) -> None:
         _workspaces.setdefault(first_layer, {}).setdefault(key, []).append(workspace)
 
 
-def capture_graph(graph: torch.cuda.CUDAGraph, run, device: torch.device, owner):
+def capture_graph(graph: torch.cuda.CUDAGraph, run, device: torch.device, owner, generators=()):
     """Run `run` twice on a side stream (lazy initialisation and allocations happen outside the capture; its
     writes must be idempotent), then capture it into `graph`, in the memory pool that the graphs of `owner`
-    (a workspace: `.pool`, None until its first capture) share. Returns what the captured call returned: the
-    graph's static outputs."""
+    (a workspace: `.pool`, None until its first capture) share. generators: CUDA generators `run` draws from
+    besides the default one (each replay then draws from their state at that time). Returns what the captured
+    call returned: the graph's static outputs."""
+    for generator in generators:
+        graph.register_generator_state(generator)
     if owner.pool is None:
         owner.pool = torch.cuda.graph_pool_handle()
     stream = torch.cuda.Stream(device)

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import gpu_attention
+from ..configs import norm_eps, scales_logits
+from ..configs import text_config as config_text
 from .graphs import compiled_fn
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -17,8 +19,8 @@ STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # cos/sin depend on
 
 
 def text_config(model):
-    config = model.config
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
+    """The text config of a model (configs.text_config of its config)."""
+    return config_text(model.config)
 
 
 def _rope_type(config) -> str:
@@ -43,7 +45,7 @@ def unsupported_reason(model) -> str | None:
         return f"activation {config.hidden_act!r} is not silu"
     if _rope_type(config) not in STATIC_ROPE_TYPES:
         return f"RoPE type {_rope_type(config)!r} depends on the sequence length"
-    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+    if scales_logits(config):
         return "logit soft-capping or scaling"
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     layers = getattr(decoder, "layers", None)
@@ -120,13 +122,12 @@ def layer_weights(layer: torch.nn.Module) -> LayerWeights:
             value = getattr(module, name, None)
             return None if value is None else value.detach()
 
-        norm = layer.input_layernorm
-        eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
+        eps = norm_eps(layer.input_layernorm)
         weights = LayerWeights(
             qkv=qkv, qkv_bias=qkv_bias, o=attention.o_proj.weight.detach(), o_bias=plain(attention.o_proj, "bias"),
             gate_up=gate_up, gate_up_bias=gate_up_bias, down=mlp.down_proj.weight.detach(),
             down_bias=plain(mlp.down_proj, "bias"), input_norm=layer.input_layernorm.weight.detach(),
-            post_attention_norm=layer.post_attention_layernorm.weight.detach(), eps=float(eps),
+            post_attention_norm=layer.post_attention_layernorm.weight.detach(), eps=eps,
         )
         _layer_weights[layer] = weights
     return weights

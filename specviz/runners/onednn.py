@@ -3,18 +3,19 @@ call (a 5-position forward cost 1.5 one-position forwards); packed, a forward of
 the same, and a row's result does not depend on the rows beside it."""
 from __future__ import annotations
 
-import os
 import weakref
 
 import torch
 import torch.nn.functional as F
 
+from ..options import EngineOptions
+
 
 # Weights prepacked for oneDNN (CPU) ------------------------------------------------------------------------
 
 # oneDNN picks the packed layout for a batch size; packed for 8 rows, a row's result is bitwise the same alone
-# or among 2 to 33 others (packed for 1 it is not), and on this project's 2-core CPU the default model's
-# matrices took 15 ms at 1 row, 15 at 5, 17 at 9 and 20 at 17, against 34, 46, 51 and 54 ms for F.linear.
+# or among 2 to 33 others (packed for 1 it is not), and a forward of 1 to 17 rows costs nearly the same
+# (docs/fast-path.md has the figures).
 PACK_ROWS_HINT = 8
 MAX_PACKED_BYTES = 2 << 30  # packing copies the matrices: larger models keep F.linear and their memory
 
@@ -37,11 +38,11 @@ _onednn_works: bool | None = None  # checked once per process
 
 
 def onednn_allowed(device: torch.device, dtype: torch.dtype, weight_bytes: int) -> bool:
-    """Prepacked oneDNN products on a CPU in float32, unless SPECVIZ_ONEDNN=0, the model is larger than
-    MAX_PACKED_BYTES, or this PyTorch build lacks them or gets a different product (checked once)."""
+    """Prepacked oneDNN products on a CPU in float32, unless the model is larger than MAX_PACKED_BYTES or this
+    PyTorch build lacks them or gets a different product (checked once). Callers also ask EngineOptions.onednn."""
     if device.type != "cpu" or dtype != torch.float32 or weight_bytes > MAX_PACKED_BYTES:
         return False
-    if os.environ.get("SPECVIZ_ONEDNN", "1") == "0" or not torch.backends.mkldnn.is_available():
+    if not torch.backends.mkldnn.is_available():
         return False
     global _onednn_works
     if _onednn_works is None:
@@ -93,11 +94,13 @@ class PackedLinear(torch.nn.Module):
         return onednn_linear(x, self.packed, self.bias)
 
 
-def pack_linears(module: torch.nn.Module) -> int:
-    """Swap every nn.Linear of an inference-only module (a trained drafter) for a PackedLinear, where
-    onednn_allowed. Returns how many were swapped."""
+def pack_linears(module: torch.nn.Module, options: EngineOptions | None = None) -> int:
+    """Swap every nn.Linear of an inference-only module (a trained drafter) for a PackedLinear, where the options
+    (None: from the environment) and onednn_allowed allow. Returns how many were swapped."""
     parameter = next(module.parameters(), None)
-    if parameter is None or not onednn_allowed(parameter.device, parameter.dtype, parameter_bytes(module)):
+    if parameter is None or not (options or EngineOptions.from_environment()).onednn:
+        return 0
+    if not onednn_allowed(parameter.device, parameter.dtype, parameter_bytes(module)):
         return 0
     swapped = 0
     for parent in list(module.modules()):

@@ -1,6 +1,6 @@
 """The fast path: a Llama-family forward over a static KV cache written by position (gpt-fast's design).
 
-Why: with transformers' eager forward a 135M model costs ~18 ms a step on an H200 whatever the number of
+Why: with transformers' eager forward a small model's step on a GPU costs the same whatever the number of
 positions (docs/fast-path.md): Python and kernel launches, not arithmetic. Here
 
 - the KV cache is one preallocated tensor per layer; a forward writes its tokens' keys and values at their
@@ -19,7 +19,6 @@ drafter use it unchanged; make_runner() picks it for every model it supports and
 """
 from __future__ import annotations
 
-import os
 import statistics
 import warnings
 import weakref
@@ -30,19 +29,21 @@ import torch.nn.functional as F
 
 from .. import gpu_attention
 from ..clock import device_clock
+from ..configs import head_dim, kv_heads, norm_eps
+from ..options import EngineOptions
+from ..runner import CausalRunner
 from ..settings import MAX_GAMMA, MAX_TREE
 from ..tree import check_tree, depths as tree_depths, unpack_visibility, visibility_words
-from .graphs import (MIN_SPAN, CapturedGraph, capture_graph, compile_allowed, compiled_fn, graph_span,
-    graphs_allowed, next_power_of_two, no_cudnn_attention, return_workspace, take_workspace)
+from .graphs import (MIN_SPAN, CapturedGraph, capture_graph, compiled_fn, graph_span, next_power_of_two,
+    no_cudnn_attention, return_workspace, take_workspace)
 from .llama import (attention_mask, decoder_layer, layer_weights, rms_norm, text_config, tree_attention_mask,
     triton_decoder_layer, unsupported_reason)
 from .onednn import model_matrices, onednn_allowed, onednn_linear, parameter_bytes
 
 MAX_GRAPH_POSITIONS = MAX_GAMMA + 1  # forwards over more positions (prefills) go through in chunks:
 PREFILL_CHUNK = 256  # positions of one captured prefill forward (the last chunk of an input padded)
-LONG_PREFILL_CHUNK = 512  # ... while more than PREFILL_CHUNK positions remain: on an H100, prompts of 500-1,500
-# tokens prefilled 25-30% faster in chunks of 512 than of 256, those of up to 200 a third slower
-# (docs/benchmarks, 2026-11-27, the device loop)
+LONG_PREFILL_CHUNK = 512  # ... while more than PREFILL_CHUNK positions remain: long prompts prefill faster in
+# larger chunks, short ones slower (docs/benchmarks, 2026-11-27, the device loop)
 MAX_TREE_POSITIONS = MAX_TREE + 1  # a tree verify pass: the last accepted token and the tree
 
 
@@ -53,10 +54,13 @@ class StaticRunner:
     float32, hidden [K, H]); rollback(length) keeps the first `length` tokens; the cache holds exactly the
     first `length` tokens of the sequence (positions past it hold stale values that no forward attends to).
     A runner serves one sequence at a time; its workspace goes back to the model's pool when the runner
-    is garbage-collected or release() is called."""
+    is garbage-collected or release() is called. graphs, compile, onednn and triton_attention: None takes the
+    switch from `options` (None: EngineOptions.from_environment()), a bool overrides it."""
 
     def __init__(self, model: torch.nn.Module, graphs: bool | None = None, compile: bool | None = None,
-                 onednn: bool | None = None, triton_attention: bool | None = None):
+                 onednn: bool | None = None, triton_attention: bool | None = None,
+                 options: EngineOptions | None = None):
+        options = options or EngineOptions.from_environment()
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"the fast path does not support this model: {reason}")
@@ -66,8 +70,7 @@ class StaticRunner:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.heads = config.num_attention_heads
-        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.kv_heads, self.head_dim = kv_heads(config), head_dim(config)
         window = getattr(config, "sliding_window", None)
         use_window = getattr(config, "use_sliding_window", True)  # qwen2 keeps the field but switches it off
         self.window = int(window) if window and use_window else None
@@ -76,15 +79,16 @@ class StaticRunner:
         self.embed = decoder.embed_tokens.weight.detach()
         norm = decoder.norm
         self.final_norm = norm.weight.detach()
-        self.final_eps = float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6)))
+        self.final_eps = norm_eps(norm)
         head = model.get_output_embeddings()
         self.head = head.weight.detach()
         self.head_bias = None if getattr(head, "bias", None) is None else head.bias.detach()
         self.rotary = decoder.rotary_emb
         cuda = self.device.type == "cuda"
-        self.use_graphs = (cuda and graphs_allowed()) if graphs is None else (graphs and cuda)
-        self.use_onednn = onednn_allowed(self.device, self.dtype, parameter_bytes(model)) if onednn is None else onednn
-        self.use_compile = (cuda and compile_allowed() and not _compile_failed) if compile is None else compile
+        self.use_graphs = cuda and (options.graphs if graphs is None else graphs)
+        self.use_onednn = (options.onednn and onednn_allowed(self.device, self.dtype, parameter_bytes(model))
+                           if onednn is None else onednn)
+        self.use_compile = (cuda and options.compile and not _compile_failed) if compile is None else compile
         self.use_compile = self.use_compile and not self.use_onednn  # compile traces F.linear, not prepacked weights
         self.layer_tensors, self.head_matrix, self._linear = model_matrices(decoder, self.layers, head,
                                                                             self.use_onednn)
@@ -93,8 +97,8 @@ class StaticRunner:
         # gpu_attention's kernel in captured graphs only: their shapes are fixed, so its Triton code compiles
         # while they are captured; eager forwards of new lengths would compile new specialisations mid-run
         self.use_triton_attention = self.use_graphs and (
-            gpu_attention.supported(self.device, self.dtype, self.head_dim) if triton_attention is None
-            else triton_attention)
+            options.triton_attention and gpu_attention.supported(self.device, self.dtype, self.head_dim)
+            if triton_attention is None else triton_attention)
         self._layer_fn = self._captured_layer_fn(self.use_compile)
         # one pool per (layers, head, dtype, options): an early-exit cut and the full model differ
         key = (len(self.layers), self.head.data_ptr(), self.dtype, self.use_graphs, self.use_compile,
@@ -278,11 +282,11 @@ class StaticRunner:
     def _forward_in_chunks(self, token_ids: torch.Tensor, logits_for: str):
         """A long input (a prompt) through captured graphs of LONG_PREFILL_CHUNK positions while more than
         PREFILL_CHUNK remain (and fit in the context), then of PREFILL_CHUNK, the last chunk padded:
-        eagerly, a forward is some 600 kernel launches from Python, 15-30 ms on an H100 whatever the prompt's
-        length, where a replay takes ~2 ms. The padding's keys and values land in slots past the input, where
+        eagerly, a forward is some 600 kernel launches from Python whatever the prompt's length, where a replay
+        is one (docs/fast-path.md). The padding's keys and values land in slots past the input, where
         no token looks before its own forward has overwritten them (as with a padded draft tree). With
         logits_for="none" the chunks' graphs have no output layer (its product for every row, their float32
-        copy and its clone: 0.1-0.7 ms a prompt on an H100)."""
+        copy and its clone: work nobody reads)."""
         last_only, head = logits_for != "all", logits_for != "none"
         logits, hidden = [], []
         begin, total = 0, int(token_ids.shape[0])
@@ -433,36 +437,20 @@ class StaticRunner:
 _compile_failed = False
 
 
-def make_runner(model: torch.nn.Module, fast: bool | None = None, **options):
-    """The fastest runner for `model`: StaticRunner where the model is supported, else CausalRunner.
-    fast=None reads the environment: SPECVIZ_FAST=0 forces transformers' forward (CausalRunner)."""
-    from ..runner import CausalRunner
-
+def make_runner(model: torch.nn.Module, fast: bool | None = None, options: EngineOptions | None = None,
+                **overrides):
+    """The fastest runner for `model`: StaticRunner where the model is supported, else CausalRunner. fast=None
+    takes options.fast (EngineOptions; None: from the environment), where False forces transformers' forward;
+    overrides go to StaticRunner (graphs=False, ...)."""
+    options = options or EngineOptions.from_environment()
     if fast is None:
-        fast = os.environ.get("SPECVIZ_FAST", "1") != "0"
+        fast = options.fast
     if fast and unsupported_reason(model) is None:
         try:
-            return StaticRunner(model, **options)
+            return StaticRunner(model, options=options, **overrides)
         except Exception as error:  # never fail a run over the fast path: say so and take the slow one
             warnings.warn(f"specviz: fast path unavailable ({error}); using the transformers forward")
     return CausalRunner(model)
-
-
-def runners_of(proposer) -> list:
-    """The runners a proposer drafts with (ModelDrafter.runner, an adaptive proposer's base's...), found
-    among its attributes, so that they can be warmed up before timing whatever the drafting method."""
-    found, stack, seen = [], [proposer], set()
-    while stack:
-        item = stack.pop()
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        for value in vars(item).values() if hasattr(item, "__dict__") else ():
-            if isinstance(value, StaticRunner):
-                found.append(value)
-            elif type(value).__module__.startswith("specviz.proposers") or hasattr(value, "propose"):
-                stack.append(value)
-    return found
 
 
 # The cost curve: forward time against the number of positions fed --------------------------------------

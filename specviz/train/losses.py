@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..proposers.eagle import EagleNet, attend
+from ..proposers.eagle_net import EagleNet, attend
 
 
 def ttt_mask(length: int, step: int, device) -> torch.Tensor:

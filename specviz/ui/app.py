@@ -47,6 +47,9 @@ ASSETS = Path(__file__).resolve().parents[2] / "assets"
 # CPU whatever it carries (a status line alone as much as the token view), taken from the engine on 2 cores
 TOKEN_INTERVAL = 1.0
 CHART_INTERVAL = 2.0  # seconds between chart updates while streaming
+# seconds no step starts after an update is sent, so that a browser on the same cores draws it between steps
+# rather than during one (live.LiveRun.hold): a token view, and one with charts (plotly's redraw costs more)
+DRAW_HOLD, CHART_DRAW_HOLD = 0.1, 0.25
 SETTLE = 0.15  # seconds from a Run's request to its first step: a browser on the same cores draws meanwhile
 # the inputs of an event, passed on once the browser has drawn two frames: the page's last update is on the
 # screen (its style, layout and paint done) before the request leaves, so that a browser on the server's cores
@@ -109,7 +112,7 @@ def example_prompts() -> list[str]:
 
 READING_MODES = [("answer", "answer"), ("drafts", "drafts"), ("steps", "steps")]
 # the token view's reading mode and presentation mode are classes on the page: switching needs no server
-PAGE_JS = "() => { document.body.dataset.svMode = 'answer'; }"
+PAGE_JS = "() => { document.body.dataset.svMode = 'answer'; " + render.TIP_SCRIPT + " }"  # and the tips' placing
 
 
 class SpecvizApp:
@@ -150,7 +153,7 @@ class SpecvizApp:
             theory = view.theory(metrics, steps, run.request.settings.gamma, run.speedup) if metrics else None
             out[self.theory_plot] = plot(charts.theory_figure(theory))
             step = steps[shown] if shown is not None and shown < len(steps) else None
-            out[self.inspector] = plot(charts.inspector_figure(step, token_text(run.tokenizer), sampling))
+            out[self.inspector] = plot(charts.inspector_figure(step, token_text(run.tokenizer), sampling, narrow))
         if run.finished:
             out[self.trace] = trace_file(run)
         return out
@@ -187,6 +190,7 @@ class SpecvizApp:
             n = len(run.speculative.steps)
             parts = pacer.parts(time.monotonic(), run.version, n, run.phase)
             if parts is not None:
+                run.hold(CHART_DRAW_HOLD if parts & {"charts", "race", "detail"} else DRAW_HOLD)
                 yield self.frame(run, cursor=n - 1 if follow_cursor and n else None, parts=parts, narrow=narrow)
             time.sleep(0.03)
         n = len(run.speculative.steps)
@@ -210,9 +214,10 @@ class SpecvizApp:
         draft_name = drafter_for(form.method, form.target, form.draft)
         try:
             check_drafter(form.method, draft_name)  # the engine's check, before anything loads
-        except MissingDrafterError:
-            raise SpecvizError("the draft method needs a drafter: pick one (e.g. a pair preset)"
-                               + ("" if live.PROFILE.public else " or type a Hub id, folder or .gguf file")) from None
+        except MissingDrafterError:  # said as the page offers it
+            raise MissingDrafterError("the draft method needs a drafter: pick one in the drafter list (or a preset "
+                                      "pair)" + ("" if live.PROFILE.public else ", or type a Hub id, a folder or a "
+                                                 ".gguf file")) from None
         baseline = form.compare_plain and form.method != "plain"  # plain against itself would be no comparison
         run_request = RunRequest(form.prompt, form.method, form.target, draft_name, form.settings, baseline)
         if forks():
@@ -333,14 +338,20 @@ class SpecvizApp:
         if run is None:
             yield {self.status: render.status_html("Press Run first (tick step mode to start paused).", "info")}
             return
-        if run.active and isinstance(run, LiveRun):
-            yield {self.status: render.status_html("The run is going: press Pause first.", "warn")}
-            return
         steps = run.speculative.steps
         if isinstance(run, LiveRun) and not run.finished and not run.speculative.done:
-            if run.start(max_steps=1):
-                yield from self.stream(run, cancel, follow_cursor=True, narrow=state.narrow)
+            taken = run.take_steps(1)  # a click while a step is pending queues one more (trigger_mode below)
+            if taken is None:
+                yield {self.status: render.status_html("The run is going: press Pause first.", "warn")}
+                return
+            if taken == "queued":  # the click that started the worker shows this step too
+                yield {self.status: render.status_html("One more step after this one…", "info")}
+                return
+            yield from self.stream(run, cancel, follow_cursor=True, narrow=state.narrow)
             state.cursor = len(run.speculative.steps) - 1 if run.speculative.steps else None
+            return
+        if run.active:
+            yield {self.status: render.status_html("The run is going: press Pause first.", "warn")}
             return
         if not steps:
             yield {self.status: render.status_html("This run has no steps.", "info")}
@@ -387,7 +398,7 @@ class SpecvizApp:
         return {
             self.tokens: token_view(run, k, story=step_story(steps[k], sampling)),
             self.inspector: plot(charts.inspector_figure(steps[k], token_text(run.tokenizer),
-                                                         not run.request.settings.greedy)),
+                                                         not run.request.settings.greedy, state.narrow)),
             self.step_plot: plot(charts.step_figure(steps, k, state.narrow)),
             self.race_plot: plot(self._race(run, k)),
         }
@@ -530,8 +541,9 @@ class SpecvizApp:
                                                             api_visibility="private", show_progress="hidden", **engine)
             resume_event = self.resume_button.click(self.on_resume, None, view_outputs, api_name="resume",
                                                     show_progress="hidden", **engine)
+            # "multiple": a second click while a step is pending counts (gradio's default drops it)
             next_event = self.next_button.click(self.on_next, None, view_outputs, api_name="next_step",
-                                                show_progress="hidden", **engine)
+                                                show_progress="hidden", trigger_mode="multiple", **engine)
             replay_event = self.replay_button.click(self.on_replay, [self.replay_speed], view_outputs, api_name="replay",
                                                     show_progress="hidden", preprocess=False, **free)
             self.stop_button.click(self.on_stop, None, view_outputs, api_name="stop", show_progress="hidden",

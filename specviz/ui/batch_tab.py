@@ -11,12 +11,13 @@ from collections.abc import Iterator
 
 import gradio as gr
 
-from ..api import encode, make_proposer, warm_up
-from ..batch import batch_drafting, decode_batch, forward_cost
+from ..api import batch_drafting, encode, make_proposer, warm_up
+from ..batch import decode_batch, forward_cost
 from ..batch_bench import batches_of, parse_batch_sizes, row_of, summarize_batches
 from ..errors import SpecvizError
 from ..lessons.batch_size import batch_sentence as verdict_line
 from ..lessons.batch_size import prompts_for
+from ..plausibility import BUSY
 from ..proposers.checkpoints import load_draft_model
 from ..settings import DecodeSettings
 from . import charts, live, render
@@ -76,7 +77,7 @@ class BatchTab:
 
     @staticmethod
     def drafting(method: str, name: str, model):
-        """What `method` batches with: a lookup proposer a row, or a draft model (batch.batch_drafting)."""
+        """What `method` batches with: a lookup proposer a row, or a draft model (api.batch_drafting)."""
         if method == SELF_DRAFT:
             return batch_drafting("draft", model, model)
         if method == "draft":
@@ -113,7 +114,8 @@ class BatchTab:
         if cancel.is_set():
             yield {self.status: render.status_html(stopped_message(cancel), "warn")}
             return
-        yield {self.status: render.status_html(verdict_line(summary, form.batch_method), "ok"),
+        verdict = verdict_line(summary, form.batch_method, costs)
+        yield {self.status: render.status_html(verdict, "warn" if BUSY in verdict else "ok"),
                self.plot: plot(charts.batch_figure(summary, device, form.batch_method, costs))}
 
 

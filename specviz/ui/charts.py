@@ -206,21 +206,35 @@ def _point_at(fig: dict, k: int, category: str, text: str, colour: str) -> None:
                                          "font": {"color": colour, "size": 11}})
 
 
-def inspector_figure(step: StepRecord | None, token_text: Callable[[int], str], sampling: bool) -> dict:
+def _token_name(text: str, token_id: int, token_text: Callable[[int], str]) -> str:
+    """A token for a title: its text in the output, else what its id decodes to (a special token's name, such as
+    the end of text, which the output shows as nothing)."""
+    return token_label(text or token_text(token_id))
+
+
+def inspector_figure(step: StepRecord | None, token_text: Callable[[int], str], sampling: bool,
+                     narrow: bool = False) -> dict:
     """For each drafted position the verifier reached: the top tokens' p against q, the drafted token marked;
     then the distribution the step's last token was drawn from: the residual norm(max(0, p - q)) after a
-    rejection, p itself after all drafts were accepted (the bonus), and that token marked."""
+    rejection, p itself after all drafts were accepted (the bonus), and that token marked. A step inside which
+    the output ended (its end of text accepted, or the length reached) drew nothing: no such panel then.
+    Tokens are categories on every axis (a draft "8" is a label, not a number). narrow: a phone's, each title
+    on two lines."""
     if step is None:
         return empty_figure("Choose a step to inspect.", 300)
     reached = [pos for pos in step.positions if pos.reached]
-    panels = len(reached) + 1
+    ended = step.emitted <= step.n_accepted  # the output ended at an accepted draft or at the length limit
+    panels = len(reached) + (0 if ended else 1)
+    if panels == 0:
+        return empty_figure(f"Step {step.index} drafted nothing the verifier reached.", 300)
+    br = "<br>" if narrow else " "
     titles, data, arrows = [], [], []
     for k, pos in enumerate(reached, start=1):
         verdict = "accepted" if pos.accepted else "rejected"
         q = "one-hot" if pos.q is None else f"{pos.q:.3f}"
         u = "" if pos.u is None else f", u = {pos.u:.3f}"
-        titles.append(f"position {k}: {token_label(pos.text)} {verdict}: p = {pos.p:.3f}, q = {q}, "
-                      f"min(1, p/q) = {pos.accept_prob:.3f}{u}")
+        titles.append(f"position {k}: {_token_name(pos.text, pos.token_id, token_text)} {verdict}:{br}p = {pos.p:.3f}, "
+                      f"q = {q}, min(1, p/q) = {pos.accept_prob:.3f}{u}")
         ids = _union_top([pos.p_top, pos.q_top], INSPECTOR_TOP)
         if pos.token_id not in ids:
             ids.append(pos.token_id)
@@ -233,26 +247,42 @@ def inspector_figure(step: StepRecord | None, token_text: Callable[[int], str], 
         arrows.append((k, labels[ids.index(pos.token_id)], "drafted",
                        COLOURS["accepted"] if pos.accepted else COLOURS["rejected"]))
     kind = step.next_token.kind.value
-    residual = kind == "resampled" and sampling
-    source = {"resampled": "residual max(0, p - q), renormalised" if sampling else "p (greedy: its argmax)",
-              "bonus": "p after every draft was accepted", "target": "p (a plain step)"}.get(kind, "p")
-    titles.append(f"{kind} token {token_label(token_text(step.next_token.id))}: drawn from {source}")
-    ids = list(step.next_top.ids[:INSPECTOR_TOP])
-    if step.next_token.id not in ids:
-        ids.append(step.next_token.id)
-    labels = _unique_labels(ids, token_text)
-    data.append(_on(_bar(labels, [_prob_of(step.next_top, i) for i in ids],
-                         "residual (drawn from)" if residual else "p (drawn from)",
-                         COLOURS["residual"] if residual else COLOURS["drawn"]), panels))
-    arrows.append((panels, labels[ids.index(step.next_token.id)], "drawn", COLOURS.get(kind, "#000")))
-    height = 150 + 190 * panels
+    if not ended:
+        residual = kind == "resampled" and sampling
+        source = {"resampled": "residual max(0, p - q), renormalised" if sampling else "p (greedy: its argmax)",
+                  "bonus": "p after every draft was accepted", "target": "p (a plain step)"}.get(kind, "p")
+        titles.append(f"{kind} token {_token_name(step.next_token.text, step.next_token.id, token_text)}:{br}"
+                      f"drawn from {source}")
+        ids = list(step.next_top.ids[:INSPECTOR_TOP])
+        if step.next_token.id not in ids:
+            ids.append(step.next_token.id)
+        labels = _unique_labels(ids, token_text)
+        data.append(_on(_bar(labels, [_prob_of(step.next_top, i) for i in ids],
+                             "residual (drawn from)" if residual else "p (drawn from)",
+                             COLOURS["residual"] if residual else COLOURS["drawn"]), panels))
+        arrows.append((panels, labels[ids.index(step.next_token.id)], "drawn", COLOURS.get(kind, "#000")))
     has_q = any(pos.q_top is not None for pos in reached)
-    what = "p against q" if has_q else "p (the drafter gives no q: its guess is one-hot)"
-    fig = _figure(data, f"Step {step.index}: {what} at each drafted position", height, panels, 1, titles,
-                  vgap=min(0.12, 0.5 / panels))
+    what = "p against q" if has_q else f"p (the drafter gives no q:{br}its guess is one-hot)"
+    title = f"Step {step.index}: {what}{br}at each drafted position"
+    if ended:
+        last = reached[-1]
+        title += f"{br}(the output ends at {_token_name(last.text, last.token_id, token_text)}:{br}nothing is drawn after it)"
+    # in pixels: a panel, the gap under it (its tick labels, then the next panel's arrow band and title), and
+    # the top margin (the figure's title, the first arrow band and title)
+    title_lines, panel_title_lines = title.count("<br>") + 1, 2 if narrow else 1
+    panel_px, gap_px = 150, 40 + 30 + 16 * panel_title_lines
+    top = 24 + 18 * title_lines + 30 + 16 * panel_title_lines
+    plot_px = panels * panel_px + (panels - 1) * gap_px
+    fig = _figure(data, title, plot_px + top + 100, panels, 1, titles, vgap=gap_px / plot_px)
+    fig["layout"]["title"].update({"yref": "container", "y": 1, "yanchor": "top", "pad": {"t": 16}})
+    fig["layout"]["margin"] = {**fig["layout"]["margin"], "t": top}
+    for annotation in fig["layout"]["annotations"]:
+        annotation["yshift"] = 30  # above the arrow band, where "drafted" and "drawn" stand
     fig["layout"]["barmode"] = "group"
+    if narrow:
+        fig["layout"]["margin"].update({"l": 45, "r": 10})
     for k in range(1, panels + 1):
-        _axes(fig, k, None, {"range": [0, 1.05], "title": {"text": "prob"}})
+        _axes(fig, k, {"type": "category"}, {"range": [0, 1.05], "title": {"text": "prob"}})
     for k, category, text, colour in arrows:
         _point_at(fig, k, category, text, colour)
     return fig

@@ -19,7 +19,7 @@ from ..errors import SpecvizError
 from ..lessons import (acceptance_rows, acceptance_sentence, distribution_sentence, drafter_rows, drafter_sentence,  # noqa: F401
                        mechanic_rows, mechanic_sentence, side_by_side_sentence, verify_cost_sentence)
 from ..lessons.common import megabytes as _mb
-from ..lessons.saved import SavedLesson, SavedLessonError, load_lesson
+from ..lessons.saved import SavedLesson, SavedLessonError, load_lessons
 from ..models import DEFAULT_MODEL
 from ..theory import expected_speedup
 from . import charts, live, render
@@ -154,9 +154,10 @@ def what_if_figure(rows: list[lessons.AcceptanceRow], alpha: float, gamma: int, 
         mine = [r for r in measured if r.method == method]
         data.append({"type": "scatter", "mode": "markers", "x": [r.alpha for r in mine],
                      "y": [r.measured_speedup for r in mine], "name": f"{charts.escape_label(method)} (measured)",
-                     "customdata": [charts.escape_label(r.kind) for r in mine],
+                     "customdata": [charts.escape_label(r.kind) + (" (noisy)" if r.doubt else "") for r in mine],
                      "hovertemplate": "%{customdata}: α %{x:.2f}, %{y:.2f}×<extra></extra>",
-                     "marker": {"color": palette[i % len(palette)], "size": 10}})
+                     "marker": {"color": palette[i % len(palette)], "size": 10,  # hollow: failed its check
+                                "symbol": ["circle-open" if r.doubt else "circle" for r in mine]}})
     fig = charts._figure(data, "What if: expected speedup against acceptance α", 400)
     charts._axes(fig, 1, {"title": {"text": "α (share of drafts accepted)"}, "range": [0, 1]},
                  {"title": {"text": "speedup over plain"}, "rangemode": "tozero"})
@@ -173,8 +174,8 @@ DRAFTER_HEADERS = lessons.drafters.HEADERS
 # saved runs -----------------------------------------------------------------------------------------------------
 
 def read_saved(paths) -> tuple[dict[str, SavedLesson], list[str]]:
-    """Lessons saved by `specviz learn --out`, by lesson key (a later file of one lesson wins), and one line for
-    each file that is not one: a bad file is reported, never raised."""
+    """Lessons saved by `specviz learn --out` (a file a lesson) or --json (a file a run), by lesson key (a later
+    file of one lesson wins), and one line for each file that is not one: a bad file is reported, never raised."""
     if isinstance(paths, (str, bytes)) or hasattr(paths, "name"):
         paths = [paths]
     found, errors = {}, []
@@ -185,14 +186,20 @@ def read_saved(paths) -> tuple[dict[str, SavedLesson], list[str]]:
             if os.path.getsize(path) > SAVED_MAX_BYTES:
                 raise SavedLessonError(f"{name} is {os.path.getsize(path) / 1e6:.0f} MB: not a saved lesson")
             with open(path, "rb") as handle:
-                saved = load_lesson(handle.read(), name)
+                text = handle.read()
         except OSError as error:
             errors.append(f"{name}: cannot be read ({error.strerror or error})")
             continue
         except SavedLessonError as error:
             errors.append(str(error))
             continue
-        found[saved.lesson.key] = saved
+        try:  # a file of --out holds one lesson, a file of --json every lesson of a run
+            many = load_lessons(text, name)
+        except SavedLessonError as error:
+            errors.append(str(error))
+            continue
+        for saved in many:
+            found[saved.lesson.key] = saved
     return found, errors
 
 

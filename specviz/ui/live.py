@@ -6,7 +6,12 @@ lock, or paused in step mode). Speeds are then given on engine time, which equal
 when nobody else is running and nothing was paused.
 
 A LiveRun is the speculative run and its plain baseline; a worker thread advances it while the UI polls what
-it has produced, so rendering never sits inside a measured step.
+it has produced. The two are measured under the same conditions, on a machine shared with other users and with
+the browser that draws the run: they take turns in short slices (the speculative run for SLICE_SECONDS of
+engine time, then plain decoding until it has written as many tokens), so that a busy stretch of the machine
+lands on both; each update the page is sent holds the engine for a moment (LiveRun.hold), so that the page
+draws it between steps rather than during one; and the speedup is checked against the run's own figures
+(specviz.plausibility) before it is stated without a note.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from ..engine import SpeculativeRun
 from ..errors import SpecvizError
 from ..model_pool import ModelPool
 from ..models import DEFAULT_MODEL, LoadedModel, load_model, pick_device, pick_dtype
+from ..plausibility import speedup_doubt, step_durations
 from ..proposers import PlainProposer
 from ..proposers.checkpoints import load_draft_model
 from ..proposers.distilled import DISTILLED
@@ -102,6 +108,16 @@ class StepLog:
         return self.steps[index].elapsed_s - self.idle_before[index]
 
     @property
+    def emitted(self) -> int:
+        """Output tokens so far."""
+        return self.steps[-1].total_emitted if self.steps else 0
+
+    @property
+    def durations(self) -> list[float]:
+        """Each step's seconds of engine time (the first one's include the prefill)."""
+        return step_durations([self.engine_elapsed(i) for i in range(len(self.steps))])
+
+    @property
     def engine_wall(self) -> float | None:
         if self.result is None:
             return None
@@ -161,6 +177,8 @@ class SteppedRun(StepLog):
 READY, RUNNING, PAUSED, BASELINE, DONE, STOPPED, FAILED = "ready", "running", "paused", "baseline", "done", "stopped", "failed"
 
 
+SLICE_SECONDS = 0.2  # engine time the speculative run takes before plain decoding catches up with it: long
+# enough that a GPU's step left in flight at a switch (device_loop.py) is a small share of a slice
 USES_DRAFT_MODEL = ("draft", "adaptive")  # methods that take the drafter field (adaptive drafts with it if given)
 
 
@@ -207,6 +225,10 @@ class LiveRun:
         self._pause = threading.Event()
         self._mutex = threading.Lock()  # one driver at a time (the worker or a single step)
         self._thread: threading.Thread | None = None
+        self._control = threading.Lock()  # the step budget, between the worker and Next step's clicks
+        self._budget: int | None = None  # speculative steps this worker takes (None: to the end)
+        self._ending = False  # the worker has taken its last step and is on its way out
+        self._held_until = 0.0  # time.monotonic() before which no step starts: the page is drawing
 
     # -- control ------------------------------------------------------------------------------------------
     @property
@@ -221,14 +243,33 @@ class LiveRun:
     def start(self, max_steps: int | None = None) -> bool:
         """Advance in a worker thread: all the way (then the baseline), or `max_steps` speculative steps and
         pause. False when it cannot (already advancing, or over)."""
-        if self.active or self.finished:
-            return False
-        self._pause.clear()
-        self._thread = threading.Thread(target=self._work, args=(max_steps,), name=f"specviz-run-{self.id}",
-                                        daemon=True)
-        self.phase = RUNNING if not self.speculative.done else BASELINE
-        self._thread.start()
-        return True
+        return self.take_steps(max_steps) == "started"
+
+    def take_steps(self, count: int | None = None) -> str | None:
+        """Advance by `count` speculative steps (None: to the end). "started": a worker now takes them;
+        "queued": the worker already taking single steps (Next step) takes these too, after its own, so that
+        quick clicks each count; None: it cannot (advancing to the end already, or over)."""
+        with self._control:
+            if self.active and not self._ending:
+                if count is None or self._budget is None:
+                    return None
+                self._budget += count
+                return "queued"
+            if self._thread is not None:
+                self._thread.join()  # a worker past its last step: it only has to return
+            if self.finished:
+                return None
+            self._budget, self._ending = count, False
+            self._pause.clear()
+            self._thread = threading.Thread(target=self._work, name=f"specviz-run-{self.id}", daemon=True)
+            self.phase = RUNNING if not self.speculative.done else BASELINE
+            self._thread.start()
+            return "started"
+
+    def hold(self, seconds: float) -> None:
+        """Start no step for `seconds`: the page is drawing an update, on the same cores on a laptop, and that
+        time is kept out of the measured steps (the wait is counted as idle, like a pause)."""
+        self._held_until = max(self._held_until, time.monotonic() + seconds)
 
     def pause(self) -> None:
         self._pause.set()
@@ -245,23 +286,27 @@ class LiveRun:
             self._thread.join(timeout)
 
     # -- the worker ---------------------------------------------------------------------------------------
-    def _work(self, max_steps: int | None) -> None:
+    def _work(self) -> None:
         with self._mutex:
             try:
-                taken = 0
+                taken, slice_start = 0, None
                 while not self.speculative.done and not self._stop.is_set():
-                    if self._pause.is_set() or (max_steps is not None and taken >= max_steps):
+                    if self._last_step_taken(taken):
+                        self._catch_up()  # step mode: the race shows both runs at the same point
                         self.phase = PAUSED
                         self.paused_ever = True
                         return
-                    self.speculative.advance()
+                    if slice_start is None:
+                        slice_start = self._spec_seconds()
+                    self._advance(self.speculative)
                     taken += 1
-                    self.version += 1
+                    if self.speculative.done or self._spec_seconds() - slice_start >= SLICE_SECONDS:
+                        self._catch_up()
+                        slice_start = None
                 if self.plain is not None and not self._stop.is_set():
-                    self.phase = BASELINE
+                    self.phase = BASELINE  # what plain decoding writes past the speculative run's end (sampling)
                     while not self.plain.done and not self._stop.is_set():
-                        self.plain.advance()
-                        self.version += 1
+                        self._advance(self.plain)
                 self._finish(STOPPED if self._stop.is_set() else DONE)
             except SpecvizError as error:
                 self.error = str(error)
@@ -270,6 +315,31 @@ class LiveRun:
                 log.exception("run %s failed", self.id)
                 self.error = f"{type(error).__name__}: {error}"
                 self._finish(FAILED)
+
+    def _last_step_taken(self, taken: int) -> bool:
+        """Whether the worker stops here (Pause, or its step budget spent); decided under the control lock, so
+        that a Next step clicked meanwhile either extends the budget or starts a new worker, never neither."""
+        with self._control:
+            if self._pause.is_set() or (self._budget is not None and taken >= self._budget):
+                self._ending = True
+            return self._ending
+
+    def _spec_seconds(self) -> float:
+        spec = self.speculative
+        return spec.engine_elapsed(len(spec.steps) - 1) if spec.steps else 0.0
+
+    def _catch_up(self) -> None:
+        """Plain decoding's turn: steps until it has written as many tokens as the speculative run."""
+        while (self.plain is not None and not self.plain.done and not self._stop.is_set()
+               and self.plain.emitted < self.speculative.emitted):
+            self._advance(self.plain)
+
+    def _advance(self, stepped: SteppedRun) -> None:
+        wait = self._held_until - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        stepped.advance()
+        self.version += 1
 
     def _finish(self, phase: str) -> None:
         self.speculative.close()
@@ -291,6 +361,16 @@ class LiveRun:
         if self.plain is None or not (self.speculative.done and self.plain.done):
             return None
         return self.plain.engine_wall / self.speculative.engine_wall
+
+    @property
+    def doubt(self) -> str | None:
+        """Why the speedup is not to be trusted (specviz.plausibility), or None: also None before it exists."""
+        speedup = self.speedup
+        if speedup is None:
+            return None
+        spec = self.speculative
+        tau = spec.result.metrics.mean_accepted_length
+        return speedup_doubt(speedup, tau, self.plain.durations, spec.durations, [s.gamma for s in spec.steps])
 
     def report(self):
         """specviz.api.Report of the finished run (None until the speculative run has a result)."""

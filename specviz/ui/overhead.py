@@ -14,8 +14,10 @@ on all of them:
 - app: the same through the web app, streamed to gradio_client;
 - browser: the same through the web app, streamed to chromium, which renders it on the same cores.
 
-app / driver is what the UI costs; driver / library what the driver costs. Speeds are the engine's own
-(wall time from its first to its last step): in the app that wall time includes everything the UI did. The
+app / driver is what the UI costs; driver / library what the driver costs. Speeds are the engine's own: in the
+library its wall time from the first to the last step; in the driver and the app its engine time (live.py:
+each run's own steps, not the other run's turns nor the moments held for the page to draw an update), which
+still holds whatever the UI took from the cores while a step ran. The
 CPU time of this process (all its threads: engine, UI, server; not the client's) is measured around each
 way too: on a shared machine it is steadier than speed.
 """
@@ -42,6 +44,13 @@ for line in sys.stdin:
     print(json.dumps({"trace": final[8], "updates": updates}), flush=True)
 """
 WAYS = ("library", "driver", "app", "browser")
+
+
+def engine_figures(run) -> dict:
+    """A finished live.LiveRun's speeds on engine time, its tokens and output."""
+    spec = run.speculative
+    return {"spec": spec.engine_tokens_per_second, "plain": run.plain.engine_tokens_per_second,
+            "tokens": spec.result.metrics.new_tokens, "token_ids": spec.result.token_ids}
 CHROMIUM = "/usr/bin/chromium"
 
 
@@ -87,9 +96,7 @@ def main(argv=None) -> int:
         run = live.LiveRun(live.RunRequest(prompt, args.method, "default", None, settings), target, None)
         run.start()
         run.join()
-        spec, plain = run.speculative.result, run.plain.result
-        return {"spec": spec.metrics.tokens_per_second, "plain": plain.metrics.tokens_per_second,
-                "tokens": spec.metrics.new_tokens, "token_ids": spec.token_ids}
+        return engine_figures(run)
 
     def library(prompt: str) -> dict:
         out = {}
@@ -139,9 +146,7 @@ def main(argv=None) -> int:
         run = runs[0]
         page.wait_for_function("n => document.querySelector('#sv-status').textContent.includes(`Done: ${n} steps`)",
                                arg=len(run.speculative.steps), timeout=60_000)
-        spec, plain = run.speculative.result, run.plain.result
-        return {"spec": spec.metrics.tokens_per_second, "plain": plain.metrics.tokens_per_second,
-                "tokens": spec.metrics.new_tokens, "token_ids": spec.token_ids}
+        return engine_figures(run)
 
     runners = {"library": library, "driver": driver, "app": app, "browser": in_browser}
     prompts = example_prompts()[: args.prompts]

@@ -6,13 +6,14 @@ import json
 import tempfile
 import time
 import weakref
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from gradio.components.plot import PlotData
 
 from ..api import first_difference
 from ..models import DEFAULT_MODEL, default_source
+from ..plausibility import noise_note
 from ..proposers.distilled import DISTILLED
 from ..records import StepRecord, TokenRecord
 from . import render, view
@@ -45,7 +46,7 @@ def token_view(run: LiveRun, cursor: int | None = None, upto: int | None = None,
     so that a streamed update costs the engine's thread only the steps it has not seen."""
     groups = _step_groups.get(run)
     if groups is None:
-        groups = _step_groups[run] = render.StepGroups()
+        groups = _step_groups[run] = render.StepGroups(getattr(run.tokenizer, "all_special_ids", None) or ())
     steps = run.speculative.steps
     for step in steps[len(groups):]:
         groups.add(tokens_of([step], run.tokenizer))
@@ -96,8 +97,25 @@ def summary_of(run: LiveRun) -> str:
         difference = view.first_difference_texts(index, emitted(spec.result), emitted(plain.result))
     theory = view.theory(metrics, spec.steps, run.request.settings.gamma, speedup)
     idle = spec.idle_seconds + (plain.idle_seconds if plain is not None else 0.0)
+    doubt = run.doubt
     return render.summary_html(metrics, run.request.method, plain_metrics, speedup, identical, difference,
-                               sampling, idle, spec.done, theory)
+                               sampling, idle, spec.done, theory, noise_note(doubt) if doubt else None)
+
+
+def headline(run: LiveRun) -> str:
+    """The finished run's result in one line, for the status line in the first screen (the summary card is
+    below the fold on a projector): the speedup and tau, and on a second line the note when the speedup failed
+    its check (specviz.plausibility)."""
+    spec = run.speculative
+    if not spec.done:
+        return ""
+    tau = f"τ = {spec.result.metrics.mean_accepted_length:.2f} tokens per step"
+    speedup = run.speedup
+    if speedup is None:
+        return tau
+    doubt = run.doubt
+    text = f"{speedup:.2f}× the speed of plain decoding{' (noisy)' if doubt else ''} · {tau}"
+    return text + (f"\n{noise_note(doubt)}" if doubt else "")
 
 
 def status_of(run: LiveRun, session_cursor: int | None = None) -> str:
@@ -118,9 +136,11 @@ def status_of(run: LiveRun, session_cursor: int | None = None) -> str:
                                   f"({done} tokens so far).", "info")
     if run.phase == RUNNING:
         return render.status_html(f"Running: step {n}…", "info")
+    result = headline(run)
+    result = f" · {result}" if result else ""
     if session_cursor is not None:
-        return render.status_html(f"Showing step {session_cursor} of {n - 1}.", "ok")
-    return render.status_html(f"Done: {n} steps.", "ok")
+        return render.status_html(f"Showing step {session_cursor} of {n - 1}{result}", "ok")
+    return render.status_html(f"Done: {n} steps{result}", "ok")
 
 
 TRACE_FOLDER = Path(tempfile.gettempdir()) / "specviz-traces"
@@ -136,10 +156,16 @@ def trace_file(run: LiveRun) -> str | None:
     report = run.report()
     if report is not None:
         data = report.to_dict()
+        # the speeds the page states: on engine time (each run's own steps; not the other run's turns, pauses or
+        # other users' steps, which its wall time holds)
+        data["metrics"] = asdict(engine_metrics(run.speculative))
+        if run.plain is not None and run.plain.done and "plain" in data:
+            data["plain"].update(wall_seconds=run.plain.engine_wall, tokens_per_second=run.plain.engine_tokens_per_second)
+            data["speedup"] = run.speedup
         data["engine_time"] = {"idle_seconds": run.speculative.idle_seconds,
                                "tokens_per_second": run.speculative.engine_tokens_per_second,
                                "plain_tokens_per_second": run.plain.engine_tokens_per_second if run.plain else None,
-                               "speedup": run.speedup}
+                               "speedup": run.speedup, "speedup_doubt": run.doubt}
     elif run.speculative.steps:
         data = {"method": run.request.method, "prompt": run.request.prompt, "stopped": True,
                 "steps": [s.to_dict() for s in run.speculative.steps]}

@@ -6,6 +6,7 @@ client-side template (gr.HTML templates are JavaScript template literals: docs/d
 from __future__ import annotations
 
 import html
+from collections.abc import Collection
 
 from ..records import RunMetrics, TokenKind, TokenRecord
 from .view import FirstDifference, Theory
@@ -66,14 +67,53 @@ def shown_text(token: TokenRecord) -> str:
     return text.replace("\n", "⏎" if token.kind == TokenKind.REJECTED else "⏎\n")
 
 
+END_MARK = "∎"  # an end-of-text token in the answer reading mode: a quiet mark, not the token's name
+
+
+def _content(token: TokenRecord, special: bool) -> str:
+    """A token's text as markup for every reading mode: where the marked text (whitespace as ⏎ and ·, a special
+    token by its name) differs from the text as it reads, both, in .sv-mark and .sv-plain spans; the stylesheet
+    shows the plain one in the answer mode (which reads as text) and the marks in the others."""
+    marked = shown_text(token)
+    if special:
+        plain = f'<span class="sv-plain sv-end" aria-label="end">{END_MARK}</span>'
+    elif marked == token.text:
+        return escape_text(marked)
+    elif token.text.strip(" \t\n"):  # words with newlines: a ⏎ mark before each break
+        return escape_text(marked).replace("⏎", '<span class="sv-mark">⏎</span>')
+    else:
+        plain = f'<span class="sv-plain">{escape_text(token.text)}</span>'
+    return f'<span class="sv-mark">{escape_text(marked)}</span>{plain}'
+
+
+# The page's script that places a token's tip (assets/specviz.css, "the tip") in the window rather than in the
+# token view: the view scrolls, so it clips what sticks out of it, and a tip above the first line showed as a
+# thin strip under the step sentence. On hover or focus it gives the token the window coordinates of its top
+# (or, with no room above, of its bottom) and the class that makes its tip fixed there.
+TIP_SCRIPT = """
+const svPlaceTip = (event) => {
+  const token = event.target.closest ? event.target.closest('.tok') : null;
+  if (!token) return;
+  const box = token.getBoundingClientRect(), below = box.top < 90;
+  token.style.setProperty('--sv-tip-x', Math.max(4, Math.min(box.left, window.innerWidth - 360)) + 'px');
+  token.style.setProperty('--sv-tip-y', (below ? box.bottom + 4 : box.top - 4) + 'px');
+  token.classList.add('sv-tip-placed');
+  token.classList.toggle('sv-tip-below', below);
+};
+document.addEventListener('pointerover', svPlaceTip, true);
+document.addEventListener('focusin', svPlaceTip, true);
+"""
+
+
 def _attribute(name: str, value: float | None) -> str:
     return "" if value is None else f' data-{name}="{_number(value)}"'
 
 
-def _token_span(token: TokenRecord, current: bool, reached: bool) -> str:
+def _token_span(token: TokenRecord, current: bool, reached: bool, special: bool = False) -> str:
     """One token as a span whose data attributes hold the numbers of its tip (p, q, min(1, p/q) as a, u); the
     stylesheet composes the tip's sentences from them (token_tip gives the same text), so that the markup a
-    streamed update re-sends stays small. A number the token lacks is left out and shown as –."""
+    streamed update re-sends stays small. A number the token lacks is left out and shown as –. special: a
+    special token (end of text, chat markup) whose text is its name."""
     classes = ["tok", f"tok-{token.kind.value}"]
     if not token.text.strip():
         classes.append("tok-ws")
@@ -85,16 +125,18 @@ def _token_span(token: TokenRecord, current: bool, reached: bool) -> str:
     if token.kind in (TokenKind.ACCEPTED, TokenKind.REJECTED):
         numbers += _attribute("q", token.q) + _attribute("a", token.accept_prob) + _attribute("u", token.u)
     return (f'<span class="{" ".join(classes)}" data-step="{token.step}"{numbers} tabindex="0">'
-            f'{escape_text(shown_text(token))}</span>')
+            f'{_content(token, special)}</span>')
 
 
-def step_group_html(step: int, tokens: list[TokenRecord], current: bool = False) -> str:
+def step_group_html(step: int, tokens: list[TokenRecord], current: bool = False, special: Collection[int] = ()) -> str:
     """One step's tokens as one group (a lane in the steps reading mode): its drafts in order, each accepted or
-    rejected, then the target's own token. Drafts after the step's first rejection were never tested."""
+    rejected, then the target's own token. Drafts after the step's first rejection were never tested. special:
+    the ids of special tokens, shown by their names (a quiet end mark in the answer mode)."""
     spans = []
     rejected = 0
     for token in tokens:
-        spans.append(_token_span(token, current, reached=token.kind != TokenKind.REJECTED or rejected == 0))
+        spans.append(_token_span(token, current, reached=token.kind != TokenKind.REJECTED or rejected == 0,
+                                 special=token.id in special))
         rejected += token.kind == TokenKind.REJECTED
     return f'<span class="sv-step" data-step="{step}">{"".join(spans)}</span>'
 
@@ -108,9 +150,9 @@ def _by_step(tokens: list[TokenRecord]) -> list[tuple[int, list[TokenRecord]]]:
     return groups
 
 
-def token_spans(tokens: list[TokenRecord], current_step: int | None = None) -> str:
+def token_spans(tokens: list[TokenRecord], current_step: int | None = None, special: Collection[int] = ()) -> str:
     """The tokens, each step's in one group. Tabbing to a token (or tapping it) shows its tip."""
-    return "".join(step_group_html(step, group, step == current_step) for step, group in _by_step(tokens))
+    return "".join(step_group_html(step, group, step == current_step, special) for step, group in _by_step(tokens))
 
 
 class StepGroups:
@@ -118,10 +160,11 @@ class StepGroups:
     so a streamed update renders only the steps that are new since the last one, and the highlighted step
     again. html() equals token_spans() of the same tokens."""
 
-    def __init__(self):
+    def __init__(self, special: Collection[int] = ()):
         self._tokens: list[tuple[int, list[TokenRecord]]] = []
         self._html: list[str] = []
         self._steps = 0
+        self.special = frozenset(special)
 
     def __len__(self) -> int:
         """Steps added so far."""
@@ -132,20 +175,20 @@ class StepGroups:
         self._steps += 1
         for step, group in _by_step(step_tokens):
             self._tokens.append((step, group))
-            self._html.append(step_group_html(step, group))
+            self._html.append(step_group_html(step, group, special=self.special))
 
     def html(self, current_step: int | None = None, upto_step: int | None = None) -> str:
         parts = []
         for (step, group), rendered in zip(self._tokens, self._html):
             if upto_step is not None and step > upto_step:
                 break
-            parts.append(step_group_html(step, group, True) if step == current_step else rendered)
+            parts.append(step_group_html(step, group, True, self.special) if step == current_step else rendered)
         return "".join(parts)
 
 
 def token_view_html(tokens: list[TokenRecord], prompt: str = "", header: str = "",
                     current_step: int | None = None, upto_step: int | None = None, sampling: bool = True,
-                    story: str = "", spans: str | None = None) -> str:
+                    story: str = "", spans: str | None = None, special: Collection[int] = ()) -> str:
     """The live token view: a line on the current step, the run's header and prompt, then every shown token
     coloured by kind, with a tip. upto_step hides later steps (replay); current_step highlights one step. The
     reading mode (answer, drafts, steps) is a class on the page, applied by the stylesheet; greedy decoding is
@@ -154,7 +197,7 @@ def token_view_html(tokens: list[TokenRecord], prompt: str = "", header: str = "
     if spans is None:
         if upto_step is not None:
             tokens = [t for t in tokens if t.step <= upto_step]
-        spans = token_spans(tokens, current_step)
+        spans = token_spans(tokens, current_step, special)
     story_html = f'<div class="sv-story">{escape_text(story)}</div>' if story else ""
     head = f'<div class="sv-run-header">{escape_text(header)}</div>' if header else ""
     prompt_html = (f'<div class="sv-prompt" title="{escape_text(prompt)}"><span class="sv-label">Prompt</span>'
@@ -187,27 +230,33 @@ EXPLAIN = {  # one line each, for a reader who has not met the letters
 }
 
 
+NOISY_TILE = "the machine was busy while it was measured: the status line says what does not add up"
+
+
 def _row(name: str, value: str, note: str = "") -> str:
     note_html = f'<span class="sv-note">{escape_text(note)}</span>' if note else ""
     return (f'<div class="sv-row"><span class="sv-key">{escape_text(name)}</span>'
             f'<span class="sv-val">{escape_text(value)}</span>{note_html}</div>')
 
 
-def _tile(value: str, name: str, note: str) -> str:
-    return (f'<div class="sv-tile" title="{escape_text(note)}"><div class="sv-big">{escape_text(value)}</div>'
+def _tile(value: str, name: str, note: str, noisy: bool = False, title: str | None = None) -> str:
+    kind = "sv-tile sv-noisy" if noisy else "sv-tile"
+    return (f'<div class="{kind}" title="{escape_text(title or note)}"><div class="sv-big">{escape_text(value)}</div>'
             f'<div class="sv-key">{escape_text(name)}</div><div class="sv-note">{escape_text(note)}</div></div>')
 
 
 def summary_html(metrics: RunMetrics, method: str, plain: RunMetrics | None = None, speedup: float | None = None,
                  identical: bool | None = None, difference: FirstDifference | None = None,
                  sampling: bool = False, idle_seconds: float = 0.0, finished: bool = True,
-                 theory: Theory | None = None) -> str:
+                 theory: Theory | None = None, noise: str | None = None) -> str:
     """The measured numbers of a run as a card (speeds on engine time): the four that matter as tiles, each
-    with a line that says what it means, then the details, the baseline and the theory beside them."""
+    with a line that says what it means, then the details, the baseline and the theory beside them. noise: the
+    note a speedup that failed its plausibility check carries in place of its meaning (never stated as fact)."""
     m = metrics
     tiles = []
     if speedup is not None:
-        tiles.append(_tile(f"{speedup:.2f}×", "speedup", EXPLAIN["speedup"]))
+        tiles.append(_tile(f"{speedup:.2f}×", "speedup (noisy)" if noise else "speedup",
+                           NOISY_TILE if noise else EXPLAIN["speedup"], noisy=bool(noise), title=noise))
     plain_note = f"plain decoding: {_number(plain.tokens_per_second, 1)} tok/s" if plain is not None else "engine time"
     tiles.append(_tile(f"{_number(m.tokens_per_second, 1)} tok/s", f"{method}", plain_note))
     if m.acceptance_rate is not None:
@@ -237,6 +286,7 @@ def summary_html(metrics: RunMetrics, method: str, plain: RunMetrics | None = No
     if theory is not None:
         gamma = f"γ = {theory.gamma:g}" if theory.gamma_fixed else f"mean γ = {theory.gamma:.2f}"
         measured = "–" if theory.measured_speedup is None else f"{theory.measured_speedup:.2f}×"
+        measured += " (noisy)" if noise and theory.measured_speedup is not None else ""
         theory_html = (
             f'<div class="sv-theory-head">Theory (Leviathan et al. 2023) from the measured α = {theory.alpha:.3f}, '
             f'c = {theory.cost_ratio:.3f}, {escape_text(gamma)}</div>'

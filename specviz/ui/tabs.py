@@ -8,10 +8,12 @@ from collections.abc import Iterator
 import gradio as gr
 
 from ..api import check_drafter, encode, first_difference, make_proposer
-from ..cost_curve import measure_cost_curve
+from ..cost_curve import latest_points, measure_cost_curve
+from ..lessons.forward_cost import curve_sentence
 from ..engine import SpeculativeRun
 from ..errors import MissingDrafterError, SpecvizError
 from ..measured import load_measured
+from ..plausibility import BUSY
 from ..proposers import METHODS, PlainProposer
 from . import charts, live, render, view
 from .endpoint import form_handler, pull, stopped_message
@@ -23,6 +25,12 @@ from .readouts import plot
 COMPARE_FIELDS = ("prompt", "methods", "target", "draft", "gamma", "temperature", "top_p", "max_new_tokens", "seed",
                   "tree", "draft_stop")
 SKIPPED_DRAFT = "Skipped draft: it needs a drafter (choose one in the Run tab's settings)."
+
+
+def quoted_prompt(prompt: str, most: int = 80) -> str:
+    """A prompt in a status line: quoted, cut to `most` characters."""
+    text = " ".join(str(prompt).split())
+    return f"‘{text if len(text) <= most else text[:most - 1] + '…'}’"
 
 
 def stop_tab(request: gr.Request):
@@ -43,12 +51,13 @@ def compare_records(request: RunRequest, methods: tuple[str, ...]) -> Iterator[t
             for method in ("plain", *methods):
                 try:
                     check_drafter(method, draft)
-                    proposer = PlainProposer() if method == "plain" else make_proposer(method, target, draft)
-                    prepare(target, proposer, prompt_ids, settings)
-                    stepped = SteppedRun(SpeculativeRun(target, proposer, prompt_ids, settings, request.prompt))
                 except MissingDrafterError:
                     yield ("skipped", SKIPPED_DRAFT)
                     continue
+                try:
+                    proposer = PlainProposer() if method == "plain" else make_proposer(method, target, draft)
+                    prepare(target, proposer, prompt_ids, settings)
+                    stepped = SteppedRun(SpeculativeRun(target, proposer, prompt_ids, settings, request.prompt))
                 except SpecvizError as error:
                     yield ("skipped", f"Skipped {method}: {error}")
                     continue
@@ -81,7 +90,7 @@ def cost_records(name: str) -> Iterator[tuple]:
         with live.POOL.using(name):
             model = load_target(name)
             yield ("device", f"{model.device.type} ({model.describe()}, {str(model.dtype).replace('torch.', '')})")
-            measurements = measure_cost_curve(model)
+            measurements = measure_cost_curve(model, as_measured=True)
             try:
                 while True:
                     with ENGINE_LOCK:
@@ -95,16 +104,25 @@ def cost_records(name: str) -> Iterator[tuple]:
         yield ("failed", message_of(error))
 
 
+def default_methods(runs: list[dict], choices: list[str]) -> list[str]:
+    """The methods the Compare tab ticks at first: those the first measured run (the 2-core CPU's) found accepting
+    and paying (view.paying_methods); n-gram lookup where there is no measured run."""
+    return view.paying_methods(runs[0], choices) if runs else ["ngram"]
+
+
 class CompareTab:
     """The Run tab's prompt, models and settings through plain decoding and each ticked method."""
 
     def build(self, fields: dict, engine: dict):
         """fields: the Run tab's components by form field (prompt, target, draft and the decoding settings)."""
-        gr.Markdown("The prompt, models and settings of the Run tab, through plain decoding and each ticked "
-                    "method, one after another in this process. c is what drafting one token costs, as a share "
-                    "of one verify pass.")
-        self.methods = gr.CheckboxGroup([m for m in METHODS if m != "plain"],
-                                        value=[m for m in ("ngram", "early-exit") if m in METHODS], label="Methods")
+        gr.Markdown("**The Run tab's prompt, models and settings** (change them there), through plain decoding "
+                    "and each ticked method, one after another in this process. c is what drafting one token "
+                    "costs, as a share of one verify pass. Ticked at first: the drafters that accept and pay on a "
+                    "2-core CPU (measured on Spec-Bench, below).")
+        runs = load_measured()
+        choices = [m for m in METHODS if m != "plain"]
+        self.methods = gr.CheckboxGroup(choices, value=default_methods(runs, choices), label="Methods",
+                                        elem_id="sv-compare-methods")
         with gr.Row():
             self.button = gr.Button("Compare", variant="primary", elem_id="sv-compare")
             self.stop = gr.Button("Stop", variant="stop", elem_id="sv-compare-stop")
@@ -112,7 +130,6 @@ class CompareTab:
         self.table = gr.Dataframe(headers=["method", "new tokens", "steps", "τ", "α", "c", "tok/s", "speedup",
                                            "same as plain"], interactive=False)
         self.plot = gr.Plot(label="compare chart")
-        runs = load_measured()
         if runs:
             with gr.Accordion("Every drafter measured on Spec-Bench", open=False, elem_id="sv-measured"):
                 gr.Markdown("The same methods over many prompts of Spec-Bench (Xia et al. 2024), the benchmark of "
@@ -152,7 +169,7 @@ class CompareTab:
         if not chosen:
             raise SpecvizError("tick at least one method to compare with plain decoding")
         draft_name = next(filter(None, (drafter_for(m, form.target, form.draft) for m in chosen)), None)
-        yield out(f"Loading {form.target}…")
+        yield out(f"Loading {form.target}… (the prompt: the Run tab's, {quoted_prompt(form.prompt)})")
         request = RunRequest(form.prompt, chosen[0], form.target, draft_name, form.settings)
         last = 0.0
         for record in pull(gpu(compare_records)(request, tuple(chosen)), cancel):
@@ -172,31 +189,40 @@ class CompareTab:
         if cancel.is_set():
             yield out(stopped_message(cancel), "warn")
             return
-        yield out(f"Done: {len(rows)} runs of the same prompt, same settings, same process.", "ok")
+        yield out(f"Done: {len(rows)} runs of the Run tab's prompt, {quoted_prompt(form.prompt)}, same settings, same "
+                  "process.", "ok")
+
+
+def cost_sentence(points: list) -> str:
+    """What the Cost curve tab measured, in words: lesson 3's sentence for the K curve (one measurement, one
+    story), and the same for the batch curve; each with the noise note where its points do not add up."""
+    return " ".join(curve_sentence([p for p in points if p.axis == axis]) for axis in ("positions", "batch")).strip()
 
 
 class CostTab:
     """The target's forward time against new positions and batch size, measured on this machine."""
 
     def build(self, target, engine: dict):
-        gr.Markdown("One forward of the target over K new positions (what verifying γ = K - 1 drafts "
-                    "costs), and over a batch of B sequences, timed on this machine. On a GPU at batch 1 "
-                    "the time hardly grows with K: verification is nearly free. On a CPU it grows. And once "
-                    "batching fills the device, extra positions are no longer free: speculation stops paying.")
+        gr.Markdown("One forward of the target over K new positions (what verifying γ = K − 1 drafts costs), "
+                    "and over a batch of B sequences (one new position each), timed on this machine: the "
+                    "sentence under the chart says what it measured. Where checking more positions costs "
+                    "little, speculation's verify pass is nearly free; once a batch fills the device, extra "
+                    "positions cost, and speculation stops paying.")
         with gr.Row():
             self.button = gr.Button("Measure", variant="primary", elem_id="sv-cost")
             self.stop = gr.Button("Stop", variant="stop", elem_id="sv-cost-stop")
         self.status = gr.HTML(label="cost status")
         self.plot = gr.Plot(label="cost curve")
+        self.sentence = gr.Markdown(elem_id="sv-cost-sentence")
         handler = form_handler(("target",), self.on_cost, lambda m: {self.status: render.status_html(m, "error")})
-        event = self.button.click(handler, [target], [self.status, self.plot], api_name="cost_curve", preprocess=False,
-                                  **engine)
+        event = self.button.click(handler, [target], [self.status, self.plot, self.sentence], api_name="cost_curve",
+                                  preprocess=False, **engine)
         self.stop.click(stop_tab, None, [self.status], cancels=[event], api_name="cost_stop", concurrency_limit=None)
         return event
 
     def on_cost(self, form, state, cancel):
         points, device = [], ""
-        yield {self.status: render.status_html(f"Loading {form.target}…", "info")}
+        yield {self.status: render.status_html(f"Loading {form.target}…", "info"), self.sentence: ""}
         for record in pull(gpu(cost_records)(form.target), cancel):
             if record[0] == "failed":
                 yield {self.status: render.status_html(record[1], "error")}
@@ -205,10 +231,18 @@ class CostTab:
                 device = record[1]
                 continue
             point = record[1]
-            points.append(point)
+            again = any((p.axis, p.x) == (point.axis, point.x) for p in points)
+            points = latest_points([*points, point])  # a point measured again (cost_curve.py) replaces its first
             label = "new positions" if point.axis == "positions" else "batch size"
-            yield {self.status: render.status_html(f"Measured {label} {point.x}: {point.ms:.1f} ms", "info"),
+            what = "measured again (a wider forward measured cheaper)" if again else "measured"
+            yield {self.status: render.status_html(f"{label.capitalize()} {point.x} {what}: {point.ms:.1f} ms", "info"),
                    self.plot: plot(charts.cost_figure(points, device))}
-        done = stopped_message(cancel) if cancel.is_set() else "Done: median of 3 forwards per point."
-        yield {self.status: render.status_html(done, "warn" if cancel.is_set() else "ok"),
-               self.plot: plot(charts.cost_figure(points, device))}
+        sentence = cost_sentence(points)
+        if cancel.is_set():
+            status = render.status_html(stopped_message(cancel), "warn")
+        elif BUSY in sentence:
+            status = render.status_html("Done, but the machine was busy: the sentence below says which figure is "
+                                        "noisy.", "warn")
+        else:
+            status = render.status_html("Done: median of 3 forwards per point.", "ok")
+        yield {self.status: status, self.plot: plot(charts.cost_figure(points, device)), self.sentence: sentence}

@@ -118,3 +118,15 @@ def measured_table(run: dict) -> list[list]:
 def measured_caption(run: dict) -> str:
     """What the run was and where its doc lies."""
     return f"**{run['label']}**: greedy, batch 1, every method beside plain decoding in one process (`{run['doc']}`)."
+
+
+def paying_methods(run: dict, choices: list[str], most: int = 3, least_alpha: float = 0.2) -> list[str]:
+    """The methods a comparison ticks at first: of `choices`, those a measured run (measured.measured_run) found
+    accepting drafts (alpha at least least_alpha) and faster than plain decoding, fastest first, at most `most`
+    (a method's entries with other settings, METHOD:GAMMA@STOP, count under its name)."""
+    best: dict[str, float] = {}
+    for m in run["methods"]:
+        name = m["method"].split(":")[0]
+        if name in choices and (m["alpha"] or 0) >= least_alpha and m["speedup"] > 1:
+            best[name] = max(best.get(name, 0.0), m["speedup"])
+    return sorted(best, key=best.get, reverse=True)[:most]

@@ -1,0 +1,113 @@
+"""`medusa`'s drafting on the device, for the device loop (device_loop.py): every head at once from the target's
+hidden state, as a few batched products a CUDA graph can hold.
+
+The heads share their work: one hidden state goes through every head's residual blocks as one batched product
+a block (the heads' weights stacked once), and heads that share an output layer (those trained here: the
+target's rows for their draft vocabulary) score all heads' features in one product. On the host each head was
+its own chain of kernels and its own full-vocabulary output layer. The hidden state is the target's at the
+position before the last token, handed over by observe() inside the verify graph. Nothing here reads a value
+back to the host; the drafts are MedusaProposer's (tests compare them step by step).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..runners.graphs import compiled_static
+from ..sampling import draw_with_noise, exponential_noise, warp_with
+from .base import DeviceLookup
+
+
+class MedusaSpace:
+    """The heads' weights stacked for batched products, and the hidden state the next draft reads [H]."""
+
+    def __init__(self, drafter, count: int, device):
+        blocks = drafter.heads.blocks[:count]
+        self.weights = torch.stack([torch.stack([block.linear.weight.detach() for block in head]) for head in blocks])
+        self.biases = torch.stack([torch.stack([block.linear.bias.detach() for block in head]) for head in blocks])
+        self.weights = self.weights.transpose(2, 3).contiguous()  # [heads, layers, H_in, H_out]: x @ W
+        self.hidden = torch.zeros(self.weights.shape[-1], device=device, dtype=self.weights.dtype)
+
+
+def head_features(hidden, weights, biases):
+    """MedusaHeads' features of every head at once: hidden [H] -> [heads, H]; each block x + SiLU(W x + b)."""
+    x = hidden[None, None, :].expand(weights.shape[0], 1, -1)
+    for layer in range(weights.shape[1]):
+        x = x + F.silu(torch.baddbmm(biases[:, layer, None, :], x, weights[:, layer]))
+    return x[:, 0]
+
+
+def medusa_logits(hidden, weights, biases, outputs):
+    """Each head's logits over the tokens its output layer scores, [heads, K] float32 (outputs: one DraftHead
+    shared by every head, or one a head of the same draft vocabulary)."""
+    features = head_features(hidden, weights, biases)
+    if len(outputs) == 1:
+        return outputs[0].sub_logits(features)
+    return torch.stack([out.sub_logits(features[k]) for k, out in enumerate(outputs)])
+
+
+def medusa_chain(hidden, weights, biases, outputs, gamma: int, warp=None, noise=None, shown: bool = False):
+    """MedusaProposer's chain: head k's token for draft position k (k < heads), zeros past them up to gamma.
+    Greedy: each head's argmax; sampled (warp as eagle_device.draft_chain's, noise [heads, K]): a draw from each
+    head's warped distribution q. Returns (tokens [gamma], q [gamma, V] or None; shown, greedy: each head's
+    softmax, what the app shows of the drafter)."""
+    logits = medusa_logits(hidden, weights, biases, outputs)
+    heads, head = logits.shape[0], outputs[0]
+    q = None
+    if warp is None:
+        index = logits.argmax(-1)
+        probs = logits.softmax(-1) if shown else None
+    else:
+        probs = warp_with(logits, *warp)
+        index = draw_with_noise(probs, noise)
+    if probs is not None:
+        q = probs if head.token_ids is None else probs.new_zeros(heads, head.vocab_size).index_copy_(1, head.token_ids, probs)
+        q = torch.cat([q, q.new_zeros(gamma - heads, q.shape[1])])
+    tokens = index if head.token_ids is None else head.token_ids.index_select(0, index)
+    return torch.cat([tokens, tokens.new_zeros(gamma - heads)]), q
+
+
+class MedusaLookup(DeviceLookup):
+    """MedusaProposer's chains on the device: min(gamma, heads) tokens a step. compiled: through torch.compile."""
+
+    has_q = True
+    min_prompt = 2
+
+    def __init__(self, drafter, gamma: int, compiled: bool = False):
+        self.drafter, self.gamma = drafter, gamma
+        self.count = min(gamma, drafter.heads.num_heads)
+        self.outputs = drafter.outputs[:self.count]
+        self._chain = compiled_static(medusa_chain) if compiled else medusa_chain
+
+    def key(self) -> tuple:
+        return ("medusa", id(self.drafter), self.gamma)
+
+    def workspace(self, device, capacity: int) -> MedusaSpace:
+        return MedusaSpace(self.drafter, self.count, device)
+
+    def start(self, sequence, hidden) -> None:
+        self.space.hidden.copy_(hidden[-1])
+
+    def _length(self, tokens):
+        return torch.full((), self.count, dtype=torch.long, device=tokens.device)
+
+    def draft(self, sequence, length, span):
+        space = self.space
+        tokens, _ = self._chain(space.hidden, space.weights, space.biases, self.outputs, self.gamma)
+        return tokens, self._length(tokens)
+
+    def draft_shown(self, sequence, length, span):
+        space = self.space
+        tokens, shown = self._chain(space.hidden, space.weights, space.biases, self.outputs, self.gamma, shown=True)
+        return tokens, self._length(tokens), shown
+
+    def sample(self, sequence, length, span, warp, generator):
+        space = self.space
+        noise = exponential_noise((self.count, self.outputs[0].scored), generator, sequence.device)
+        tokens, q = self._chain(space.hidden, space.weights, space.biases, self.outputs, self.gamma,
+                                (warp.temperature, warp.top_k, warp.top_p, warp.filtered), noise)
+        return tokens, self._length(tokens), q
+
+    def observe(self, hidden, rows, accepted) -> None:
+        """The hidden state at the last accepted position: the next token was chosen from it."""
+        self.space.hidden.copy_(hidden.index_select(0, rows.index_select(0, accepted[None]))[0])
