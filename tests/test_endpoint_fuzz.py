@@ -112,3 +112,24 @@ def test_the_local_profile_takes_what_the_public_one_refuses():
 
     for value in ("/etc", "random:llama-8b", "some-org/unknown-model", "~/model.gguf"):
         assert read_form({"target": value}, Profile()).target == value
+
+
+def test_the_model_lists_offer_only_what_fits(served):
+    """The page's lists in the public profile (a 6 GiB budget, float32): the default, the shipped drafter and the
+    presets that fit; not the 1.7B, 7B and 8B targets, which a local user's lists keep (control)."""
+    from specviz.ui import app
+
+    run = served.get("/gradio_api/info").json()["named_endpoints"]["/run"]["parameters"]
+    types = {p["parameter_name"]: p["python_type"]["type"] for p in run}
+    assert "'default'" in types["target"] and "'distilled'" in types["draft"] and "Qwen2.5-0.5B" in types["draft"]
+    for big in ("SmolLM2-1.7B", "Qwen2.5-7B", "Llama-3.1-8B"):  # 6.8, 30 and 32 GB in float32
+        assert big not in types["target"]
+    from specviz.public import Profile
+    from specviz.ui import live
+
+    public, live.PROFILE = live.PROFILE, Profile()
+    try:
+        local = str(app.offered(app.TARGETS))
+    finally:
+        live.PROFILE = public
+    assert "SmolLM2-1.7B" in local and "Qwen2.5-7B" in local and "Llama-3.1-8B" in local
