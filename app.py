@@ -1,13 +1,16 @@
 """specviz web app: `python app.py` serves it on http://127.0.0.1:7860 (`--port`, `--host`; offline default model;
 GPU when there is one; models load on the first run, not at import). Everything else lives in specviz/ui/.
 
+On a Hugging Face Space (SPACE_ID set), or with SPECVIZ_PUBLIC=1, it serves the public profile: the models it
+offers only, a memory budget, a share of the queue per session and per client (specviz/public.py, docs/deploy.md).
+
 Several GPUs: `python app.py --device-map auto [--max-memory 0=60GiB,1=75GiB] [--draft-device cuda:0]`
 shards every target over this machine's GPUs (also SPECVIZ_DEVICE_MAP, SPECVIZ_MAX_MEMORY, SPECVIZ_DRAFT_DEVICE)."""
 import argparse
 import os
 
 from specviz.ui import launch
-from specviz.ui.live import configure_placement
+from specviz.ui.live import configure_placement, configure_profile, machine_profile
 
 
 def options(argv=None) -> argparse.Namespace:
@@ -27,4 +30,5 @@ def options(argv=None) -> argparse.Namespace:
 if __name__ == "__main__":
     args = options()
     configure_placement(args.device_map, args.max_memory, args.draft_device)
+    configure_profile(machine_profile())
     launch(server_name=args.host, server_port=args.port)

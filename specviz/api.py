@@ -15,7 +15,7 @@ from .batch_draft import ModelDrafting
 from .device_loop import DeviceLoop
 from .engine import SpeculativeRun
 from .runners.static import make_runner
-from .errors import InvalidSettingError
+from .errors import InvalidSettingError, MissingDrafterError
 from .models import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
 from .options import EngineOptions
 from .oracle import run_oracle
@@ -35,7 +35,7 @@ def check_drafter(method: str, draft) -> None:
     """The one check that a method has the drafter model it needs: `draft` (the method that drafts with a separate
     model) needs one. draft: a loaded model or its name, before anything is loaded; None or "": none chosen."""
     if method == "draft" and not draft:
-        raise InvalidSettingError("the draft method needs a draft model: choose one ('default', a Hub id, a folder or a "
+        raise MissingDrafterError("the draft method needs a draft model: choose one ('default', a Hub id, a folder or a "
                                   ".gguf file: --draft on the command line, draft= in the API, the drafter list "
                                   "in the app)")
 

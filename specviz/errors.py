@@ -9,6 +9,10 @@ class InvalidSettingError(SpecvizError, ValueError):
     """A decoding setting (gamma, temperature, top-p, ...) or the prompt is out of range."""
 
 
+class MissingDrafterError(InvalidSettingError):
+    """The draft method was asked for without a draft model (api.check_drafter)."""
+
+
 class ModelLoadError(SpecvizError):
     """A target or drafter could not be loaded."""
 

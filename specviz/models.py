@@ -316,6 +316,12 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, dtype: str 
         return _registry[key]
 
 
+def loaded_models() -> list[LoadedModel]:
+    """Every model in the registry now."""
+    with _registry_lock:
+        return list(_registry.values())
+
+
 def unload_all(keep: set[str] = frozenset()) -> None:
     """Free every loaded model whose name is not in keep (the app calls this when the user switches models)."""
     with _registry_lock:

@@ -17,22 +17,27 @@ from pathlib import Path
 import gradio as gr
 from starlette.middleware import Middleware
 
-from ..errors import SpecvizError
+from ..api import check_drafter
+from ..errors import MissingDrafterError, SpecvizError
 from ..models import DEFAULT_MODEL
 from ..proposers import METHODS
 from ..proposers.distilled import DISTILLED
-from ..settings import check_prompt_text
+from ..public import PRESETS, preset_bytes
 from . import charts, render, view
-from .endpoint import api_help, page_url, speculate
+from .admission import admit_fairly
+from .batch_tab import BatchTab
+from .cancel import Cancel
+from .endpoint import api_help, form_handler, page_url, speculate
+from .form import MAX_NEW_TOKENS, Form
 from .frames import EarlyScript
-from .gpu import gpu
-from .live import (MAX_NEW_TOKENS, LiveRun, RunRequest, drafter_for, end_session, load_models, model_name,
-                   session_key, session_of, settings_from_form)
+from .gpu import forks, gpu
+from .learn import RUN_TAB, SAVED_MAX_BYTES, LearnTab, bugs_api, distribution_api
+from . import live
+from .live import (FAILED, LiveRun, RecordedRun, RunRequest, Session, drafter_for, end_session, load_models,
+                   model_name, run_records, session_key, session_of)
 from .pacing import Pacer
 from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, status_of, step_story, summary_of,
                        token_text, token_view, trace_file)
-from .batch_tab import BatchTab
-from .learn import RUN_TAB, LearnTab, bugs_api, distribution_api
 from .tabs import CompareTab, CostTab
 
 log = logging.getLogger(__name__)
@@ -53,6 +58,7 @@ AFTER_PAINT = ("(...inputs) => new Promise(go => { setTimeout(() => go(inputs), 
                "requestAnimationFrame(() => requestAnimationFrame(() => go(inputs))); })")
 NARROW_WIDTH = 640  # px: below it, a phone's layout (as assets/specviz.css's @media rule)
 CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "4"))  # runs at once; their engine steps interleave
+QUEUE_SIZE = 64  # requests waiting at once, all users together (a public server also limits each one's share)
 
 TARGETS = [("default: SmolLM2-135M-Instruct (offline)", DEFAULT_MODEL),
            ("HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct"),
@@ -68,6 +74,27 @@ PAIRS = {  # label: (target, drafter)
     "Qwen2.5-0.5B drafts for Qwen2.5-7B": ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
     "Llama-3.2-1B drafts for Llama-3.1-8B": ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct"),
 }
+# the Run tab's widgets' values, in the order of its event's inputs (named as form.FIELDS and the /run API)
+RUN_FIELDS = ("prompt", "method", "target", "draft", "gamma", "temperature", "top_p", "max_new_tokens", "seed",
+              "compare_plain", "step_mode", "tree", "draft_stop")
+
+
+def offered(choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The model choices this server offers: all for a local user; on a public server those its profile allows
+    (a preset that cannot fit its memory is left out), and the owner's additions."""
+    profile = live.PROFILE
+    kept = [(label, value) for label, value in choices if value == "none" or profile.offers(value)]
+    return kept + [(extra, extra) for extra in sorted(profile.extra_models) if extra not in {v for _, v in kept}]
+
+
+def offered_pairs() -> dict[str, tuple[str, str]]:
+    """The preset pairs whose target and drafter fit this server's memory together."""
+    profile = live.PROFILE
+    if not profile.public:
+        return dict(PAIRS)
+    return {label: pair for label, pair in PAIRS.items()
+            if all(profile.offers(name) for name in pair)
+            and (profile.memory_budget is None or preset_bytes(pair, profile.dtype_bytes) <= profile.memory_budget)}
 
 
 def css() -> str:
@@ -93,6 +120,12 @@ class SpecvizApp:
 
     def __init__(self):
         self.demo: gr.Blocks | None = None
+        # the handlers as gradio calls them: their parameters are form fields, read at the boundary
+        self.on_run = form_handler(RUN_FIELDS, self.handle_run, self.show_error, defaults={"tree": 0, "draft_stop": 0})
+        self.on_resume = form_handler((), self.handle_resume, self.show_error)
+        self.on_next = form_handler((), self.handle_next, self.show_error)
+        self.on_replay = form_handler(("seconds_per_step",), self.handle_replay, self.show_error)
+        self.on_inspect = form_handler(("step",), self.handle_inspect, _raise)
 
     # ---- frames: dicts {component: value}; components left out keep their value -------------------------
     def frame(self, run: LiveRun, cursor: int | None = None, upto: int | None = None,
@@ -144,12 +177,16 @@ class SpecvizApp:
             current = (spec_points[0][cursor + 1], spec_points[1][cursor + 1])
         return charts.race_figure(spec_points, plain_points, run.request.method, current)
 
-    def stream(self, run: LiveRun, follow_cursor: bool = False, narrow: bool = False):
+    def stream(self, run: LiveRun | RecordedRun, cancel: Cancel | None = None, follow_cursor: bool = False,
+               narrow: bool = False):
         """Frames while a worker advances the run, as few as pacing.Pacer lets through (the theory and the
         inspector wait for the end, except in step mode); then one complete frame. follow_cursor highlights
-        the newest step (step mode)."""
+        the newest step (step mode). A set `cancel` stops the run (after its current step)."""
         pacer = Pacer(TOKEN_INTERVAL, CHART_INTERVAL, time.monotonic(), follow_cursor)
         while run.active:
+            if cancel is not None and cancel.is_set():
+                run.stop()
+                run.join(0.05)
             n = len(run.speculative.steps)
             parts = pacer.parts(time.monotonic(), run.version, n, run.phase)
             if parts is not None:
@@ -160,91 +197,112 @@ class SpecvizApp:
             time.sleep(0.03)
         n = len(run.speculative.steps)
         yield self.frame(run, cursor=n - 1 if follow_cursor and n else None, narrow=narrow)
+        if cancel is not None and cancel.reason:
+            yield {self.status: render.status_html(cancel.reason, "warn")}
 
-    # ---- handlers ---------------------------------------------------------------------------------------
+    # ---- handlers: each takes the Form read at the boundary (endpoint.form_handler), its session and its stop
+    # signal; an error it raises is shown in the status line
     def on_clear(self):
         """The view emptied for a new run (the run itself follows, in its own event)."""
         return self.blank(render.status_html("Starting…", "info"))
 
-    def on_run(self, prompt, method, target, draft, gamma, temperature, top_p, max_new_tokens, seed, compare_plain,
-               step_mode, tree=0, draft_stop=0, request: gr.Request = None):
-        state = session_of(request)
+    def show_error(self, message: str) -> dict:
+        return self.blank(render.status_html(message, "error"))
+
+    def handle_run(self, form: Form, state: Session, cancel: Cancel):
         if state.run is not None:
             state.run.stop()
         state.run, state.cursor, state.replaying = None, None, False
-        state.cancel.clear()  # Stop sets it: also while the models load
+        draft_name = drafter_for(form.method, form.target, form.draft)
         try:
-            settings = settings_from_form(max_new_tokens, gamma, temperature, top_p, seed, tree, draft_stop)
-            if settings.max_new_tokens > MAX_NEW_TOKENS:
-                raise SpecvizError(f"max new tokens is limited to {MAX_NEW_TOKENS} in the app, got {settings.max_new_tokens}")
-            check_prompt_text(prompt)
-            if method not in METHODS:
-                raise SpecvizError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-            target_name = model_name(target)
-            if target_name is None:
-                raise SpecvizError("choose a target model ('default' runs offline)")
-            draft_name = drafter_for(method, target_name, draft)
-            if method == "draft" and draft_name is None:
-                raise SpecvizError("the draft method needs a drafter: pick one (e.g. a pair preset) or type a Hub id, "
-                                   "folder or .gguf file")
-            baseline = bool(compare_plain) and method != "plain"  # plain against itself would be no comparison
-            run_request = RunRequest(prompt, method, target_name, draft_name, settings, baseline)
-        except SpecvizError as error:
-            yield self.blank(render.status_html(str(error), "error"))
+            check_drafter(form.method, draft_name)  # the engine's check, before anything loads
+        except MissingDrafterError:  # said as the page offers it
+            raise MissingDrafterError("the draft method needs a drafter: pick one in the drafter list (or a preset "
+                                      "pair)" + ("" if live.PROFILE.public else ", or type a Hub id, a folder or a "
+                                                 ".gguf file")) from None
+        baseline = form.compare_plain and form.method != "plain"  # plain against itself would be no comparison
+        run_request = RunRequest(form.prompt, form.method, form.target, draft_name, form.settings, baseline)
+        if forks():
+            yield from self._run_recorded(run_request, state, cancel, form.step_mode)
             return
-
         loaded: dict = {}
 
         def load():  # the models, then the run (on a GPU its warm-up captures graphs and compiles)
             try:
                 loaded["models"] = load_models(run_request)
-                loaded["run"] = LiveRun(run_request, *loaded["models"])
+                run = loaded["run"] = LiveRun(run_request, *loaded["models"])
+                if cancel.is_set():  # the handler ended while the models loaded: nobody will show this run
+                    run.stop()
             except Exception as error:  # shown to the user below; the app stays up
                 loaded["error"] = error
 
         job = threading.Thread(target=load, daemon=True)
         started = time.monotonic()
         job.start()
-        # no update before the load has taken a while: the page was cleared before it asked for the run, and
-        # a browser on the same machine spends 30 to 60 ms on any update, which would land on the run's first
-        # steps (the prefill is in its measured time)
-        while job.is_alive():
-            job.join(0.5)
-            if job.is_alive():  # a load that ends within the wait sends no update: each costs the browser
-                message = loading_message([target_name, draft_name], time.monotonic() - started, "models" in loaded)
-                yield {self.status: render.status_html(message, "info")}
         try:
+            # no update before the load has taken a while: the page was cleared before it asked for the run, and
+            # a browser on the same machine spends 30 to 60 ms on any update, which would land on the run's first
+            # steps (the prefill is in its measured time)
+            while job.is_alive() and not cancel.is_set():
+                job.join(0.5)
+                if job.is_alive():  # a load that ends within the wait sends no update: each costs the browser
+                    message = loading_message([run_request.target, run_request.draft], time.monotonic() - started,
+                                              "models" in loaded)
+                    yield {self.status: render.status_html(message, "info")}
+            if cancel.is_set() and "run" not in loaded:
+                yield self.blank(render.status_html(cancel.reason or "Stopped while the models loaded.", "warn"))
+                return
             if "error" in loaded:
                 raise loaded["error"]
-            run = loaded["run"]
-        except SpecvizError as error:
-            yield self.blank(render.status_html(str(error), "error"))
-            return
-        except Exception as error:
-            log.exception("could not start a run")
-            yield self.blank(render.status_html(f"Could not start the run: {type(error).__name__}: {error}", "error"))
-            return
-        state.run = run
-        if state.cancel.is_set():  # Stop was pressed while the models loaded (set before on_stop reads state.run)
-            run.stop()
-            yield self.frame(run, narrow=state.narrow)
-            return
-        if step_mode:
-            yield self.frame(run, narrow=state.narrow)
-            return
-        # the page handles the event's first messages (its start, gradio's status) while the run would start
-        time.sleep(max(0.0, SETTLE - (time.monotonic() - started)))
-        run.start()
-        try:
-            yield from self.stream(run, narrow=state.narrow)
+            run = state.run = loaded["run"]
+            if cancel.is_set():  # Stop was pressed while the models loaded
+                run.stop()
+                yield self.frame(run, narrow=state.narrow)
+                return
+            if form.step_mode:
+                yield self.frame(run, narrow=state.narrow)
+                return
+            # the page handles the event's first messages (its start, gradio's status) while the run would start
+            time.sleep(max(0.0, SETTLE - (time.monotonic() - started)))
+            run.start()
+            yield from self.stream(run, cancel, narrow=state.narrow)
         finally:
-            if run.active and state.run is not run:  # superseded by a newer run
+            run = loaded.get("run")
+            if run is not None and (run.active or state.run is not run):  # cancelled, superseded or left behind
+                run.stop()
+
+    def _run_recorded(self, run_request: RunRequest, state: Session, cancel: Cancel, step_mode: bool):
+        """The run computed in one GPU call (ZeroGPU): its records stream in here and stay here, so that step
+        mode, Replay, the inspector and Stop never need the process that computed it."""
+        run = state.run = RecordedRun(run_request, gpu(run_records)(run_request))
+        started = time.monotonic()
+        try:
+            while not run.started.wait(0.5):
+                if cancel.is_set():
+                    run.stop()
+                    break
+                message = loading_message([run_request.target, run_request.draft], time.monotonic() - started, False)
+                yield {self.status: render.status_html(message, "info")}
+            if run.phase == FAILED and not run.speculative.steps:
+                state.run = None
+                raise SpecvizError(run.error or "the run could not start")
+            if step_mode:  # computed whole, then walked through here one step at a time (Next step)
+                while run.active and not cancel.is_set():
+                    time.sleep(0.5)
+                    yield {self.status: render.status_html(
+                        f"Computing the run for step mode: {len(run.speculative.steps)} steps so far…", "info")}
+                state.cursor = 0 if run.speculative.steps else None
+                yield self.frame(run, cursor=state.cursor, upto=state.cursor, narrow=state.narrow)
+                return
+            yield from self.stream(run, cancel, narrow=state.narrow)
+        finally:
+            if cancel.is_set() or state.run is not run:
                 run.stop()
 
     def on_stop(self, request: gr.Request):
         state = session_of(request)
         state.replaying = False
-        state.cancel.set()
+        state.stop_all()
         run = state.run
         if run is None:
             return {self.status: render.status_html("Stopped.", "warn")}
@@ -256,28 +314,34 @@ class SpecvizApp:
         state = session_of(request)
         state.replaying = False
         if state.run is not None and state.run.active:
+            if isinstance(state.run, RecordedRun):
+                return {self.status: render.status_html(
+                    "Here each run is computed in one GPU call, so it cannot pause: use step mode, or Replay it "
+                    "when it is done.", "info")}
             state.run.pause()
             return {self.status: render.status_html("Pausing after the current step…", "info")}
         return {self.status: render.status_html("Nothing to pause: press Run (or Replay).", "info")}
 
-    def on_resume(self, request: gr.Request):
-        state = session_of(request)
+    def handle_resume(self, form: Form, state: Session, cancel: Cancel):
         run = state.run
         if run is None or run.finished:
             yield {self.status: render.status_html("Nothing to resume: press Run.", "info")}
             return
         state.cursor = None
-        if run.start():
-            yield from self.stream(run, narrow=state.narrow)
+        if run.start() or isinstance(run, RecordedRun):
+            try:
+                yield from self.stream(run, cancel, narrow=state.narrow)
+            finally:
+                if run.active and cancel.is_set():
+                    run.stop()
 
-    def on_next(self, request: gr.Request):
-        state = session_of(request)
+    def handle_next(self, form: Form, state: Session, cancel: Cancel):
         run = state.run
         if run is None:
             yield {self.status: render.status_html("Press Run first (tick step mode to start paused).", "info")}
             return
         steps = run.speculative.steps
-        if not run.finished and not run.speculative.done:
+        if isinstance(run, LiveRun) and not run.finished and not run.speculative.done:
             taken = run.take_steps(1)  # a click while a step is pending queues one more (trigger_mode below)
             if taken is None:
                 yield {self.status: render.status_html("The run is going: press Pause first.", "warn")}
@@ -285,7 +349,7 @@ class SpecvizApp:
             if taken == "queued":  # the click that started the worker shows this step too
                 yield {self.status: render.status_html("One more step after this one…", "info")}
                 return
-            yield from self.stream(run, follow_cursor=True, narrow=state.narrow)
+            yield from self.stream(run, cancel, follow_cursor=True, narrow=state.narrow)
             state.cursor = len(run.speculative.steps) - 1 if run.speculative.steps else None
             return
         if run.active:
@@ -297,11 +361,10 @@ class SpecvizApp:
         state.cursor = 0 if state.cursor is None or state.cursor >= len(steps) - 1 else state.cursor + 1
         yield self.frame(run, cursor=state.cursor, upto=state.cursor, narrow=state.narrow)
 
-    def on_replay(self, seconds_per_step, request: gr.Request):
+    def handle_replay(self, form: Form, state: Session, cancel: Cancel):
         """The finished run again, one step a frame: the token view and the step number every frame, the charts
         and the inspector at most every CHART_INTERVAL (a browser cannot redraw them every 0.1 s) and on the
         last frame. No wait after the last frame, so that a Replay pressed as one ends starts a new one."""
-        state = session_of(request)
         run = state.run
         if run is None or not run.speculative.steps:
             yield {self.status: render.status_html("Nothing to replay: press Run first.", "info")}
@@ -310,11 +373,11 @@ class SpecvizApp:
             yield {self.status: render.status_html("The run is going: replay it when it is done.", "warn")}
             return
         state.replaying = True
-        delay = min(max(float(seconds_per_step or 0.5), 0.05), 5.0)
+        delay = min(max(form.seconds_per_step, 0.05), 5.0)
         last = len(run.speculative.steps) - 1
         charted = 0.0
         for k in range(last + 1):
-            if not state.replaying:
+            if not state.replaying or cancel.is_set():
                 break
             state.cursor = k
             parts = {"text", "slider"}
@@ -326,12 +389,11 @@ class SpecvizApp:
                 time.sleep(delay)
         state.replaying = False
 
-    def on_inspect(self, index, request: gr.Request):
-        state = session_of(request)
+    def handle_inspect(self, form: Form, state: Session, cancel: Cancel):
         run = state.run
         if run is None or not run.speculative.steps:
             return {self.tokens: gr.skip()}  # (an empty dict would read as one value)
-        k = min(max(int(index or 0), 0), len(run.speculative.steps) - 1)
+        k = min(form.step, len(run.speculative.steps) - 1)
         state.cursor = k
         steps = run.speculative.steps
         sampling = not run.request.settings.greedy
@@ -381,11 +443,14 @@ class SpecvizApp:
                         gr.Examples([[e["prompt"], e["method"]] for e in examples()], inputs=[self.prompt, self.method],
                                     example_labels=[e["label"] for e in examples()], label="Example prompts")
                         with gr.Row():
-                            self.pair = gr.Dropdown(list(PAIRS), value=None, label="Preset pair (Hub)", min_width=260)
-                            self.target = gr.Dropdown(TARGETS, value=DEFAULT_MODEL, allow_custom_value=True,
-                                                      label="Target (or any Hub id, folder, .gguf)", elem_id="sv-target",
+                            public = live.PROFILE.public  # a public server offers its list, nothing typed in
+                            self.pair = gr.Dropdown(list(offered_pairs()), value=None, label="Preset pair (Hub)",
+                                                    min_width=260)
+                            self.target = gr.Dropdown(offered(TARGETS), value=DEFAULT_MODEL, allow_custom_value=not public,
+                                                      label="Target" if public else "Target (or any Hub id, folder, .gguf)",
+                                                      elem_id="sv-target",
                                                       min_width=260)
-                            self.draft = gr.Dropdown(DRAFTS, value="none", allow_custom_value=True,
+                            self.draft = gr.Dropdown(offered(DRAFTS), value="none", allow_custom_value=not public,
                                                      label="Drafter (draft, adaptive)", elem_id="sv-draft", min_width=260)
                         with gr.Row():
                             self.gamma = gr.Slider(1, 16, value=4, step=1, label="γ (draft tokens per step)",
@@ -446,10 +511,12 @@ class SpecvizApp:
                     self.page_width = gr.Number(visible=False)
                 engine = dict(concurrency_id="engine", concurrency_limit=CONCURRENCY)
                 free = dict(concurrency_limit=None)
-                settings = [self.target, self.draft, self.gamma, self.temperature, self.top_p, self.max_new, self.seed,
-                            self.tree, self.draft_stop]
+                self.fields = {"prompt": self.prompt, "method": self.method, "target": self.target, "draft": self.draft,
+                               "gamma": self.gamma, "temperature": self.temperature, "top_p": self.top_p,
+                               "max_new_tokens": self.max_new, "seed": self.seed, "compare_plain": self.compare_plain,
+                               "step_mode": self.step_mode, "tree": self.tree, "draft_stop": self.draft_stop}
                 with gr.Tab("Compare methods", id="compare"):
-                    compare_event = CompareTab().build([self.prompt, *settings], engine)
+                    compare_event = CompareTab().build(self.fields, engine)
                 with gr.Tab("Cost curve", id="cost"):
                     cost_event = CostTab().build(self.target, engine)
                 with gr.Tab("Batch", id="batch"):
@@ -461,25 +528,26 @@ class SpecvizApp:
                 with gr.Tab("API", id="api"):
                     api_text = gr.Markdown(api_help("http://127.0.0.1:7860/"), elem_id="sv-api-help")
 
-            run_inputs = [self.prompt, self.method, self.target, self.draft, self.gamma, self.temperature, self.top_p,
-                          self.max_new, self.seed, self.compare_plain, self.step_mode, self.tree, self.draft_stop]
             view_outputs = [self.status, self.tokens, self.summary, self.step_plot, self.race_plot, self.theory_plot,
                             self.inspector, self.step_slider, self.trace]
+            # engine events read their inputs raw (preprocess=False): form.read_form is their one validation
+            engine = dict(engine, preprocess=False)
+            run_inputs = [self.fields[name] for name in RUN_FIELDS]
             # the page clears the previous run first, and asks for the new one once the cleared page has been
             # drawn (AFTER_PAINT): the clearing (its charts taken down) does not land on the new run's first steps
             clear = dict(fn=self.on_clear, outputs=view_outputs, api_visibility="private", show_progress="hidden",
                          **free)
-            run_event = self.run_button.click(**clear).then(gpu(self.on_run), run_inputs, view_outputs, api_name="run",
+            run_event = self.run_button.click(**clear).then(self.on_run, run_inputs, view_outputs, api_name="run",
                                                             show_progress="hidden", js=AFTER_PAINT, **engine)
-            submit_event = self.prompt.submit(**clear).then(gpu(self.on_run), run_inputs, view_outputs, js=AFTER_PAINT,
+            submit_event = self.prompt.submit(**clear).then(self.on_run, run_inputs, view_outputs, js=AFTER_PAINT,
                                                             api_visibility="private", show_progress="hidden", **engine)
-            resume_event = self.resume_button.click(gpu(self.on_resume), None, view_outputs, api_name="resume",
+            resume_event = self.resume_button.click(self.on_resume, None, view_outputs, api_name="resume",
                                                     show_progress="hidden", **engine)
             # "multiple": a second click while a step is pending counts (gradio's default drops it)
-            next_event = self.next_button.click(gpu(self.on_next), None, view_outputs, api_name="next_step",
+            next_event = self.next_button.click(self.on_next, None, view_outputs, api_name="next_step",
                                                 show_progress="hidden", trigger_mode="multiple", **engine)
             replay_event = self.replay_button.click(self.on_replay, [self.replay_speed], view_outputs, api_name="replay",
-                                                    show_progress="hidden", **free)
+                                                    show_progress="hidden", preprocess=False, **free)
             self.stop_button.click(self.on_stop, None, view_outputs, api_name="stop", show_progress="hidden",
                                    cancels=[run_event, submit_event, resume_event, next_event, replay_event, compare_event, cost_event,
                                             batch_event, *learn_events],
@@ -490,14 +558,15 @@ class SpecvizApp:
             self.pause_button.click(self.on_pause, None, view_outputs, api_name="pause", show_progress="hidden", **free)
             self.step_slider.input(self.on_inspect, [self.step_slider],  # always_last: in order while dragging
                                    [self.tokens, self.inspector, self.step_plot, self.race_plot],
-                                   api_name="inspect", show_progress="hidden", trigger_mode="always_last", **free)
+                                   api_name="inspect", show_progress="hidden", trigger_mode="always_last",
+                                   preprocess=False, **free)
             self.method.input(self.on_method, [self.method, self.target, self.draft], [self.draft],
                               api_visibility="private", **free)
             self.pair.change(self.on_pair, [self.pair], [self.target, self.draft, self.method], api_visibility="private",
                              **free)
-            gr.api(gpu(speculate), api_name="speculate", **engine)
-            gr.api(gpu(distribution_api), api_name="distribution", **engine)
-            gr.api(gpu(bugs_api), api_name="bugs", **engine)
+            gr.api(speculate, api_name="speculate", concurrency_id="engine", concurrency_limit=CONCURRENCY)
+            gr.api(distribution_api, api_name="distribution", concurrency_id="engine", concurrency_limit=CONCURRENCY)
+            gr.api(bugs_api, api_name="bugs", concurrency_id="engine", concurrency_limit=CONCURRENCY)
             demo.load(_api_text, None, [api_text], api_visibility="private", **free)
             demo.load(self.on_width, [self.page_width], None, js="() => window.innerWidth", api_visibility="private",
                       show_progress="hidden", **free)
@@ -505,6 +574,10 @@ class SpecvizApp:
         self.demo = demo
         return demo
 
+
+
+def _raise(message: str):
+    raise gr.Error(message, print_exception=False)
 
 
 def _api_text(request: gr.Request) -> str:
@@ -520,9 +593,15 @@ def build_demo() -> gr.Blocks:
 
 
 def launch(demo: gr.Blocks | None = None, **kwargs):
-    """Queue with explicit concurrency and serve; kwargs go to Blocks.launch (server_port, prevent_thread_lock...)."""
+    """Queue with explicit concurrency and serve; kwargs go to Blocks.launch (server_port, prevent_thread_lock...).
+    The profile (live.configure_profile) is the one the demo was built with: on a public server, requests over a
+    session's or a client's share are refused at the queue's door, and uploads are bounded."""
     demo = demo or build_demo()
-    demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
+    demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
+    admit_fairly(demo, live.PROFILE)
     app_kwargs = dict(kwargs.pop("app_kwargs", None) or {})
     app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), Middleware(EarlyScript)]
+    if live.PROFILE.public:
+        kwargs.setdefault("max_file_size", SAVED_MAX_BYTES)
+        kwargs.setdefault("show_error", True)
     return demo.launch(css=css(), js=PAGE_JS, app_kwargs=app_kwargs, **kwargs)

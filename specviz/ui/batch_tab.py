@@ -7,6 +7,8 @@ one shipped for it); on another target, with the target itself. `draft (target i
 target: every draft is accepted, so what it loses against plain decoding is the verify pass's cost alone."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import gradio as gr
 
 from ..api import batch_drafting, encode, make_proposer, warm_up
@@ -15,19 +17,24 @@ from ..batch_bench import batches_of, parse_batch_sizes, row_of, summarize_batch
 from ..errors import SpecvizError
 from ..lessons.batch_size import batch_sentence as verdict_line
 from ..lessons.batch_size import prompts_for
-from ..models import DEFAULT_MODEL, load_model
 from ..plausibility import BUSY
 from ..proposers.checkpoints import load_draft_model
 from ..settings import DecodeSettings
-from . import charts, render
+from . import charts, live, render
+from .endpoint import form_handler, pull, stopped_message
+from .form import BATCH_METHODS as FORM_BATCH_METHODS
+from .form import message_of
 from .gpu import gpu
-from .live import ENGINE_LOCK, PLACEMENT, drafter_for, model_name, session_of
+from .live import ENGINE_LOCK, PLACEMENT, drafter_for, load_target
 from .readouts import plot
 from .tabs import stop_tab
 
 SELF_DRAFT = "draft (target itself)"
-BATCH_METHODS = ["retrieval", "ngram", "draft", SELF_DRAFT]
+BATCH_METHODS = list(FORM_BATCH_METHODS)  # retrieval, ngram, draft and SELF_DRAFT
+BATCH_FIELDS = ("target", "batch_method", "batch_sizes", "batch_tokens")
 MAX_BATCH = 64
+# on a public server a batch (decoded whole, between two checks for Stop) stays short
+PUBLIC_MAX_BATCH, PUBLIC_MAX_TOKENS = 8, 64
 
 
 def batch_lesson_figure(record) -> dict:
@@ -62,8 +69,9 @@ class BatchTab:
         self.plot = gr.Plot(label="batch chart", elem_id=f"{self.prefix}-plot")
         naming = {"api_name": self.api_name} if self.api_name else {"api_visibility": "private"}
         stop_naming = {"api_name": f"{self.api_name}_stop"} if self.api_name else {"api_visibility": "private"}
-        event = self.button.click(gpu(self.on_measure), [target, self.method, self.sizes, self.tokens],
-                                  [self.status, self.plot], **naming, **engine)
+        handler = form_handler(BATCH_FIELDS, self.on_measure, lambda m: {self.status: render.status_html(m, "error")})
+        event = self.button.click(handler, [target, self.method, self.sizes, self.tokens], [self.status, self.plot],
+                                  preprocess=False, **naming, **engine)
         self.stop.click(stop_tab, None, [self.status], cancels=[event], concurrency_limit=None, **stop_naming)
         return event
 
@@ -79,52 +87,70 @@ class BatchTab:
             return batch_drafting("draft", model, draft)
         return lambda: make_proposer(method, model)
 
-    def on_measure(self, target, method, sizes, tokens, request: gr.Request = None):
-        state = session_of(request)
-        state.cancel.clear()
-        try:
-            if method not in BATCH_METHODS:
-                raise SpecvizError(f"choose a method that batches: {', '.join(BATCH_METHODS)}")
-            batch_sizes = parse_batch_sizes(sizes or "")
-            if max(batch_sizes) > MAX_BATCH:
-                raise SpecvizError(f"batch sizes up to {MAX_BATCH} here, got {max(batch_sizes)}")
-            settings = DecodeSettings(max_new_tokens=int(tokens or 0), gamma=4).validate()
-            name = model_name(target) or DEFAULT_MODEL
-            yield {self.status: render.status_html(f"Loading {name}…", "info")}
-            model = load_model(name)
-            ids = [encode(model, prompt) for prompt in self.prompts]
-            drafting = self.drafting(method, name, model)
-        except (SpecvizError, TypeError, ValueError) as error:
-            yield {self.status: render.status_html(str(error), "error")}
-            return
-        device = f"{model.device.type} ({model.describe()})"
-        rows, costs = [], []
-        # every size decodes the first prompts of one list: as many as the largest batch (repeated where there
-        # are fewer), at least a few at the small sizes (prompts_for), as the lesson does
-        chosen = batches_of(ids, max(batch_sizes))[0]
-        if 1 in batch_sizes:  # batch 1 runs the single-sequence loop: on a GPU its graphs, before it is timed
-            with ENGINE_LOCK:
-                warm_up(model, settings.gamma + 1, min(max(map(len, chosen)) + settings.max_new_tokens
-                                                       + settings.gamma + 2, model.context_length))
-        for size in batch_sizes:
-            for batch in batches_of(prompts_for(chosen, size), size):
-                plain = None
-                for spec in ("plain", method):
-                    if state.cancel.is_set():
-                        yield {self.status: render.status_html("Stopped.", "warn")}
-                        return
-                    with ENGINE_LOCK:  # a batch at a time, so that other users' runs interleave
-                        run = decode_batch(model, drafting if spec == method else
-                                           (lambda: make_proposer("plain", model)), batch, settings)
-                    plain = plain or run
-                    rows.append(row_of(run, plain, spec, size))
-            with ENGINE_LOCK:  # why: a verify pass of gamma + 1 positions against a plain step, this batch
-                costs.append({"batch_size": size, "ratio": forward_cost(model, size, settings.gamma + 1)
-                              / forward_cost(model, size, 1)})
-            summary = summarize_batches(rows)
+    def on_measure(self, form, state, cancel):
+        batch_sizes = parse_batch_sizes(form.batch_sizes)
+        largest = PUBLIC_MAX_BATCH if live.PROFILE.public else MAX_BATCH  # a batch is one uninterrupted stretch
+        if max(batch_sizes) > largest:
+            raise SpecvizError(f"batch sizes up to {largest} here, got {max(batch_sizes)}")
+        if live.PROFILE.public and form.batch_tokens > PUBLIC_MAX_TOKENS:
+            raise SpecvizError(f"new tokens up to {PUBLIC_MAX_TOKENS} here, got {form.batch_tokens}")
+        if len(batch_sizes) > 8:
+            raise SpecvizError(f"at most 8 batch sizes at once, got {len(batch_sizes)}")
+        settings = DecodeSettings(max_new_tokens=form.batch_tokens, gamma=4).validate()
+        yield {self.status: render.status_html(f"Loading {form.target}…", "info")}
+        summary, device, costs = [], "", []
+        for record in pull(gpu(batch_records)(form.target, form.batch_method, batch_sizes, settings, self.prompts),
+                           cancel):
+            if record[0] == "failed":
+                yield {self.status: render.status_html(record[1], "error")}
+                return
+            if record[0] == "device":
+                device = record[1]
+            if record[0] != "size":
+                continue
+            _, size, summary, costs = record
             yield {self.status: render.status_html(f"Measured batch {size}.", "info"),
-                   self.plot: plot(charts.batch_figure(summary, device, method, costs))}
-        summary = summarize_batches(rows)
-        verdict = verdict_line(summary, method, costs)
+                   self.plot: plot(charts.batch_figure(summary, device, form.batch_method, costs))}
+        if cancel.is_set():
+            yield {self.status: render.status_html(stopped_message(cancel), "warn")}
+            return
+        verdict = verdict_line(summary, form.batch_method, costs)
         yield {self.status: render.status_html(verdict, "warn" if BUSY in verdict else "ok"),
-               self.plot: plot(charts.batch_figure(summary, device, method, costs))}
+               self.plot: plot(charts.batch_figure(summary, device, form.batch_method, costs))}
+
+
+def batch_records(name: str, method: str, batch_sizes: list[int], settings: DecodeSettings,
+                  prompts: list[str]) -> Iterator[tuple]:
+    """The prompts decoded in batches of each size, plain and with `method`: ("device", label), then ("size",
+    size, summary so far, forward costs so far) after each size, or ("failed", message). A GPU call; other users'
+    runs interleave between its batches."""
+    try:
+        with live.POOL.using(name):
+            model = load_target(name)
+            ids = [encode(model, prompt) for prompt in prompts]
+            drafting = BatchTab.drafting(method, name, model)
+            yield ("device", f"{model.device.type} ({model.describe()})")
+            rows, costs = [], []
+            # every size decodes the first prompts of one list: as many as the largest batch (repeated where there
+            # are fewer), at least a few at the small sizes (prompts_for), as the lesson does
+            chosen = batches_of(ids, max(batch_sizes))[0]
+            if 1 in batch_sizes:  # batch 1 runs the single-sequence loop: on a GPU its graphs, before it is timed
+                with ENGINE_LOCK:
+                    warm_up(model, settings.gamma + 1, min(max(map(len, chosen)) + settings.max_new_tokens
+                                                           + settings.gamma + 2, model.context_length))
+            for size in batch_sizes:
+                for batch in batches_of(prompts_for(chosen, size), size):
+                    plain = None
+                    for spec in ("plain", method):
+                        with ENGINE_LOCK:  # a batch at a time, so that other users' runs interleave
+                            run = decode_batch(model, drafting if spec == method else
+                                               (lambda: make_proposer("plain", model)), batch, settings)
+                        plain = plain or run
+                        rows.append(row_of(run, plain, spec, size))
+                        yield ("batch",)
+                with ENGINE_LOCK:  # why: a verify pass of gamma + 1 positions against a plain step, this batch
+                    costs.append({"batch_size": size, "ratio": forward_cost(model, size, settings.gamma + 1)
+                                  / forward_cost(model, size, 1)})
+                yield ("size", size, summarize_batches(rows), list(costs))
+    except Exception as error:
+        yield ("failed", message_of(error))

@@ -337,13 +337,13 @@ def batch_figure(summary: list[dict], device: str, method: str, costs: list[dict
     plain = [s for s in summary if s["method"] == "plain"]
     xs = [s["batch_size"] for s in ours]
     fig["data"].append(_on({"type": "scatter", "x": xs, "y": [s["speedup"] for s in ours], "mode": "lines+markers",
-                            "name": f"{method} speedup", "line": {"color": COLOURS["accepted"]}}, 1))
+                            "name": f"{escape_label(method)} speedup", "line": {"color": COLOURS["accepted"]}}, 1))
     fig["data"].append(_on({"type": "scatter", "x": xs, "y": [1.0] * len(xs), "mode": "lines", "name": "break-even",
                             "line": {"color": COLOURS["plain"], "dash": "dot"}}, 1))
     for rows, name, colour in ((plain, "plain", COLOURS["plain"]), (ours, method, COLOURS["accepted"])):
         fig["data"].append(_on({"type": "scatter", "x": [s["batch_size"] for s in rows],
                                 "y": [s["tokens_per_second"] for s in rows], "mode": "lines+markers",
-                                "name": f"{name} tok/s", "line": {"color": colour}}, 2))
+                                "name": f"{escape_label(name)} tok/s", "line": {"color": colour}}, 2))
     if costs:
         fig["data"].append(_on({"type": "scatter", "x": [c["batch_size"] for c in costs],
                                 "y": [c["ratio"] for c in costs], "mode": "lines+markers",

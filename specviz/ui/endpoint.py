@@ -1,20 +1,107 @@
-"""The `/speculate` API endpoint: one prompt through a method and plain decoding, as the JSON of
+"""The app's boundary: how every engine endpoint is entered and left.
+
+- form_handler: a handler's parameters are its form fields; the raw values (events run with preprocess=False, so
+  gradio converts nothing) are read into one Form by form.read_form, the one validation every endpoint uses.
+- Each handler gets its session and a stop signal (cancel.Cancel: Stop, a cancel from the caller, a lost
+  connection, the public profile's time limit) and checks it between engine steps (pull).
+- Any error ends as a message for the person who asked: a caller's mistake as its own message, anything else
+  as a fixed sentence (the traceback goes to the server's log only); never gradio's `error: null`.
+
+And the `/speculate` endpoint: one prompt through a method and plain decoding, as the JSON of
 `specviz generate --json --compare-plain`."""
 from __future__ import annotations
 
+import inspect
 import logging
+from collections.abc import Callable, Iterator, Sequence
 
 import gradio as gr
 
-from ..api import Report, generate
+from .. import api
+from ..engine import SpeculativeRun
 from ..errors import SpecvizError
 from ..models import DEFAULT_MODEL
-from ..proposers import METHODS
-from ..settings import check_prompt_text
-from .live import ENGINE_LOCK, MAX_NEW_TOKENS, RunRequest, drafter_for, load_models, model_name, settings_from_form
+from ..proposers import PlainProposer
+from . import live
+from .cancel import Cancel
+from .form import Form, message_of, read_form
+from .gpu import gpu
+from .live import ENGINE_LOCK, RunRequest, drafter_for, load_models, session_of
 
 log = logging.getLogger(__name__)
 
+
+def _signature(fields: Sequence[str], defaults: dict) -> inspect.Signature:
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter(name, kind, **({"default": defaults[name]} if name in defaults else {}))
+              for name in fields]
+    return inspect.Signature([*params, inspect.Parameter("request", kind, default=None)])
+
+
+def form_handler(fields: Sequence[str], handle: Callable, show_error: Callable[[str], object],
+                 defaults: dict | None = None):
+    """A gradio handler whose parameters are `fields` (in the order of the event's inputs, named as the API
+    names them): it reads them into a Form and calls handle(form, session, cancel), a generator of frames (or a
+    function, for a handler that returns one frame). Errors become show_error(message)."""
+    signature = _signature(fields, defaults or {})
+    streaming = inspect.isgeneratorfunction(handle)
+
+    def begin(args, kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        request = values.pop("request")
+        state = session_of(request)
+        return values, state, state.watch()
+
+    def fail(error: Exception):
+        if not isinstance(error, SpecvizError):
+            log.error("%s failed", handle.__name__, exc_info=error)
+        return show_error(message_of(error))
+
+    if streaming:
+        def handler(*args, **kwargs):
+            values, state, cancel = begin(args, kwargs)
+            try:
+                form = read_form(values, live.PROFILE)
+                yield from handle(form, state, cancel)
+            except GeneratorExit:
+                raise
+            except Exception as error:  # a request's mistake or the server's fault: a message, the app stays up
+                yield fail(error)
+            finally:
+                cancel.set()  # closed (a cancel, a lost caller) or done: whatever it started stops
+    else:
+        def handler(*args, **kwargs):
+            values, state, cancel = begin(args, kwargs)
+            try:
+                return handle(read_form(values, live.PROFILE), state, cancel)
+            except Exception as error:
+                return fail(error)
+
+    handler.__signature__ = signature
+    handler.__annotations__ = {"request": gr.Request}
+    handler.__name__ = handler.__qualname__ = handle.__name__
+    return handler
+
+
+def pull(records: Iterator, cancel: Cancel) -> Iterator:
+    """The records of a computation (a GPU call), until it ends or `cancel` is set; then it is closed, which
+    stops it at its next record (in a forked GPU call too)."""
+    try:
+        for record in records:
+            yield record
+            if cancel.is_set():
+                return
+    finally:
+        records.close()
+
+
+def stopped_message(cancel: Cancel) -> str:
+    return cancel.reason or "Stopped."
+
+
+# -- /speculate ---------------------------------------------------------------------------------------------------
 
 def api_help(url: str) -> str:
     """The API tab's text, with the address the page was served from."""
@@ -39,7 +126,10 @@ give both next-token histograms (and the wrong verifier's), the p-values and whe
 
 `/bugs` runs lesson 7: `prompt`, `method` (eagle, medusa or early-exit), `runs`, `temperature`, `rounding` give every
 deliberately wrong verifier and drafter beside the correct one: each one's fit to the target's exact distribution
-(`arms`, `rows`), the seeds it took to catch, and bfloat16 greedy output beside float32's (`rounding`)."""
+(`arms`, `rows`), the seeds it took to catch, and bfloat16 greedy output beside float32's (`rounding`).
+
+A request with a bad value gets an error that says which value and what it takes; a cancelled job (or a client
+that goes away) stops its run within a step or two."""
 
 
 def page_url(request) -> str:
@@ -50,23 +140,55 @@ def page_url(request) -> str:
     return f"{scheme.split(',')[0].strip()}://{host.split(',')[0].strip()}/"
 
 
+def speculate_records(request: RunRequest) -> Iterator[tuple]:
+    """Plain decoding, then the method, of one prompt, under the engine lock from start to end (the timings see
+    no other user's steps): ("step",) after every step, then ("report", the JSON), or ("failed", message). A GPU
+    call: it runs where gpu() puts it, and closing it ends it at its next step."""
+    try:
+        with live.POOL.using(request.target, request.draft):
+            target, draft = load_models(request)
+            proposer = api.make_proposer(request.method, target, draft)
+            prompt_ids = api.encode(target, request.prompt)
+            settings = request.settings
+            with ENGINE_LOCK:
+                api.warm_up(target, settings.gamma + 1, min(len(prompt_ids) + settings.max_new_tokens + settings.tree + 1,
+                                                            target.context_length), [proposer], tree=settings.tree)
+                results = []
+                for each in (PlainProposer(), proposer):
+                    run = SpeculativeRun(target, each, prompt_ids, settings, request.prompt)
+                    for _ in run:
+                        yield ("step",)
+                    results.append(run.result)
+        yield ("report", api.Report(results[1], results[0]).to_dict())
+    except Exception as error:
+        if not isinstance(error, SpecvizError):
+            log.exception("/speculate failed")
+        yield ("failed", message_of(error))
+
+
 def speculate(prompt: str, method: str = "ngram", max_new_tokens: int = 64, gamma: int = 4, temperature: float = 0.0,
-              seed: int | None = None, target: str = DEFAULT_MODEL, draft: str = "") -> dict:
+              seed: int | None = None, target: str = DEFAULT_MODEL, draft: str = "", request: gr.Request = None) -> dict:
     """Speculative decoding of one prompt beside plain decoding of it: the JSON of `specviz generate --json
     --compare-plain` (text, tokens, metrics, steps, plain, speedup, identical_to_plain, oracle)."""
+    state = session_of(request)
+    cancel = state.watch()
     try:
-        settings = settings_from_form(max_new_tokens, gamma, temperature, 1.0, seed)
-        if settings.max_new_tokens > MAX_NEW_TOKENS:
-            raise SpecvizError(f"max_new_tokens is limited to {MAX_NEW_TOKENS} here, got {settings.max_new_tokens}")
-        if method not in METHODS:
-            raise SpecvizError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-        check_prompt_text(prompt)
-        target_name = model_name(target) or DEFAULT_MODEL
-        target_model, draft_model = load_models(RunRequest(prompt, method, target_name,
-                                                           drafter_for(method, target_name, draft), settings))
-        with ENGINE_LOCK:  # the whole comparison at once: its timings see no other user's steps
-            report: Report = generate(prompt, method, target_model, draft_model, settings, compare_plain=True)
-        return report.to_dict()
-    except SpecvizError as error:  # the caller's mistake: one line in the server's log, no traceback
-        log.info("/speculate refused: %s", error)
-        raise gr.Error(str(error), print_exception=False) from None
+        form: Form = read_form(dict(prompt=prompt, method=method, max_new_tokens=max_new_tokens, gamma=gamma,
+                                    temperature=temperature, seed=seed, target=target, draft=draft), live.PROFILE)
+        draft_name = drafter_for(form.method, form.target, form.draft)
+        api.check_drafter(form.method, draft_name)
+        run_request = RunRequest(form.prompt, form.method, form.target, draft_name, form.settings)
+        for record in pull(gpu(speculate_records)(run_request), cancel):
+            if record[0] == "failed":
+                raise SpecvizError(record[1])
+            if record[0] == "report":
+                return record[1]
+        raise SpecvizError(stopped_message(cancel))
+    except Exception as error:  # the caller's mistake: one line in the server's log, no traceback
+        if isinstance(error, SpecvizError):
+            log.info("/speculate refused: %s", error)
+        else:
+            log.exception("/speculate failed")
+        raise gr.Error(message_of(error), print_exception=False) from None
+    finally:
+        cancel.set()

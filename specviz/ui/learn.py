@@ -4,8 +4,11 @@ and one sentence on what it showed. Records become widget values through small p
 them without a browser; LearnTab wires them to buttons."""
 from __future__ import annotations
 
+import dataclasses
+import functools
 import html
 import os
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 
@@ -18,12 +21,13 @@ from ..lessons import (acceptance_rows, acceptance_sentence, distribution_senten
 from ..lessons.catalogue import plain as plain_record
 from ..lessons.common import megabytes as _mb
 from ..lessons.saved import SavedLesson, SavedLessonError, load_lessons
-from ..models import DEFAULT_MODEL, load_model
-from ..settings import check_prompt_text
+from ..models import DEFAULT_MODEL
 from ..theory import expected_speedup
-from . import charts, render
+from . import charts, live, render
+from .endpoint import form_handler, pull, stopped_message
+from .form import message_of, read_form
 from .gpu import gpu
-from .live import ENGINE_LOCK, model_name, session_of
+from .live import ENGINE_LOCK, load_target, session_of
 from .batch_tab import BatchTab, batch_lesson_figure
 from .readouts import plot
 from .tabs import stop_tab
@@ -32,6 +36,40 @@ COLOURS = {"plain": charts.COLOURS["plain"], "speculative": charts.COLOURS["acce
            "wrong": charts.COLOURS["rejected"], "exact": charts.COLOURS["bonus"]}
 HISTOGRAM_BARS = 12  # the most frequent tested tokens shown; the rest are summed in "other"
 SAVED_MAX_BYTES = 20_000_000  # a saved lesson is tens of kilobytes; anything this large is not one
+
+
+# text from a record, in a Markdown widget ----------------------------------------------------------------------
+
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>&~:])")
+
+
+def markdown_text(text: str) -> str:
+    """Text shown as itself in Markdown: every character Markdown or HTML would read as markup is escaped, so
+    that a link, an image (which the browser would fetch) or a tag in a model's output or in a saved file is
+    shown as the characters it is."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+
+
+def markdown_safe(value):
+    """A record with every string in it (at any depth) made markdown_text; numbers and structure unchanged."""
+    if isinstance(value, str):
+        return markdown_text(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        copy = dataclasses.replace(value) if all(f.init for f in dataclasses.fields(value)) else value
+        for f in dataclasses.fields(value):
+            object.__setattr__(copy, f.name, markdown_safe(getattr(value, f.name)))
+        return copy
+    if isinstance(value, dict):
+        return type(value)({k: markdown_safe(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return type(value)(markdown_safe(v) for v in value)
+    return value
+
+
+def sentence_text(sentence: Callable, record, *args) -> str:
+    """A lesson's sentence (Markdown: its own emphasis stays) of a record whose strings, a model's tokens or a
+    saved file's fields, are shown as text."""
+    return sentence(markdown_safe(record), *args)
 
 
 # lesson 1 -------------------------------------------------------------------------------------------------------
@@ -67,8 +105,8 @@ def distribution_figure(record: lessons.Distribution | None) -> dict:
             continue
         share = [h.counts.get(t, 0) / h.runs for t in shown]
         other = 1 - sum(share)
-        name = {"plain": "plain decoding", "speculative": f"with {record.method}",
-                "wrong": f"{record.method}, wrong verifier"}[key]
+        method = charts.escape_label(record.method)
+        name = {"plain": "plain decoding", "speculative": f"with {method}", "wrong": f"{method}, wrong verifier"}[key]
         data.append({"type": "bar", "x": labels + ["other"], "y": share + [other], "name": f"{name} ({h.runs} runs)",
                      "marker": {"color": COLOURS[key]}})
     data.append({"type": "scatter", "mode": "markers", "x": labels, "y": [record.exact.get(t, 0.0) for t in shown],
@@ -89,7 +127,8 @@ def verify_cost_figure(record: lessons.VerifyCost | None) -> dict:
              "name": "measured forward (ms)", "line": {"color": COLOURS["speculative"]}},
             {"type": "scatter", "mode": "lines", "x": xs, "y": [record.floor_ms] * len(xs),
              "name": f"weight-read floor: {_mb(record.weight_bytes)} at {record.bandwidth_gbs:g} GB/s "
-                     f"({record.bandwidth_source})", "line": {"color": COLOURS["wrong"], "dash": "dash"}}]
+                     f"({charts.escape_label(record.bandwidth_source)})",
+             "line": {"color": COLOURS["wrong"], "dash": "dash"}}]
     fig = charts._figure(data, f"One forward of K new positions on {charts.escape_label(record.device)}", 380)
     charts._axes(fig, 1, {"title": {"text": "K: positions checked in one forward (γ + 1)"}, "dtick": 1},
                  {"title": {"text": "ms"}, "rangemode": "tozero"})
@@ -206,8 +245,8 @@ def saved_summary_html(found: dict[str, SavedLesson], errors: list[str]) -> str:
 
 def unchanged_widgets(record: lessons.exactness.Unchanged) -> tuple[str, str, dict, str]:
     """Lesson 2's whole record as its four widgets: the greedy pair and sentence, the histograms and their sentence."""
-    return (side_by_side_html(record.greedy), side_by_side_sentence(record.greedy),
-            distribution_figure(record.sampled), distribution_sentence(record.sampled))
+    return (side_by_side_html(record.greedy), sentence_text(side_by_side_sentence, record.greedy),
+            distribution_figure(record.sampled), sentence_text(distribution_sentence, record.sampled))
 
 
 # the tab --------------------------------------------------------------------------------------------------------
@@ -216,20 +255,59 @@ LESSONS = lessons.SETTINGS  # the settings each lesson runs with; "Open in the R
 RUN_TAB = "run"  # the Run tab's id in the app's gr.Tabs: "Open in the Run tab" selects it by id, not by its label
 
 
+def lesson_records(name: str, start: Callable) -> Iterator[tuple]:
+    """A lesson measured on the target `name`: ("loaded",), then ("record", record) for each record start(model)
+    yields (one at a time under the engine lock, so that other users' steps interleave), or ("failed", message).
+    A GPU call: `start` must pickle (a module-level function, or a functools.partial of one)."""
+    try:
+        with live.POOL.using(name):
+            model = load_target(name)
+            yield ("loaded",)
+            records = start(model)
+            try:
+                while True:
+                    with ENGINE_LOCK:
+                        record = next(records, None)
+                    if record is None:
+                        return
+                    yield ("record", record)
+            finally:
+                records.close()
+    except Exception as error:
+        yield ("failed", message_of(error))
+
+
+def exact_records(model, prompt: str, method: str, max_new: int, runs: int, temperature: float) -> Iterator:
+    """Lesson 2 as the tab runs it: the greedy pair, then the histograms as they fill."""
+    yield lessons.greedy_side_by_side(model, prompt, method, max_new_tokens=max_new)
+    yield from lessons.distribution(model, prompt, method, runs, temperature)
+
+
 def distribution_api(prompt: str = LESSONS["exact"]["prompt"], method: str = "medusa", runs: int = 150,
-                     temperature: float = 0.7, seed: int = 0, wrong: bool = True, target: str = DEFAULT_MODEL) -> dict:
+                     temperature: float = 0.7, seed: int = 0, wrong: bool = True, target: str = DEFAULT_MODEL,
+                     request: gr.Request = None) -> dict:
     """Lesson 2 as one call: the next-token histograms with and without speculation (and with the wrong verifier),
     the two-sample and exact p-values, and whether the wrong verifier was caught."""
+    cancel = session_of(request).watch()
     try:
-        if not 10 <= int(runs) <= 1000:
-            raise SpecvizError(f"runs must be between 10 and 1000, got {runs}")
-        model = load_model(model_name(target) or DEFAULT_MODEL)
-        with ENGINE_LOCK:
-            record = lessons.finish(lessons.distribution(model, prompt, method, int(runs), float(temperature),
-                                                         int(seed or 0), bool(wrong)))
+        form = read_form(dict(prompt=prompt, method=method, runs=runs, temperature=temperature, seed=seed,
+                              wrong=wrong, target=target), live.PROFILE)
+        start = functools.partial(lessons.distribution, prompt=form.prompt, method=form.method, runs=form.runs,
+                                  temperature=form.settings.temperature, first_seed=form.settings.seed or 0,
+                                  wrong=form.wrong)
+        record = None
+        for item in pull(gpu(lesson_records)(form.target, start), cancel):
+            if item[0] == "failed":
+                raise SpecvizError(item[1])
+            if item[0] == "record":
+                record = item[1]
+        if cancel.is_set() or record is None:
+            raise SpecvizError(stopped_message(cancel))
         return record.to_dict()
-    except SpecvizError as error:
-        raise gr.Error(str(error)) from None
+    except Exception as error:
+        raise gr.Error(message_of(error), print_exception=False) from None
+    finally:
+        cancel.set()
 
 
 BUGS_METHODS = ("eagle", "medusa", "early-exit")  # drafters that draw their first draft from a q (lesson 7 needs one)
@@ -237,30 +315,39 @@ BUGS_PROMPT_CHARS = 2000  # lesson 7 tests the first new token: a long prompt on
 
 
 def bugs_api(prompt: str = lessons.bugs.PROMPT, method: str = lessons.bugs.METHOD, runs: int = lessons.bugs.RUNS,
-             temperature: float = lessons.bugs.TEMPERATURE, rounding: bool = True, target: str = DEFAULT_MODEL) -> dict:
+             temperature: float = lessons.bugs.TEMPERATURE, rounding: bool = True, target: str = DEFAULT_MODEL,
+             request: gr.Request = None) -> dict:
     """Lesson 7 as one call: every deliberately wrong verifier and drafter beside the correct one on the same seeds,
     each one's fit to the target's exact distribution of the first new token and the seeds it took to catch; with
     rounding, bfloat16 greedy output beside float32's."""
+    cancel = session_of(request).watch()
     try:
-        check_prompt_text(prompt)
-        if len(prompt) > BUGS_PROMPT_CHARS:
-            raise SpecvizError(f"the prompt is limited to {BUGS_PROMPT_CHARS} characters here, got {len(prompt)}")
-        if method not in BUGS_METHODS:
+        form = read_form(dict(prompt=prompt, method=method, runs=runs, temperature=temperature, rounding=rounding,
+                              target=target), live.PROFILE)
+        if len(form.prompt) > BUGS_PROMPT_CHARS:
+            raise SpecvizError(f"the prompt is limited to {BUGS_PROMPT_CHARS} characters here, got {len(form.prompt)}")
+        if form.method not in BUGS_METHODS:
             raise SpecvizError(f"method must be one of {', '.join(BUGS_METHODS)} (a drafter that samples from a q), "
-                               f"got {method!r}")
-        if isinstance(runs, bool) or not isinstance(runs, (int, float)) or not 10 <= runs <= 1000:
-            raise SpecvizError(f"runs must be between 10 and 1000, got {runs!r}")
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0.1 <= temperature <= 2.0:
-            raise SpecvizError(f"temperature must be between 0.1 and 2, got {temperature!r}")
-        model = load_model(model_name(target) or DEFAULT_MODEL)
-        with ENGINE_LOCK:
-            record = lessons.finish(lessons.bugs.bugs(model, prompt, method, int(runs), float(temperature),
-                                                      most=min(3000, 20 * int(runs)),
-                                                      rounding_tokens=16 if rounding else 0))
+                               f"got {form.method!r}")
+        if not 0.1 <= form.settings.temperature <= 2.0:
+            raise SpecvizError(f"temperature must be between 0.1 and 2, got {form.settings.temperature!r}")
+        start = functools.partial(lessons.bugs.bugs, prompt=form.prompt, method=form.method, runs=form.runs,
+                                  temperature=form.settings.temperature, most=min(3000, 20 * form.runs),
+                                  rounding_tokens=16 if form.rounding else 0)
+        record = None
+        for item in pull(gpu(lesson_records)(form.target, start), cancel):
+            if item[0] == "failed":
+                raise SpecvizError(item[1])
+            if item[0] == "record":
+                record = item[1]
+        if cancel.is_set() or record is None:
+            raise SpecvizError(stopped_message(cancel))
         return plain_record(record) | {"rows": lessons.bugs.bug_rows(record),
                                        "sentence": lessons.bugs.bug_sentence(record)}
-    except SpecvizError as error:
-        raise gr.Error(str(error)) from None
+    except Exception as error:
+        raise gr.Error(message_of(error), print_exception=False) from None
+    finally:
+        cancel.set()
 
 
 class LearnTab:
@@ -309,6 +396,10 @@ class LearnTab:
 
     def on_saved(self, paths, alpha, gamma, c):
         """Draws each opened lesson with the functions a live run uses, its status saying where it was measured."""
+        try:  # the what-if sliders' values, read at the boundary as every handler's are
+            form = read_form({"alpha": alpha, "what_if_gamma": gamma, "cost": c}, live.PROFILE)
+        except SpecvizError as error:
+            return {self.saved_status: render.status_html(str(error), "error")}
         found, errors = read_saved(paths)
         if not found and not errors:
             return {}
@@ -316,7 +407,7 @@ class LearnTab:
         for key, saved in found.items():
             draw, status, _ = self.saved_draws[key]
             sentence = saved.lesson.sentence(saved.record) if key == "batch" else ""
-            out |= draw(saved.record, (alpha, gamma, c)) | {status: saved_status_html(saved, sentence)}
+            out |= draw(saved.record, (form.alpha, form.what_if_gamma, form.cost)) | {status: saved_status_html(saved, sentence)}
         return out
 
     def _saved_batch(self, batch: BatchTab):
@@ -338,9 +429,11 @@ class LearnTab:
                         concurrency_limit=None)
         return run, stop, status
 
-    def _wire(self, run, stop, status, handler, inputs, outputs, api_name=None):
+    def _wire(self, run, stop, status, handler, inputs, outputs, fields=("target",), api_name=None):
+        """handler(form, session, cancel) on Run lesson, over `fields` (form.FIELDS names of `inputs`, in order)."""
         naming = {"api_name": api_name} if api_name else {"api_visibility": "private"}
-        event = run.click(gpu(handler), inputs, [status, *outputs], **naming, **self.engine)
+        guarded = form_handler(fields, handler, lambda message: {status: render.status_html(message, "error")})
+        event = run.click(guarded, inputs, [status, *outputs], preprocess=False, **naming, **self.engine)
         stop.click(stop_tab, None, [status], cancels=[event], api_visibility="private", concurrency_limit=None)
         self.events.append(event)
 
@@ -350,16 +443,17 @@ class LearnTab:
         table = gr.Dataframe(headers=lessons.steps.HEADERS, interactive=False)
         sentence = gr.Markdown(elem_id="sv-learn-mechanic-sentence")
 
-        def handler(target, request: gr.Request = None):
+        def handler(form, state, cancel):
             s = LESSONS["mechanic"]
-            yield from self._stream(request, status, target, lambda m: lessons.mechanic(
-                m, s["prompt"], s["method"], s["gamma"], s["max_new"]),
+            yield from self._stream(cancel, status, form.target, functools.partial(
+                lessons.mechanic, prompt=s["prompt"], method=s["method"], gamma=s["gamma"], max_new_tokens=s["max_new"]),
                 lambda r, done: {view: mechanic_html(r), table: mechanic_rows(r),
-                                 sentence: mechanic_sentence(r) if done else ""})
+                                 sentence: sentence_text(mechanic_sentence, r) if done else ""})
 
         self._wire(run, stop, status, handler, [self.target], [view, table, sentence])
         self.saved_draws["mechanic"] = (lambda r, _: {view: mechanic_html(r), table: mechanic_rows(r),
-                                                      sentence: mechanic_sentence(r)}, status, [view, table, sentence])
+                                                      sentence: sentence_text(mechanic_sentence, r)}, status,
+                                        [view, table, sentence])
 
     def _exact(self):
         run, stop, status = self._frame("exact", lessons.exactness.CLAIM)
@@ -375,22 +469,20 @@ class LearnTab:
                     "does but, after a rejection, draws from the target's p instead of norm(max(0, p − q)): the "
                     "drafter's favourite gets a second chance. The test must catch it.")
 
-        def handler(target, n, temp, request: gr.Request = None):
+        def handler(form, state, cancel):
             s = LESSONS["exact"]
-
-            def start(model):
-                side = lessons.greedy_side_by_side(model, s["prompt"], s["method"], max_new_tokens=s["max_new"])
-                yield side
-                yield from lessons.distribution(model, s["prompt"], s["method"], int(n), float(temp))
 
             def draw(r, done):
                 if isinstance(r, lessons.SideBySide):
-                    return {pair: side_by_side_html(r), greedy: side_by_side_sentence(r)}
-                return {figure: plot(distribution_figure(r)), sentence: distribution_sentence(r, done)}
+                    return {pair: side_by_side_html(r), greedy: sentence_text(side_by_side_sentence, r)}
+                return {figure: plot(distribution_figure(r)), sentence: sentence_text(distribution_sentence, r, done)}
 
-            yield from self._stream(request, status, target, start, draw)
+            yield from self._stream(cancel, status, form.target, functools.partial(
+                exact_records, prompt=s["prompt"], method=s["method"], max_new=s["max_new"], runs=form.runs,
+                temperature=form.settings.temperature), draw)
 
-        self._wire(run, stop, status, handler, [self.target, runs, temperature], [pair, greedy, figure, sentence])
+        self._wire(run, stop, status, handler, [self.target, runs, temperature], [pair, greedy, figure, sentence],
+                   ("target", "runs", "temperature"))
 
         def saved_draw(record, _):
             a, b, fig, text = unchanged_widgets(record)
@@ -403,12 +495,14 @@ class LearnTab:
         figure = gr.Plot(label="forward time against K", elem_id="sv-learn-cost-plot")
         sentence = gr.Markdown(elem_id="sv-learn-cost-sentence")
 
-        def handler(target, request: gr.Request = None):
-            yield from self._stream(request, status, target, lessons.verify_cost,
-                                    lambda r, done: {figure: plot(verify_cost_figure(r)), sentence: verify_cost_sentence(r)})
+        def handler(form, state, cancel):
+            yield from self._stream(cancel, status, form.target, lessons.verify_cost,
+                                    lambda r, done: {figure: plot(verify_cost_figure(r)),
+                                                     sentence: sentence_text(verify_cost_sentence, r)})
 
         self._wire(run, stop, status, handler, [self.target], [figure, sentence])
-        self.saved_draws["cost"] = (lambda r, _: {figure: plot(verify_cost_figure(r)), sentence: verify_cost_sentence(r)},
+        self.saved_draws["cost"] = (lambda r, _: {figure: plot(verify_cost_figure(r)),
+                                                  sentence: sentence_text(verify_cost_sentence, r)},
                                     status, [figure, sentence])
 
     def _acceptance(self):
@@ -429,17 +523,19 @@ class LearnTab:
         figure = gr.Plot(label="what if", elem_id="sv-learn-acceptance-plot")
         rows = gr.State([])
 
-        def handler(target, a, g, c, request: gr.Request = None):
-            yield from self._stream(request, status, target, lessons.acceptance,
+        def handler(form, state, cancel):
+            what_if = (form.alpha, form.what_if_gamma, form.cost)
+            yield from self._stream(cancel, status, form.target, lessons.acceptance,
                                     lambda r, done: {table: acceptance_rows(r), rows: r,
-                                                     figure: plot(what_if_figure(r, a, g, c)),
-                                                     sentence: acceptance_sentence(r) if done else ""})
+                                                     figure: plot(what_if_figure(r, *what_if)),
+                                                     sentence: sentence_text(acceptance_sentence, r) if done else ""})
 
-        self._wire(run, stop, status, handler, [self.target, alpha, gamma, cost], [table, rows, figure, sentence])
+        self._wire(run, stop, status, handler, [self.target, alpha, gamma, cost], [table, rows, figure, sentence],
+                   ("target", "alpha", "what_if_gamma", "cost"))
         self.what_if_inputs = [alpha, gamma, cost]
         self.saved_draws["acceptance"] = (lambda r, what_if: {table: acceptance_rows(r), rows: r,
                                                               figure: plot(what_if_figure(r, *what_if)),
-                                                              sentence: acceptance_sentence(r)},
+                                                              sentence: sentence_text(acceptance_sentence, r)},
                                           status, [table, rows, figure, sentence])
         for slider in (alpha, gamma, cost):  # pure drawing: no engine, no queue
             slider.change(lambda r, a, g, c: plot(what_if_figure(r, a, g, c)), [rows, alpha, gamma, cost], [figure],
@@ -450,12 +546,14 @@ class LearnTab:
         table = gr.Dataframe(headers=DRAFTER_HEADERS, interactive=False)
         sentence = gr.Markdown(elem_id="sv-learn-drafters-sentence")
 
-        def handler(target, request: gr.Request = None):
-            yield from self._stream(request, status, target, lessons.drafter_costs,
-                                    lambda r, done: {table: drafter_rows(r), sentence: drafter_sentence(r) if done else ""})
+        def handler(form, state, cancel):
+            yield from self._stream(cancel, status, form.target, lessons.drafter_costs,
+                                    lambda r, done: {table: drafter_rows(r),
+                                                     sentence: sentence_text(drafter_sentence, r) if done else ""})
 
         self._wire(run, stop, status, handler, [self.target], [table, sentence])
-        self.saved_draws["drafters"] = (lambda r, _: {table: drafter_rows(r), sentence: drafter_sentence(r)}, status,
+        self.saved_draws["drafters"] = (lambda r, _: {table: drafter_rows(r), sentence: sentence_text(drafter_sentence, r)},
+                                        status,
                                         [table, sentence])
 
     def _bugs(self):
@@ -471,36 +569,27 @@ class LearnTab:
             return {table: lessons.bugs.bug_rows(r), figure: plot(bugs_figure(r)),
                     sentence: lessons.bugs.bug_sentence(r) if done else ""}
 
-        def handler(target, request: gr.Request = None):
-            yield from self._stream(request, status, target, lessons.bugs.bugs, draw)
+        def handler(form, state, cancel):
+            yield from self._stream(cancel, status, form.target, lessons.bugs.bugs, draw)
 
         self._wire(run, stop, status, handler, [self.target], [table, figure, sentence])
         self.saved_draws["bugs"] = (lambda r, _: draw(r, True), status, [table, figure, sentence])
 
-    def _stream(self, request, status, target, start: Callable, draw: Callable) -> Iterator[dict]:
-        """Loads the target, then runs the lesson one record at a time (other users' steps in between),
-        stopping between records when Stop is pressed."""
-        state = session_of(request)
-        state.cancel.clear()
-        name = model_name(target) or DEFAULT_MODEL
-        try:
-            yield {status: render.status_html(f"Loading {name}…", "info")}
-            model = load_model(name)
-            yield {status: render.status_html("Measuring…", "info")}
-            records = start(model)
-            last = None
-            while not state.cancel.is_set():
-                with ENGINE_LOCK:
-                    record = next(records, None)
-                if record is None:
-                    break
-                last = record
-                yield {status: render.status_html("Measuring…", "info"), **draw(record, False)}
-            records.close()
-        except SpecvizError as error:
-            yield {status: render.status_html(str(error), "error")}
-            return
-        if state.cancel.is_set():
-            yield {status: render.status_html("Stopped.", "warn")}
+    def _stream(self, cancel, status, target: str, start: Callable, draw: Callable) -> Iterator[dict]:
+        """Loads the target, then runs the lesson one record at a time (other users' steps in between), in a GPU
+        call (lesson_records: `start` must pickle), stopping between records when Stop is pressed."""
+        yield {status: render.status_html(f"Loading {target}…", "info")}
+        last = None
+        for item in pull(gpu(lesson_records)(target, start), cancel):
+            if item[0] == "failed":
+                yield {status: render.status_html(item[1], "error")}
+                return
+            if item[0] == "record":
+                last = item[1]
+                yield {status: render.status_html("Measuring…", "info"), **draw(last, False)}
+            else:
+                yield {status: render.status_html("Measuring…", "info")}
+        if cancel.is_set():
+            yield {status: render.status_html(stopped_message(cancel), "warn")}
         elif last is not None:
             yield {status: render.status_html("Done: measured just now on this machine.", "ok"), **draw(last, True)}

@@ -16,25 +16,30 @@ draws it between steps rather than during one; and the speedup is checked agains
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 import uuid
+import weakref
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
 
 from ..api import encode, make_proposer, warm_up
 from ..engine import SpeculativeRun
-from ..errors import InvalidSettingError, SpecvizError
-from ..models import DEFAULT_MODEL, LoadedModel, load_model, unload_all
+from ..errors import SpecvizError
+from ..model_pool import ModelPool
+from ..models import DEFAULT_MODEL, LoadedModel, load_model, pick_device, pick_dtype
 from ..plausibility import speedup_doubt, step_durations
 from ..proposers import PlainProposer
 from ..proposers.checkpoints import load_draft_model
 from ..proposers.distilled import DISTILLED
+from ..public import Profile, profile_from_env
 from ..records import RunResult, StepRecord
 from ..settings import DecodeSettings
+from .cancel import Cancel
+from .form import MAX_NEW_TOKENS, message_of, read_form
 
 log = logging.getLogger(__name__)
 
@@ -78,23 +83,60 @@ def _is_last(step: StepRecord, run: SpeculativeRun) -> bool:
     return bool(run.settings.stop_at_eos and emitted and emitted[-1].id in run.target.eos_token_ids)
 
 
-class SteppedRun:
-    """A SpeculativeRun advanced one step at a time under ENGINE_LOCK."""
+class StepLog:
+    """A run's records as they come: its steps, the engine time it spent suspended before each, its result.
+    What the app draws reads only this (a run driven here, or one computed in a forked GPU call)."""
 
-    def __init__(self, run: SpeculativeRun):
-        self.run: SpeculativeRun | None = run
-        self._iterator = iter(run)
-        self.settings = run.settings
-        self.method = run.proposer.name
+    def __init__(self, method: str, settings: DecodeSettings):
+        self.method = method
+        self.settings = settings  # the engine's (its tree is 0 where the method or runner drafts chains)
         self.steps: list[StepRecord] = []
         self.idle_before: list[float] = []  # idle seconds accumulated up to each step
         self.idle_seconds = 0.0  # time the engine spent suspended between steps
         self.result: RunResult | None = None
-        self._suspended_at: float | None = None
 
     @property
     def done(self) -> bool:
         return self.result is not None
+
+    @property
+    def closed(self) -> bool:
+        return True
+
+    def engine_elapsed(self, index: int) -> float:
+        """Seconds of engine time from the start of the run to the end of step `index`."""
+        return self.steps[index].elapsed_s - self.idle_before[index]
+
+    @property
+    def emitted(self) -> int:
+        """Output tokens so far."""
+        return self.steps[-1].total_emitted if self.steps else 0
+
+    @property
+    def durations(self) -> list[float]:
+        """Each step's seconds of engine time (the first one's include the prefill)."""
+        return step_durations([self.engine_elapsed(i) for i in range(len(self.steps))])
+
+    @property
+    def engine_wall(self) -> float | None:
+        if self.result is None:
+            return None
+        return max(self.result.metrics.wall_seconds - self.idle_seconds, 1e-9)
+
+    @property
+    def engine_tokens_per_second(self) -> float | None:
+        wall = self.engine_wall
+        return None if wall is None else self.result.metrics.new_tokens / wall
+
+
+class SteppedRun(StepLog):
+    """A SpeculativeRun advanced one step at a time under ENGINE_LOCK."""
+
+    def __init__(self, run: SpeculativeRun):
+        super().__init__(run.proposer.name, run.settings)
+        self.run: SpeculativeRun | None = run
+        self._iterator = iter(run)
+        self._suspended_at: float | None = None
 
     @property
     def closed(self) -> bool:
@@ -130,31 +172,6 @@ class SteppedRun:
             self.run = None
             self._iterator = None
 
-    def engine_elapsed(self, index: int) -> float:
-        """Seconds of engine time from the start of the run to the end of step `index`."""
-        return self.steps[index].elapsed_s - self.idle_before[index]
-
-    @property
-    def emitted(self) -> int:
-        """Output tokens so far."""
-        return self.steps[-1].total_emitted if self.steps else 0
-
-    @property
-    def durations(self) -> list[float]:
-        """Each step's seconds of engine time (the first one's include the prefill)."""
-        return step_durations([self.engine_elapsed(i) for i in range(len(self.steps))])
-
-    @property
-    def engine_wall(self) -> float | None:
-        if self.result is None:
-            return None
-        return max(self.result.metrics.wall_seconds - self.idle_seconds, 1e-9)
-
-    @property
-    def engine_tokens_per_second(self) -> float | None:
-        wall = self.engine_wall
-        return None if wall is None else self.result.metrics.new_tokens / wall
-
 
 # phases of a LiveRun
 READY, RUNNING, PAUSED, BASELINE, DONE, STOPPED, FAILED = "ready", "running", "paused", "baseline", "done", "stopped", "failed"
@@ -163,7 +180,6 @@ READY, RUNNING, PAUSED, BASELINE, DONE, STOPPED, FAILED = "ready", "running", "p
 SLICE_SECONDS = 0.2  # engine time the speculative run takes before plain decoding catches up with it: long
 # enough that a GPU's step left in flight at a switch (device_loop.py) is a small share of a slice
 USES_DRAFT_MODEL = ("draft", "adaptive")  # methods that take the drafter field (adaptive drafts with it if given)
-MAX_NEW_TOKENS = 512  # the app's and the API's limit: a shared machine serves several users
 
 
 @dataclass
@@ -187,12 +203,18 @@ class LiveRun:
         self.tokenizer = target.tokenizer  # kept: the inspector decodes token ids after the run
         self.target_label = target.describe()
         self.device_label = f"{target.device.type}, {str(target.dtype).replace('torch.', '')}"
-        proposer = make_proposer(request.method, target, draft)
-        prompt_ids = encode(target, request.prompt)
-        prepare(target, proposer, prompt_ids, request.settings)
-        self.speculative = SteppedRun(SpeculativeRun(target, proposer, prompt_ids, request.settings, request.prompt))
-        self.plain = (SteppedRun(SpeculativeRun(target, PlainProposer(), prompt_ids, request.settings, request.prompt))
-                      if request.compare_plain else None)
+        self._pool = POOL
+        self._held = POOL.hold(request.target, request.draft)  # its models stay loaded until it ends
+        try:
+            proposer = make_proposer(request.method, target, draft)
+            prompt_ids = encode(target, request.prompt)
+            prepare(target, proposer, prompt_ids, request.settings)
+            self.speculative = SteppedRun(SpeculativeRun(target, proposer, prompt_ids, request.settings, request.prompt))
+            self.plain = (SteppedRun(SpeculativeRun(target, PlainProposer(), prompt_ids, request.settings,
+                                                    request.prompt)) if request.compare_plain else None)
+        except BaseException:
+            self._pool.release(self._held)
+            raise
         self.prompt_tokens = len(prompt_ids)
         self.phase = READY
         self.error: str | None = None
@@ -324,6 +346,9 @@ class LiveRun:
         if self.plain is not None:
             self.plain.close()
         self.target = self.draft = None
+        if self._held:
+            self._pool.release(self._held)
+            self._held = ()
         self.phase = phase
         self.version += 1
         if phase != DONE and torch.cuda.is_available():
@@ -356,37 +381,165 @@ class LiveRun:
         return Report(self.speculative.result, self.plain.result if self.plain is not None and self.plain.done else None)
 
 
+# -- a run computed in one GPU call, served here from its records -------------------------------------------
+
+@dataclass
+class RunHeader:
+    """What a run computed elsewhere tells first: what the app's header and inspector need of its models."""
+    tokenizer: object
+    target_label: str
+    device_label: str
+    prompt_tokens: int
+    speculative_settings: DecodeSettings
+    plain_settings: DecodeSettings | None
+
+
+def run_records(request: RunRequest) -> Iterator[tuple]:
+    """A whole run, computed where this generator runs (on ZeroGPU: the forked process of one GPU call), as
+    picklable records: ("started", RunHeader), then ("step", which, StepRecord, idle before it) and ("result",
+    which, RunResult, idle seconds) for which in "speculative", "plain", and last ("end", phase, error); or
+    ("failed", message). Closing it stops the run at its next step."""
+    try:
+        run = LiveRun(request, *load_models(request))
+    except Exception as error:
+        if not isinstance(error, SpecvizError):
+            log.exception("could not start a run")
+        yield ("failed", message_of(error))
+        return
+    try:
+        yield ("started", RunHeader(run.tokenizer, run.target_label, run.device_label, run.prompt_tokens,
+                                    run.speculative.settings, run.plain.settings if run.plain else None))
+        run.start()
+        sent = {"speculative": 0, "plain": 0}
+        reported = set()
+        while True:
+            running = run.active
+            for which, stepped in (("speculative", run.speculative), ("plain", run.plain)):
+                if stepped is None:
+                    continue
+                for index in range(sent[which], len(stepped.steps)):
+                    yield ("step", which, stepped.steps[index], stepped.idle_before[index])
+                sent[which] = len(stepped.steps)
+                if stepped.done and which not in reported:
+                    reported.add(which)
+                    yield ("result", which, stepped.result, stepped.idle_seconds)
+            if not running:
+                break
+            time.sleep(0.02)
+        yield ("end", run.phase, run.error)
+    finally:
+        run.stop()
+
+
+class RecordedRun:
+    """A run computed in one GPU call (a forked process, run_records), received here record by record: what
+    the app shows, replays, inspects or steps through is read from these records, never from the process that
+    computed them (it is gone after the call). Stop ends the call at its next step."""
+
+    def __init__(self, request: RunRequest, records: Iterator[tuple]):
+        self.id = uuid.uuid4().hex[:12]
+        self.request = request
+        self.target = self.draft = None
+        self.tokenizer = None
+        self.target_label = request.target
+        self.device_label = ""
+        self.prompt_tokens = 0
+        self.speculative = StepLog(request.method, request.settings)
+        self.plain = StepLog("plain", request.settings) if request.compare_plain else None
+        self.phase = READY
+        self.error: str | None = None
+        self.paused_ever = False
+        self.version = 0
+        self.trace_path: str | None = None
+        self.started = threading.Event()  # set once the models are loaded and the run began (or it failed)
+        self._records = records
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._receive, name=f"specviz-recorded-{self.id}", daemon=True)
+        self._thread.start()
+
+    def _receive(self) -> None:
+        try:
+            for record in self._records:
+                if self._stop.is_set():
+                    break
+                self._file(record)
+            else:
+                if not self.finished:
+                    self.phase = STOPPED
+        except Exception as error:  # the GPU call itself failed (spaces reports the class name only)
+            log.exception("recorded run %s failed", self.id)
+            self.error = message_of(error)
+            self.phase = FAILED
+        finally:
+            self._records.close()
+            if self._stop.is_set() and not self.finished:
+                self.phase = STOPPED
+            self.version += 1
+            self.started.set()
+
+    def _file(self, record: tuple) -> None:
+        kind = record[0]
+        if kind == "started":
+            header: RunHeader = record[1]
+            self.tokenizer, self.target_label, self.device_label = header.tokenizer, header.target_label, header.device_label
+            self.prompt_tokens = header.prompt_tokens
+            self.speculative.settings = header.speculative_settings
+            if self.plain is not None and header.plain_settings is not None:
+                self.plain.settings = header.plain_settings
+            self.phase = RUNNING
+            self.started.set()
+        elif kind == "step":
+            _, which, step, idle = record
+            log_ = self.speculative if which == "speculative" else self.plain
+            log_.steps.append(step)
+            log_.idle_before.append(idle)
+            if which == "plain":
+                self.phase = BASELINE
+        elif kind == "result":
+            _, which, result, idle = record
+            log_ = self.speculative if which == "speculative" else self.plain
+            log_.result, log_.idle_seconds = result, idle
+        elif kind == "end":
+            _, phase, error = record
+            self.phase, self.error = phase, error
+        elif kind == "failed":
+            self.phase, self.error = FAILED, record[1]
+            self.started.set()
+        self.version += 1
+
+    # the controls of a LiveRun that a computed run has
+    @property
+    def active(self) -> bool:
+        return self._thread.is_alive() and self.phase != READY
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in (DONE, STOPPED, FAILED)
+
+    def start(self, max_steps: int | None = None) -> bool:
+        return False  # it computes in one call, all the way: nothing to resume
+
+    def pause(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    speedup = LiveRun.speedup
+    report = LiveRun.report
+
+
 # -- form values to settings -------------------------------------------------------------------------------
 
-def _whole(name: str, value, default=None):
-    if value is None or value == "":
-        return default
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise InvalidSettingError(f"{name} must be a whole number, got {value!r}") from None
-    if not math.isfinite(number) or not number.is_integer():
-        raise InvalidSettingError(f"{name} must be a whole number, got {value!r}")
-    return int(number)
-
-
-def _real(name: str, value, default: float) -> float:
-    if value is None or value == "":
-        return default
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise InvalidSettingError(f"{name} must be a number, got {value!r}") from None
-
-
 def settings_from_form(max_new_tokens, gamma, temperature, top_p=1.0, seed=None, tree=0, draft_stop=0.0) -> DecodeSettings:
-    """Widget values (sliders give floats, an empty number box None) to validated DecodeSettings."""
-    return DecodeSettings(
-        max_new_tokens=_whole("max new tokens", max_new_tokens, 128), gamma=_whole("gamma", gamma, 4),
-        temperature=_real("temperature", temperature, 0.0), top_p=_real("top-p", top_p, 1.0),
-        seed=_whole("seed", seed), tree=_whole("draft tree", tree, 0),
-        draft_stop=_real("draft stop", draft_stop, 0.0),
-    ).validate()
+    """Widget values (sliders give floats, an empty number box None) to validated DecodeSettings, through the
+    boundary's one reader (form.read_form)."""
+    values = dict(max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature, top_p=top_p, seed=seed,
+                  tree=tree, draft_stop=draft_stop)
+    return read_form({k: (None if v == "" else v) for k, v in values.items()}, PROFILE).settings
 
 
 def model_name(value) -> str | None:
@@ -426,14 +579,41 @@ def configure_placement(device_map=None, max_memory=None, draft_device=None) -> 
     PLACEMENT = Placement(device_map or None, max_memory or None, draft_device or None)
 
 
+# -- the public profile and the models it allows -------------------------------------------------------------
+
+PROFILE = Profile()  # the local profile until the app is launched with another (configure_profile)
+POOL = ModelPool(keep={DEFAULT_MODEL}, in_use=lambda: models_in_use())
+
+
+def configure_profile(profile: Profile) -> None:
+    """The profile the app serves with (set once at launch): its checks at the boundary, its memory budget."""
+    global PROFILE, POOL
+    PROFILE = profile
+    POOL = ModelPool(profile.memory_budget, profile.dtype_bytes, keep={DEFAULT_MODEL}, in_use=lambda: models_in_use())
+
+
+def machine_profile(env=None) -> Profile:
+    """The profile for this process: public on a Space or with SPECVIZ_PUBLIC=1 (public.py), its memory budget
+    from the memory of the device models load on (a GPU's, else the host's) and their dtype there."""
+    device = pick_device(None)
+    memory = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
+    return profile_from_env(env, device_memory=memory, dtype_bytes=pick_dtype(None, device).itemsize)
+
+
+def load_target(name: str) -> LoadedModel:
+    """A target from the process-wide registry, loaded on first use within the pool's budget."""
+    return POOL.load(name, lambda: load_model(name, device_map=PLACEMENT.device_map, max_memory=PLACEMENT.max_memory))
+
+
 def load_models(request: RunRequest) -> tuple[LoadedModel, LoadedModel | None]:
-    """The target and drafter from the process-wide registry (loaded on first use). Models that no other
-    session uses are freed first, so that switching models does not pile them up in memory. The warm-up is
-    the run's own (prepare): it knows the run's draft length, tree and proposer."""
-    wanted = {DEFAULT_MODEL, request.target} | ({request.draft} if request.draft else set())
-    unload_all(keep=wanted | models_in_use())
-    target = load_model(request.target, device_map=PLACEMENT.device_map, max_memory=PLACEMENT.max_memory)
-    draft = load_draft_model(request.draft, target, PLACEMENT.draft_device or str(target.device)) if request.draft else None
+    """The target and drafter from the process-wide registry (loaded on first use). Models that no run uses
+    are unloaded first to make room (model_pool.py), so that switching models does not pile them up in memory.
+    The warm-up is the run's own (prepare): it knows the run's draft length, tree and proposer."""
+    with POOL.using(request.target, request.draft):
+        target = load_target(request.target)
+        draft = (POOL.load(request.draft, lambda: load_draft_model(request.draft, target,
+                                                                   PLACEMENT.draft_device or str(target.device)))
+                 if request.draft else None)
     return target, draft
 
 
@@ -450,11 +630,23 @@ def prepare(target: LoadedModel, proposer, prompt_ids: list[int], settings: Deco
 
 @dataclass
 class Session:
-    run: LiveRun | None = None
+    run: "LiveRun | RecordedRun | None" = None
     cursor: int | None = None  # the step shown highlighted (step mode, replay); None: follow the run
     replaying: bool = False
-    cancel: threading.Event = field(default_factory=threading.Event)  # Stop, for comparisons and cost curves
     narrow: bool = False  # the page is narrower than a phone's (app.NARROW_WIDTH): charts stacked
+    # the stop signals of the session's handlers now running (weak: a finished handler's goes by itself)
+    cancels: weakref.WeakSet = field(default_factory=weakref.WeakSet)
+
+    def watch(self) -> Cancel:
+        """A stop signal for a handler starting now: set by this session's Stop, or by gradio dropping the event."""
+        cancel = Cancel.for_this_event(PROFILE.run_seconds)
+        self.cancels.add(cancel)
+        return cancel
+
+    def stop_all(self) -> None:
+        """Stop: every handler of the session ends its work at its next step."""
+        for cancel in list(self.cancels):
+            cancel.set()
 
 
 MAX_SESSIONS = 256

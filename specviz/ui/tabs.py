@@ -1,26 +1,31 @@
-"""The Compare methods and Cost curve tabs: each owns its widgets, its handler and its event."""
+"""The Compare methods and Cost curve tabs: each owns its widgets, its handler and its event. Each computation is
+a GPU call of picklable arguments that yields records (compare_records, cost_records); the handler draws them."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import gradio as gr
 
-from ..api import encode, first_difference, make_proposer
+from ..api import check_drafter, encode, first_difference, make_proposer
 from ..cost_curve import latest_points, measure_cost_curve
 from ..lessons.forward_cost import curve_sentence
 from ..engine import SpeculativeRun
-from ..errors import SpecvizError
+from ..errors import MissingDrafterError, SpecvizError
 from ..measured import load_measured
-from ..models import DEFAULT_MODEL, load_model
 from ..oracle import oracle_figures
 from ..plausibility import BUSY
 from ..proposers import METHODS, PlainProposer
-from ..settings import check_prompt_text
-from . import charts, render, view
+from . import charts, live, render, view
+from .endpoint import form_handler, pull, stopped_message
+from .form import message_of
 from .gpu import gpu
-from .live import (ENGINE_LOCK, RunRequest, drafter_for, SteppedRun, load_models, model_name, prepare, session_of,
-                   settings_from_form)
+from .live import ENGINE_LOCK, RunRequest, SteppedRun, drafter_for, load_models, load_target, prepare, session_of
 from .readouts import plot
+
+COMPARE_FIELDS = ("prompt", "methods", "target", "draft", "gamma", "temperature", "top_p", "max_new_tokens", "seed",
+                  "tree", "draft_stop")
+SKIPPED_DRAFT = "Skipped draft: it needs a drafter (choose one in the Run tab's settings)."
 
 
 def quoted_prompt(prompt: str, most: int = 80) -> str:
@@ -34,8 +39,78 @@ COMPARE_HEADERS = ["method", "new tokens", "steps", "τ", "α", "c", "tok/s", "s
 
 
 def stop_tab(request: gr.Request):
-    session_of(request).cancel.set()
+    session_of(request).stop_all()
     return render.status_html("Stopped.", "warn")
+
+
+def compare_records(request: RunRequest, methods: tuple[str, ...]) -> Iterator[tuple]:
+    """Plain decoding, then each method, of one prompt: ("progress", method, tokens) after every step,
+    ("row", figures) after each run, ("skipped", why) for a method that cannot run, or ("failed", message). A GPU
+    call: it runs where gpu() puts it, and closing it ends it at its next step."""
+    try:
+        with live.POOL.using(request.target, request.draft):
+            target, draft = load_models(request)
+            prompt_ids = encode(target, request.prompt)
+            settings = request.settings
+            plain_result, plain_wall = None, None
+            for method in ("plain", *methods):
+                try:
+                    check_drafter(method, draft)
+                except MissingDrafterError:
+                    yield ("skipped", SKIPPED_DRAFT)
+                    continue
+                try:
+                    proposer = PlainProposer() if method == "plain" else make_proposer(method, target, draft)
+                    prepare(target, proposer, prompt_ids, settings)
+                    stepped = SteppedRun(SpeculativeRun(target, proposer, prompt_ids, settings, request.prompt))
+                except SpecvizError as error:
+                    yield ("skipped", f"Skipped {method}: {error}")
+                    continue
+                try:
+                    while not stepped.done:
+                        stepped.advance()
+                        yield ("progress", method, stepped.steps[-1].total_emitted if stepped.steps else 0)
+                finally:
+                    stepped.close()
+                metrics = view.running_metrics(stepped.result.steps, stepped.engine_wall,
+                                               stepped.result.metrics.prefill_seconds)
+                if method == "plain":
+                    plain_result, plain_wall = stepped.result, stepped.engine_wall
+                same = "–"
+                if settings.greedy and plain_result is not None:
+                    same = "yes" if first_difference(stepped.result.token_ids, plain_result.token_ids) is None else "no"
+                # the perfect drafter at this run's step costs, on the same clock as the speedup (engine time)
+                oracle = oracle_figures(stepped.result.steps, metrics, settings.gamma, plain_wall)
+                yield ("row", {"method": method, "new_tokens": metrics.new_tokens, "steps": metrics.steps,
+                               "tau": metrics.mean_accepted_length, "alpha": metrics.acceptance_rate,
+                               "cost": metrics.cost_ratio, "tokens_per_second": metrics.tokens_per_second,
+                               "speedup": plain_wall / stepped.engine_wall if plain_result is not None else None,
+                               "oracle_tau": oracle.oracle_tau, "oracle_speedup": oracle.oracle_speedup,
+                               "verify_share": oracle.verify_share, "accepted_lengths": oracle.accepted_lengths,
+                               "same": same})
+    except Exception as error:
+        yield ("failed", message_of(error))
+
+
+def cost_records(name: str) -> Iterator[tuple]:
+    """The target's forward time against positions and batch size: ("device", label), then ("point", CostPoint)
+    one at a time (other users' runs interleave between them), or ("failed", message). A GPU call."""
+    try:
+        with live.POOL.using(name):
+            model = load_target(name)
+            yield ("device", f"{model.device.type} ({model.describe()}, {str(model.dtype).replace('torch.', '')})")
+            measurements = measure_cost_curve(model, as_measured=True)
+            try:
+                while True:
+                    with ENGINE_LOCK:
+                        point = next(measurements, None)
+                    if point is None:
+                        return
+                    yield ("point", point)
+            finally:
+                measurements.close()
+    except Exception as error:
+        yield ("failed", message_of(error))
 
 
 def default_methods(runs: list[dict], choices: list[str]) -> list[str]:
@@ -47,9 +122,8 @@ def default_methods(runs: list[dict], choices: list[str]) -> list[str]:
 class CompareTab:
     """The Run tab's prompt, models and settings through plain decoding and each ticked method."""
 
-    def build(self, inputs: list, engine: dict):
-        """inputs: prompt, target, draft, gamma, temperature, top-p, max new tokens, seed, tree, draft stop (the Run
-        tab's)."""
+    def build(self, fields: dict, engine: dict):
+        """fields: the Run tab's components by form field (prompt, target, draft and the decoding settings)."""
         gr.Markdown("**The Run tab's prompt, models and settings** (change them there), through plain decoding "
                     "and each ticked method, one after another in this process. c is what drafting one token "
                     "costs, as a share of one verify pass. The oracle is a perfect drafter: the same steps with "
@@ -74,16 +148,17 @@ class CompareTab:
                 for run in runs:
                     gr.Markdown(view.measured_caption(run))
                     gr.Dataframe(value=view.measured_table(run), headers=view.MEASURED_HEADERS, interactive=False)
-        prompt, *rest = inputs
-        event = self.button.click(gpu(self.on_compare), [prompt, self.methods, *rest],
-                                  [self.status, self.table, self.plot], api_name="compare", **engine)
+        fields = {**fields, "methods": self.methods}
+        handler = form_handler(COMPARE_FIELDS, self.on_compare, self.show_error, defaults={"tree": 0, "draft_stop": 0})
+        event = self.button.click(handler, [fields[name] for name in COMPARE_FIELDS], [self.status, self.table, self.plot],
+                                  api_name="compare", preprocess=False, **engine)
         self.stop.click(stop_tab, None, [self.status], cancels=[event], api_name="compare_stop", concurrency_limit=None)
         return event
 
-    def on_compare(self, prompt, methods, target, draft, gamma, temperature, top_p, max_new_tokens, seed, tree=0,
-                   draft_stop=0, request: gr.Request = None):
-        state = session_of(request)
-        state.cancel.clear()
+    def show_error(self, message: str) -> dict:
+        return {self.status: render.status_html(message, "error")}
+
+    def on_compare(self, form, state, cancel):
         rows: list[dict] = []
         skipped: list[str] = []  # said in every later status, so that a skip is not overwritten at once
 
@@ -97,65 +172,31 @@ class CompareTab:
             return {self.status: render.status_html(message, level), self.table: table(),
                     self.plot: plot(charts.compare_figure(rows))}
 
-        try:
-            settings = settings_from_form(max_new_tokens, gamma, temperature, top_p, seed, tree, draft_stop)
-            check_prompt_text(prompt)
-            chosen = [m for m in (methods or []) if m in METHODS and m != "plain"]
-            if not chosen:
-                raise SpecvizError("tick at least one method to compare with plain decoding")
-            target_name = model_name(target)
-            if target_name is None:
-                raise SpecvizError("choose a target model ('default' runs offline)")
-            draft_name = next(filter(None, (drafter_for(m, target_name, draft) for m in chosen)), None)
-            yield out(f"Loading {target_name}… (the prompt: the Run tab's, {quoted_prompt(prompt)})")
-            target_model, draft_model = load_models(RunRequest(prompt, chosen[0], target_name, draft_name, settings))
-            prompt_ids = encode(target_model, prompt)
-        except SpecvizError as error:
-            yield out(str(error), "error")
-            return
-        plain_result, plain_wall = None, None
-        for method in ["plain"] + chosen:
-            if method == "draft" and draft_model is None:
-                skipped.append("Skipped draft: it needs a drafter (choose one in the Run tab's settings).")
-                yield out("")
-                continue
-            try:
-                proposer = PlainProposer() if method == "plain" else make_proposer(method, target_model, draft_model)
-                prepare(target_model, proposer, prompt_ids, settings)
-                stepped = SteppedRun(SpeculativeRun(target_model, proposer, prompt_ids, settings, prompt))
-            except SpecvizError as error:
-                skipped.append(f"Skipped {method}: {error}")
-                yield out("")
-                continue
-            last = 0.0
-            while not stepped.done and not state.cancel.is_set():
-                stepped.advance()
-                if time.monotonic() - last > 0.5:
-                    last = time.monotonic()
-                    yield {self.status: render.status_html(
-                        f"Running {method}: {stepped.steps[-1].total_emitted if stepped.steps else 0} tokens…", "info")}
-            if state.cancel.is_set():
-                stepped.close()
-                yield out("Stopped.", "warn")
+        chosen = list(dict.fromkeys(form.methods))
+        if not chosen:
+            raise SpecvizError("tick at least one method to compare with plain decoding")
+        draft_name = next(filter(None, (drafter_for(m, form.target, form.draft) for m in chosen)), None)
+        yield out(f"Loading {form.target}… (the prompt: the Run tab's, {quoted_prompt(form.prompt)})")
+        request = RunRequest(form.prompt, chosen[0], form.target, draft_name, form.settings)
+        last = 0.0
+        for record in pull(gpu(compare_records)(request, tuple(chosen)), cancel):
+            kind = record[0]
+            if kind == "failed":
+                yield out(record[1], "error")
                 return
-            metrics = view.running_metrics(stepped.result.steps, stepped.engine_wall, stepped.result.metrics.prefill_seconds)
-            if method == "plain":
-                plain_result, plain_wall = stepped.result, stepped.engine_wall
-            same = "–"
-            if settings.greedy and plain_result is not None:
-                same = "yes" if first_difference(stepped.result.token_ids, plain_result.token_ids) is None else "no"
-            # the perfect drafter at this run's step costs, on the same clock as the speedup (engine time)
-            oracle = oracle_figures(stepped.result.steps, metrics, settings.gamma, plain_wall)
-            rows.append({"method": method, "new_tokens": metrics.new_tokens, "steps": metrics.steps,
-                         "tau": metrics.mean_accepted_length, "alpha": metrics.acceptance_rate,
-                         "cost": metrics.cost_ratio,
-                         "tokens_per_second": metrics.tokens_per_second,
-                         "speedup": plain_wall / stepped.engine_wall if plain_result is not None else None,
-                         "oracle_tau": oracle.oracle_tau, "oracle_speedup": oracle.oracle_speedup,
-                         "verify_share": oracle.verify_share, "accepted_lengths": oracle.accepted_lengths,
-                         "same": same})
-            yield out(f"{method} done.")
-        yield out(f"Done: {len(rows)} runs of the Run tab's prompt, {quoted_prompt(prompt)}, same settings, same "
+            if kind == "skipped":
+                skipped.append(record[1])
+                yield out("")
+            elif kind == "progress" and time.monotonic() - last > 0.5:
+                last = time.monotonic()
+                yield {self.status: render.status_html(f"Running {record[1]}: {record[2]} tokens…", "info")}
+            elif kind == "row":
+                rows.append(record[1])
+                yield out(f"{record[1]['method']} done.")
+        if cancel.is_set():
+            yield out(stopped_message(cancel), "warn")
+            return
+        yield out(f"Done: {len(rows)} runs of the Run tab's prompt, {quoted_prompt(form.prompt)}, same settings, same "
                   "process.", "ok")
 
 
@@ -180,39 +221,32 @@ class CostTab:
         self.status = gr.HTML(label="cost status")
         self.plot = gr.Plot(label="cost curve")
         self.sentence = gr.Markdown(elem_id="sv-cost-sentence")
-        event = self.button.click(gpu(self.on_cost), [target], [self.status, self.plot, self.sentence],
-                                  api_name="cost_curve", **engine)
+        handler = form_handler(("target",), self.on_cost, lambda m: {self.status: render.status_html(m, "error")})
+        event = self.button.click(handler, [target], [self.status, self.plot, self.sentence], api_name="cost_curve",
+                                  preprocess=False, **engine)
         self.stop.click(stop_tab, None, [self.status], cancels=[event], api_name="cost_stop", concurrency_limit=None)
         return event
 
-    def on_cost(self, target, request: gr.Request):
-        state = session_of(request)
-        state.cancel.clear()
-        points = []
-        try:
-            name = model_name(target) or DEFAULT_MODEL
-            yield {self.status: render.status_html(f"Loading {name}…", "info"), self.sentence: ""}
-            model = load_model(name)
-        except SpecvizError as error:
-            yield {self.status: render.status_html(str(error), "error")}
-            return
-        device = f"{model.device.type} ({model.describe()}, {str(model.dtype).replace('torch.', '')})"
-        measurements = measure_cost_curve(model, as_measured=True)
-        while not state.cancel.is_set():
-            with ENGINE_LOCK:  # one point at a time, so that runs of other users interleave
-                point = next(measurements, None)
-            if point is None:
-                break
+    def on_cost(self, form, state, cancel):
+        points, device = [], ""
+        yield {self.status: render.status_html(f"Loading {form.target}…", "info"), self.sentence: ""}
+        for record in pull(gpu(cost_records)(form.target), cancel):
+            if record[0] == "failed":
+                yield {self.status: render.status_html(record[1], "error")}
+                return
+            if record[0] == "device":
+                device = record[1]
+                continue
+            point = record[1]
             again = any((p.axis, p.x) == (point.axis, point.x) for p in points)
             points = latest_points([*points, point])  # a point measured again (cost_curve.py) replaces its first
             label = "new positions" if point.axis == "positions" else "batch size"
             what = "measured again (a wider forward measured cheaper)" if again else "measured"
             yield {self.status: render.status_html(f"{label.capitalize()} {point.x} {what}: {point.ms:.1f} ms", "info"),
                    self.plot: plot(charts.cost_figure(points, device))}
-        measurements.close()
         sentence = cost_sentence(points)
-        if state.cancel.is_set():
-            status = render.status_html("Stopped.", "warn")
+        if cancel.is_set():
+            status = render.status_html(stopped_message(cancel), "warn")
         elif BUSY in sentence:
             status = render.status_html("Done, but the machine was busy: the sentence below says which figure is "
                                         "noisy.", "warn")
