@@ -97,6 +97,6 @@ def test_a_saved_run_reads_back_as_the_record_it_was(record, tmp_path):
 def test_the_endpoint_refuses_a_bad_request_before_loading_a_model(field, value, monkeypatch):
     from specviz.ui import learn
 
-    monkeypatch.setattr(learn, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(learn, "load_target", lambda *a, **k: pytest.fail("a model was loaded"))
     with pytest.raises(learn.gr.Error):
         learn.bugs_api(**{"prompt": "Tell me a joke."} | {field: value})
