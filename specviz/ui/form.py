@@ -16,6 +16,7 @@ from ..settings import DecodeSettings, check_prompt_text
 
 MAX_NEW_TOKENS = 512  # the app's and the API's limit: a shared machine serves several users
 MAX_NAME = 300  # characters of a model name
+MAX_STEPS = 100_000  # the step slider's end: a run of MAX_NEW_TOKENS has fewer steps
 MAX_SEED = 2 ** 63 - 1  # torch.Generator.manual_seed's range
 PUBLIC_MAX_TREE = 64  # the tree slider's end: larger trees are for a dedicated GPU
 BATCH_METHODS = ("retrieval", "ngram", "draft", "draft (target itself)")
@@ -148,7 +149,7 @@ FIELDS: dict[str, Callable] = {  # (value, profile) -> the Form's value
     "batch_sizes": lambda v, p: text("batch sizes", v, 100),
     "batch_tokens": lambda v, p: whole("new tokens", v, 1, 256),
     "seconds_per_step": lambda v, p: real("replay speed", v, 0.0, 60.0),
-    "step": lambda v, p: whole("step", v, 0),
+    "step": lambda v, p: whole("step", v, 0, MAX_STEPS),
     "alpha": lambda v, p: real("α", v, 0.0, 0.99),
     "what_if_gamma": lambda v, p: whole("γ", v, 1, 12),
     "cost": lambda v, p: real("c", v, 0.0, 1.0),

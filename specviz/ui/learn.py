@@ -331,6 +331,10 @@ class LearnTab:
 
     def on_saved(self, paths, alpha, gamma, c):
         """Draws each opened lesson with the functions a live run uses, its status saying where it was measured."""
+        try:  # the what-if sliders' values, read at the boundary as every handler's are
+            form = read_form({"alpha": alpha, "what_if_gamma": gamma, "cost": c}, live.PROFILE)
+        except SpecvizError as error:
+            return {self.saved_status: render.status_html(str(error), "error")}
         found, errors = read_saved(paths)
         if not found and not errors:
             return {}
@@ -338,7 +342,7 @@ class LearnTab:
         for key, saved in found.items():
             draw, status, _ = self.saved_draws[key]
             sentence = saved.lesson.sentence(saved.record) if key == "batch" else ""
-            out |= draw(saved.record, (alpha, gamma, c)) | {status: saved_status_html(saved, sentence)}
+            out |= draw(saved.record, (form.alpha, form.what_if_gamma, form.cost)) | {status: saved_status_html(saved, sentence)}
         return out
 
     def _saved_batch(self, batch: BatchTab):
