@@ -14,7 +14,7 @@ import pytest
 from gradio_client import Client
 
 from specviz.ui import gpu
-from tests.ui_server import serve_app, wait_done
+from ui_server import serve_app, wait_done
 
 LONG = dict(prompt="Write a long story about a lighthouse keeper and her cat.", method="ngram", max_new_tokens=512,
             gamma=4, temperature=0.0, seed=0, api_name="/speculate")
@@ -95,3 +95,33 @@ def test_uncancelled_run_finishes(served):
     assert wait_done(job)[0]["text"]
     after = gpu.calls()
     assert (after["finished"], after["stopped"]) == (before["finished"] + 1, before["stopped"])
+
+
+RUN_TAB = dict(prompt=LONG["prompt"], method="ngram", target="default", draft="none", gamma=4, temperature=0, top_p=1,
+               max_new_tokens=512, seed=0, compare_plain=True, step_mode=False, api_name="/run")
+
+
+def test_cancelled_run_tab_job_stops_its_worker(served):
+    """The Run tab's streaming handler: a cancel closes it, and the run its worker thread advances stops."""
+    from specviz.ui import live
+
+    url, client = served
+    job = client.submit(**RUN_TAB)
+    wait_for(lambda: any(run.active for run in live.live_runs()), 120, "the run did not start")
+    time.sleep(2.0)
+    job.cancel()
+    wait_for(lambda: not any(run.active for run in live.live_runs()), 60, "the cancelled run kept running")
+    assert all(run.speculative.emitted < 512 for run in live.live_runs())
+    assert client.predict(**SHORT)["text"]
+
+
+def test_cancelled_cost_curve_stops_its_call(served):
+    """A streaming handler that pulls a GPU call (the Cost curve tab's, as the Learn tab's lessons and Batch)."""
+    url, client = served
+    before = gpu.calls()
+    job = client.submit("default", api_name="/cost_curve")
+    wait_for(lambda: gpu.calls()["running"] >= 1, 120, "the cost curve did not start")
+    time.sleep(2.0)
+    job.cancel()
+    wait_for(lambda: gpu.calls()["stopped"] > before["stopped"], 60, "the cancelled cost curve kept running")
+    assert client.predict(**SHORT)["text"]

@@ -10,7 +10,7 @@ from gradio_client import Client
 
 from specviz.public import Profile, profile_from_env
 from specviz.ui import live
-from tests.ui_server import serve_app
+from ui_server import serve_app
 
 PER_CLIENT = 4
 RUN = dict(prompt="Say hello.", method="ngram", max_new_tokens=16, gamma=4, temperature=0.0, seed=0,

@@ -15,7 +15,7 @@ from gradio_client import Client
 from specviz import DecodeSettings
 from specviz.api import encode, make_proposer, run_once
 from specviz.ui import gpu, live
-from tests.ui_server import serve_app, wait_done
+from ui_server import serve_app, wait_done
 
 PROMPT = "List the days of the week, one per line."
 STATUS, TOKENS = 0, 1
