@@ -128,3 +128,64 @@ def test_a_saved_run_is_drawn_and_says_where_it_was_measured(page, tmp_path):
     assert label in page.inner_text("#sv-learn-cost-status") and "not measured here" in page.inner_text("#sv-learn-cost-status")
     page.wait_for_selector("#sv-learn-cost-plot .js-plotly-plot .scatterlayer .trace", timeout=30_000)
     assert "1.18× the time of one" in page.inner_text("#sv-learn-cost-sentence")  # 21.0 / 17.8: the file's figure
+
+
+POISON = ('eagle ![t](http://poison.invalid/x.png) [link](http://poison.invalid/l) <b>bold</b> '
+          '<img src="http://poison.invalid/y.png">')
+
+
+def test_every_string_of_a_saved_file_is_shown_as_text(page, tmp_path, default_target):
+    """A saved run whose strings carry Markdown images and links and HTML tags (its method, prompt, prompt kind
+    and where it was measured): each is shown as the characters it is; nothing is fetched, linked or bolded."""
+    import json
+
+    from specviz import lessons
+    from specviz.lessons.catalogue import LESSONS as CATALOGUE
+    from specviz.lessons.drafters import DrafterCost
+    from specviz.lessons.saved import save_lesson
+    from specviz.lessons.speedup import AcceptanceRow
+
+    where = {"device": POISON, "date": "2026-11-27 22:00 UTC", "commit": "abc1234"}
+    mechanic = save_lesson(tmp_path, CATALOGUE[0], lessons.finish(lessons.mechanic(
+        default_target, "Count: one two three", "ngram", max_new_tokens=8)), where)
+    data = json.loads(mechanic.read_text())
+    data["record"]["method"], data["record"]["prompt"] = POISON, POISON  # edited as an attacker would
+    mechanic.write_text(json.dumps(data))
+    acceptance = save_lesson(tmp_path, CATALOGUE[3], [AcceptanceRow(POISON, POISON, 4, 0.6, 2.1, 0.1, 1.3, 1.5, 32)],
+                             where)
+    drafters = save_lesson(tmp_path, CATALOGUE[5], [DrafterCost(POISON, 1000, 4000, 10 ** 8, 4 * 10 ** 8, 0.5, 2.0)],
+                           where)
+    fetched = []
+    page.on("request", lambda request: fetched.append(request.url) if "poison.invalid" in request.url else None)
+    page.get_by_text("Open a saved run (measured elsewhere").click()
+    page.locator("#sv-learn-saved input[type=file]").set_input_files([str(mechanic), str(acceptance), str(drafters)])
+    page.wait_for_function("() => document.querySelector('#sv-learn-saved-status').innerText.includes('What each')",
+                           timeout=30_000)
+    shown = [page.inner_text("#sv-learn-saved-status")]
+    for subtab, key in (("1 · The mechanic", "mechanic"), ("4 · Acceptance decides the win", "acceptance"),
+                        ("6 · What each drafter costs", "drafters")):
+        page.get_by_role("tab", name=subtab).click()
+        page.wait_for_function(f"() => document.querySelector('#sv-learn-{key}-status').innerText.includes('Saved run')",
+                               timeout=30_000)
+        shown.append(page.inner_text(f"#sv-learn-{key}-status"))
+        shown.append(page.locator(".tabitem:visible").last.inner_text())
+    page.wait_for_selector("#sv-learn-acceptance-plot .js-plotly-plot", timeout=30_000, state="attached")
+    page.wait_for_timeout(500)  # anything an image or a link would fetch has been asked for by now
+    assert fetched == []
+    markup = page.evaluate("""() => [
+        ...[...document.querySelectorAll('img')].filter(e => (e.src || '').includes('poison.invalid')),
+        ...[...document.querySelectorAll('a')].filter(e => (e.getAttribute('href') || e.getAttribute('xlink:href')
+                                                              || '').includes('poison.invalid')),
+        ...[...document.querySelectorAll('b, strong')].filter(e => e.textContent === 'bold'),
+        ...[...document.querySelectorAll('tspan')].filter(e => e.textContent === 'bold'
+                                                              && getComputedStyle(e).fontWeight === '700'),
+    ].map(e => e.outerHTML)""")
+    assert markup == []
+    text = "\n".join(shown)
+    assert "<b>bold</b>" in text and '<img src="http://poison.invalid/y.png">' in text  # shown as the characters
+    assert "![t](http://poison.invalid/x.png)" in text
+    # control: the same string rendered as the page renders Markdown would have been an image and a link
+    import markdown_it
+
+    rendered = markdown_it.MarkdownIt().render(POISON)
+    assert '<img src="http://poison.invalid/x.png"' in rendered and '<a href="http://poison.invalid/l"' in rendered
