@@ -5,7 +5,7 @@ run starts as soon as a slot is free. The refusal is an HTTP 429 whose detail is
 
 The counts are read from gradio's queue (its waiting events and running jobs, each with its session and the
 request it came with): gradio offers no hook for this, so the queue's push is wrapped; the queue is gradio's,
-pinned in requirements.txt, and tests/test_ui_public.py floods a served app to check it still works."""
+pinned in requirements.txt, and tests/test_ui_fairness.py floods a served app to check it still works."""
 from __future__ import annotations
 
 from fastapi import HTTPException

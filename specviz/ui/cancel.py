@@ -5,7 +5,7 @@ engine and its lock are free within a step or two.
 Gradio stops iterating a streaming handler that lost its caller and closes it (GeneratorExit at its yield); a
 handler that is a plain function, or that is inside a long iteration, learns of it only from the queue's record
 of its event, read here: the event is gone from the running jobs (a cancel ends its task) or marked not alive
-(its connection dropped). That record is gradio's (pinned in requirements.txt); tests/test_ui_public.py drives
+(its connection dropped). That record is gradio's (pinned in requirements.txt); tests/test_ui_cancel.py drives
 both ways against a served app, so a gradio that changes it fails there."""
 from __future__ import annotations
 

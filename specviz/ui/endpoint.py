@@ -178,12 +178,15 @@ def speculate(prompt: str, method: str = "ngram", max_new_tokens: int = 64, gamm
         draft_name = drafter_for(form.method, form.target, form.draft)
         api.check_drafter(form.method, draft_name)
         run_request = RunRequest(form.prompt, form.method, form.target, draft_name, form.settings)
-        for record in pull(gpu(speculate_records)(run_request), cancel):
+        report = None
+        for record in pull(gpu(speculate_records)(run_request), cancel):  # to its end: the call finishes
             if record[0] == "failed":
                 raise SpecvizError(record[1])
             if record[0] == "report":
-                return record[1]
-        raise SpecvizError(stopped_message(cancel))
+                report = record[1]
+        if report is None:
+            raise SpecvizError(stopped_message(cancel))
+        return report
     except Exception as error:  # the caller's mistake: one line in the server's log, no traceback
         if isinstance(error, SpecvizError):
             log.info("/speculate refused: %s", error)

@@ -15,7 +15,9 @@ import functools
 import multiprocessing
 import os
 import pickle
+import threading
 import traceback
+from collections import Counter
 
 DURATION = 120  # seconds a ZeroGPU call may hold its GPU (a whole run with its plain baseline)
 
@@ -34,17 +36,44 @@ def forks() -> bool:
     return _zero_gpu() is not None or os.environ.get("SPECVIZ_FORK_GPU") == "1"
 
 
+_calls = Counter()  # GPU calls: "running" now, and how those over ended
+_calls_lock = threading.Lock()
+
+
+def calls() -> dict[str, int]:
+    """How many GPU calls run now and how many finished or were stopped (closed by their caller before their
+    end): what a test or a check reads to know that a cancelled request freed the engine."""
+    with _calls_lock:
+        return {key: _calls[key] for key in ("running", "finished", "stopped", "failed")}
+
+
+def _count(key: str, running: int) -> None:
+    with _calls_lock:
+        _calls[key] += 1
+        _calls["running"] += running
+
+
 def gpu(fn):
     """fn as a GPU call: forked on ZeroGPU (and with SPECVIZ_FORK_GPU=1), as it is elsewhere. Decided at each call,
     so that a test can switch it."""
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        spaces = _zero_gpu()
-        if spaces is not None:  # pragma: no cover
-            return (yield from spaces.GPU(duration=DURATION)(fn)(*args, **kwargs))
-        if os.environ.get("SPECVIZ_FORK_GPU") == "1":
-            return (yield from forked(fn)(*args, **kwargs))
-        return (yield from fn(*args, **kwargs))
+        _count("started", 1)
+        ended = "stopped"
+        try:
+            spaces = _zero_gpu()
+            if spaces is not None:  # pragma: no cover
+                yield from spaces.GPU(duration=DURATION)(fn)(*args, **kwargs)
+            elif os.environ.get("SPECVIZ_FORK_GPU") == "1":
+                yield from forked(fn)(*args, **kwargs)
+            else:
+                yield from fn(*args, **kwargs)
+            ended = "finished"
+        except Exception:
+            ended = "failed"
+            raise
+        finally:  # a close() (the caller stopped) lands here with its computation already ended
+            _count(ended, -1)
 
     return call
 

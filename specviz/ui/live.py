@@ -525,10 +525,14 @@ class RecordedRun:
     def stop(self) -> None:
         self._stop.set()
 
+    def hold(self, seconds: float) -> None:
+        pass  # it computes in another process, on a GPU: the page's drawing does not land on its steps
+
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
     speedup = LiveRun.speedup
+    doubt = LiveRun.doubt
     report = LiveRun.report
 
 

@@ -1,0 +1,99 @@
+"""ZeroGPU under its fork: with SPECVIZ_FORK_GPU=1 every GPU call runs the way `spaces.GPU` runs it on ZeroGPU
+(in a process forked for the call, its arguments and records pickled, a stop event; ui/gpu.forked), against the
+served app. Run, Stop, Replay (with the inspector), Compare and a Learn lesson must work, everything after a
+run served in this process from the records the forked call sent."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import time
+
+import pytest
+from gradio_client import Client
+
+from specviz import DecodeSettings
+from specviz.api import encode, make_proposer, run_once
+from specviz.ui import gpu, live
+from ui_server import serve_app, wait_done
+
+PROMPT = "List the days of the week, one per line."
+STATUS, TOKENS = 0, 1
+
+
+def run_args(**overrides):
+    args = dict(prompt=PROMPT, method="ngram", target="default", draft="none", gamma=4, temperature=0, top_p=1,
+                max_new_tokens=16, seed=0, compare_plain=True, step_mode=False)
+    return {**args, **overrides}
+
+
+def kinds_in(html_text) -> list[str]:
+    return re.findall(r'class="tok tok-(\w+)', html_text if isinstance(html_text, str) else "")
+
+
+def steps_in(html_text) -> list[int]:
+    return [int(s) for s in re.findall(r'data-step="(\d+)"', html_text if isinstance(html_text, str) else "")]
+
+
+@pytest.fixture(scope="module")
+def url():
+    os.environ["SPECVIZ_FORK_GPU"] = "1"
+    try:
+        with serve_app() as address:
+            yield address
+    finally:
+        del os.environ["SPECVIZ_FORK_GPU"]
+
+
+def test_a_run_computed_in_a_forked_call_replays_and_inspects_here(url, default_target):
+    client = Client(url, verbose=False)
+    before = gpu.calls()
+    final = wait_done(client.submit(**run_args(), api_name="/run"))[-1]
+    reference = run_once(default_target, make_proposer("ngram", default_target), encode(default_target, PROMPT),
+                         DecodeSettings(max_new_tokens=16, gamma=4))
+    assert "Done" in final[STATUS]
+    assert kinds_in(final[TOKENS]) == [t.kind.value for t in reference.tokens]  # exact, as a run in this process
+    assert gpu.calls()["finished"] == before["finished"] + 1
+    assert any(isinstance(run, live.RecordedRun) for run in live.live_runs())  # the session keeps records only
+    assert not multiprocessing.active_children()  # the call's process is gone: what follows reads the records
+    replay = wait_done(client.submit(0.05, api_name="/replay"))
+    last = len(reference.steps) - 1
+    assert max(steps_in(replay[-1][TOKENS])) == last and max(steps_in(replay[1][TOKENS])) < last
+    inspected = client.predict(1, api_name="/inspect")
+    assert 'sv-current" data-step="1"' in inspected[0]
+
+
+def test_stop_ends_the_forked_call(url):
+    client = Client(url, verbose=False)
+    before = gpu.calls()
+    job = client.submit(**run_args(max_new_tokens=512, prompt="Write a long story about a lighthouse."),
+                        api_name="/run")
+    deadline = time.monotonic() + 300
+    while not any(kinds_in(o[TOKENS]) for o in job.outputs()):
+        assert time.monotonic() < deadline, "no tokens arrived"
+        time.sleep(0.05)
+    stopped = client.predict(api_name="/stop")
+    wait_done(job, timeout=60)
+    assert "Stopped" in stopped[STATUS] and len(steps_in(stopped[TOKENS])) < 400
+    deadline = time.monotonic() + 60  # a guard against a hang: the call ends at its next record
+    while gpu.calls()["stopped"] == before["stopped"] or multiprocessing.active_children():
+        assert time.monotonic() < deadline, f"the forked call kept running: {gpu.calls()}"
+        time.sleep(0.05)
+    again = wait_done(client.submit(**run_args(max_new_tokens=8), api_name="/run"))[-1]
+    assert "Done" in again[STATUS]
+
+
+def test_compare_in_a_forked_call(url):
+    client = Client(url, verbose=False)
+    status, table, _ = client.predict(PROMPT, ["ngram"], "default", "none", 4, 0, 1, 12, 0, api_name="/compare")
+    assert "Done" in status
+    assert {row[0] for row in table["data"]} == {"plain", "ngram"}
+
+
+def test_a_lesson_in_a_forked_call(url):
+    client = Client(url, verbose=False)
+    before = gpu.calls()
+    record = client.predict(prompt="The capital of France is", method="ngram", runs=20, temperature=1.0, seed=0,
+                            wrong=False, target="default", api_name="/distribution")
+    assert record and gpu.calls()["finished"] == before["finished"] + 1
+    assert not multiprocessing.active_children()
