@@ -4,6 +4,7 @@ from the bench reports of the runs listed below (each run's doc says its command
     python -m scripts.measured_drafters
 """
 import argparse
+import gzip
 import json
 from pathlib import Path
 
@@ -18,13 +19,18 @@ RUNS = [
      ["results/2026-11-28-cpu-drafters/bench.json"]),
     ("one H200, bfloat16, all 480 prompts, 256 new tokens",
      "docs/benchmarks/2026-11-28-68e964c-every-drafter-over-all-480-on-an-h200.md",
-     ["results/2026-11-28-h200-all-480-drafters/part1.json", "results/2026-11-28-h200-all-480-drafters/part2.json"]),
+     ["results/2026-11-28-h200-all-480-drafters/part1.json.gz", "results/2026-11-28-h200-all-480-drafters/part2.json.gz"]),
 ]
+
+
+def read_text(path) -> str:
+    """A results file, gzipped where it is large (results/ stays small)."""
+    return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
 
 
 def main(argv: list[str] | None = None) -> None:
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
-    runs = [measured_run(label, doc, [json.loads((ROOT / f).read_text()) for f in files])
+    runs = [measured_run(label, doc, [json.loads(read_text(ROOT / f)) for f in files])
             for label, doc, files in RUNS]
     MEASURED.parent.mkdir(parents=True, exist_ok=True)
     MEASURED.write_text(json.dumps({"source": "scripts/measured_drafters.py", "runs": runs}, indent=1) + "\n")

@@ -114,7 +114,7 @@ def verify_sampled_without_residual(
     """Wrong: it accepts as verify_sampled does, but at a rejection it draws from p instead of
     norm(max(0, p - q)). The output then over-weights the tokens the drafter favours (they get a second chance).
     Claimed of EAGLE's non-greedy path, which draws the replacement from the target's p alone (SafeAILab/EAGLE
-    issue 329, open; its authors hold that its top-k drafting makes q one-hot, issue 171); a reader suspected it in NJUNLP/MCSD (issue 5), whose code in fact draws from the residual it
+    #329, open; its authors hold that its top-k drafting makes q one-hot, #171); a reader suspected it in NJUNLP/MCSD (#5), whose code in fact draws from the residual it
     had written into p."""
     verdict = verify_sampled(draft_ids, draft_probs, target_probs, generator)
     if verdict.n_accepted < draft_ids.shape[0]:
@@ -159,7 +159,7 @@ def verify_residual_at_drafted_token(
     """Wrong: at a rejection the residual subtracts q only at the rejected token x, norm(p with p(x) replaced by
     max(0, p(x) - q(x))), instead of everywhere, norm(max(0, p - q)). Tokens the drafter also favoured keep their
     whole p and come out too often (for a one-hot q the two are the same). Reported in EAGLE's sampling code,
-    SafeAILab/EAGLE issue 20; its authors: "The correct approach should be to subtract the two distributions rather
+    SafeAILab/EAGLE #20; its authors: "The correct approach should be to subtract the two distributions rather
     than adjust the value of the rejected elements", and fixed it."""
     verdict = verify_sampled(draft_ids, draft_probs, target_probs, generator)
     n = verdict.n_accepted
@@ -184,8 +184,7 @@ def verify_target_before_temperature(
     hands a verifier p after temperature; softmax(logits / T) ** T renormalised is softmax(logits), so this undoes
     the temperature (exactly so without top-k and top-p) and then verifies as verify_sampled does: the output
     follows the target at temperature 1, not at T. Shipped in vLLM's scorer, which took the target's probabilities
-    at temperature 1 and top-p 1 while the drafter's were filtered (vllm-project/vllm issue 9834, fixed by pull
-    request 10198, "apply sampling parameters to target probabilities for consistency in rejection sampling")."""
+    at temperature 1 and top-p 1 while the drafter's were filtered (vllm-project/vllm #9834, fixed by #10198, "apply sampling parameters to target probabilities for consistency in rejection sampling")."""
     untempered = target_probs.double().pow(temperature)
     untempered = (untempered / untempered.sum(-1, keepdim=True)).to(target_probs.dtype)
     return verify_sampled(draft_ids, draft_probs, untempered, generator)
@@ -199,8 +198,8 @@ def verify_by_target_argmax(
 ) -> Verdict:
     """Wrong: greedy verification under sampling. A draft is accepted while it equals the target's most likely
     token, and at the first mismatch the next token is drawn from p. Whenever the drafter proposes the target's
-    favourite it is emitted for sure, so the output leans towards greedy decoding. lablup/mlxcel issue 902 described
-    its verify loop so and called the output biased; mlxcel pull request 992 then found the loop in fact matched a
+    favourite it is emitted for sure, so the output leans towards greedy decoding. lablup/mlxcel #902 described
+    its verify loop so and called the output biased; mlxcel #992 then found the loop in fact matched a
     draw from the target (verify_by_match, which is exact): no engine was found to have shipped this rule."""
     choices = target_probs.argmax(-1)
     matches = draft_ids.to(choices.device) == choices[: draft_ids.shape[0]]
@@ -220,10 +219,8 @@ def verify_by_match(
     """Match acceptance, NOT wrong: the target draws its own token y_i from p_i at every position; draft x_i is
     accepted while it equals y_i, and at the first mismatch y_i is the next token. Every emitted token is then a
     draw from p whatever the drafter did, so the output is exact; what it costs is acceptance, sum_x p(x) q(x)
-    where verify_sampled accepts sum_x min(p(x), q(x)). It has been called a bug (ml-explore/mlx-swift-lm pull
-    request 459); lablup/mlxcel pull request 992 proved and measured it exact ("It was never biased; what it loses
-    is acceptance rate"), and vLLM's "strict" rejection sampling is this rule (vllm-project/vllm pull request
-    35461: it "ensures that the target model's distribution is being respected")."""
+    where verify_sampled accepts sum_x min(p(x), q(x)). It has been called a bug (ml-explore/mlx-swift-lm #459); lablup/mlxcel #992 proved and measured it exact ("It was never biased; what it loses
+    is acceptance rate"), and vLLM's "strict" rejection sampling is this rule (vllm-project/vllm #35461: it "ensures that the target model's distribution is being respected")."""
     ys = draw(target_probs, generator)  # [gamma + 1]: the target's own draw at every position
     matches = draft_ids.to(ys.device) == ys[: draft_ids.shape[0]]
     n_accepted = leading_true(matches)
@@ -236,10 +233,10 @@ def draft_argmax_keeping_q(draft_probs: torch.Tensor) -> torch.Tensor:
     distribution at the run's temperature. The ratio p/q then assumes draws that never happened: the drafter's
     favourite is proposed every time and accepted with probability min(1, p/q), so it comes out too often.
     draft_probs [g, V] -> the tokens such a drafter proposes [g]. Shipped in transformers' assisted generation,
-    which made the assistant decode greedily for speed (huggingface/transformers pull request 30778), reported in
-    issue 32867 and reverted by pull request 33534 ("the assistant model must sample when the main model is
-    sampling"); again in its SinglePositionMultiTokenCandidateGenerator (issue 47932), and in
-    jaymody/speculative-sampling (issue 3, fixed by pull request 4)."""
+    which made the assistant decode greedily for speed (huggingface/transformers #30778), reported in
+    #32867 and reverted by #33534 ("the assistant model must sample when the main model is
+    sampling"); again in its SinglePositionMultiTokenCandidateGenerator (#47932), and in
+    jaymody/speculative-sampling (#3, fixed by #4)."""
     return draft_probs.argmax(-1)
 
 

@@ -93,7 +93,7 @@ SLIPS = [
          f"makes q one-hot, {GH}SafeAILab/EAGLE/issues/171); suspected in {GH}NJUNLP/MCSD/issues/5, whose code was right", lambda t: verify.verify_sampled_without_residual),
 ]
 SLIP_BY_KEY = {slip.key: slip for slip in SLIPS}
-# verify.verify_by_target_argmax (greedy checks under sampling, as lablup/mlxcel issue 902 described its verify loop)
+# verify.verify_by_target_argmax (greedy checks under sampling, as lablup/mlxcel #902 described its verify loop)
 # is not an arm: on the lesson's prompt EAGLE's draft is the target's favourite so rarely that it parted from match
 # acceptance on 1 seed in 1500, far more seeds than a lesson has.
 
