@@ -1,5 +1,6 @@
 """The Spec-Bench figures the Compare tab shows: they are the bench reports' own, pooled as the bench pools them."""
 import copy
+import gzip
 import json
 from pathlib import Path
 
@@ -18,7 +19,10 @@ def runs_listed():
 
 
 def reports(files):
-    return [json.loads((ROOT / f).read_text()) for f in files]
+    def text(path):  # large reports are kept gzipped
+        return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+
+    return [json.loads(text(ROOT / f)) for f in files]
 
 
 def test_the_shipped_figures_are_the_reports_pooled():
