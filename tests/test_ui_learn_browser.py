@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from scripts.lesson_screenshots import open_tab  # a lesson's sub-tab may sit in the row's overflow menu
 from specviz.ui.learn import LESSONS
 from ui_server import CHROMIUM, CHROMIUM_ARGS, require_chromium, serve_app
 
@@ -26,7 +27,7 @@ def page(default_target):
 
 
 def run_lesson(page, key, subtab, timeout=120_000):
-    page.get_by_role("tab", name=subtab).click()
+    open_tab(page, subtab)
     page.click(f"#sv-learn-{key}")
     page.wait_for_selector(f"#sv-learn-{key}-status .sv-ok", timeout=timeout)
 
@@ -48,7 +49,7 @@ def test_the_verify_cost_chart_has_data_and_its_sentence_the_ratio(page):
 
 
 def test_the_exactness_lesson_draws_three_histograms_and_quotes_its_p_values(page):
-    page.get_by_role("tab", name="2 · The output does not change").click()
+    open_tab(page, "2 · The output does not change")
     fields = page.get_by_label("seeds per histogram (more: more power, longer)")
     fields.first.fill("30")
     fields.first.press("Tab")
@@ -73,7 +74,7 @@ def test_the_acceptance_and_drafter_lessons_fill_their_tables(page):
 
 
 def test_the_batch_lesson_plots_speedup_against_batch_size_with_a_draft_model(page):
-    page.get_by_role("tab", name="5 · Where it stops paying: batch size").click()
+    open_tab(page, "5 · Where it stops paying: batch size")
     page.click("#sv-learn-batch-method input")
     page.get_by_role("option", name="draft", exact=True).click()
     for field, value in (("#sv-learn-batch-sizes textarea, #sv-learn-batch-sizes input", "1,2"),
@@ -88,7 +89,7 @@ def test_the_batch_lesson_plots_speedup_against_batch_size_with_a_draft_model(pa
 
 
 def test_stop_ends_a_lesson(page):
-    page.get_by_role("tab", name="2 · The output does not change").click()
+    open_tab(page, "2 · The output does not change")
     page.click("#sv-learn-exact")
     page.wait_for_selector("#sv-learn-exact-greedy:has-text('Greedy')", timeout=60_000)
     page.click("#sv-learn-exact-stop")
@@ -97,7 +98,7 @@ def test_stop_ends_a_lesson(page):
 
 
 def test_open_in_the_run_tab_fills_it_in(page):
-    page.get_by_role("tab", name="1 · The mechanic").click()
+    open_tab(page, "1 · The mechanic")
     page.click("#sv-learn-mechanic-link")
     prompt = page.locator("#sv-prompt textarea")
     prompt.wait_for(state="visible", timeout=10_000)
@@ -124,7 +125,7 @@ def test_a_saved_run_is_drawn_and_says_where_it_was_measured(page, tmp_path):
     summary = page.inner_text("#sv-learn-saved-status")
     assert "broken.json is not JSON" in summary  # the bad file is named; the good one still drawn
     label = "measured on NVIDIA H100 80GB HBM3, 2026-11-27 22:00 UTC, commit abc1234"
-    page.get_by_role("tab", name="3 · Checking K costs about one").click()
+    open_tab(page, "3 · Checking K costs about one")
     assert label in page.inner_text("#sv-learn-cost-status") and "not measured here" in page.inner_text("#sv-learn-cost-status")
     page.wait_for_selector("#sv-learn-cost-plot .js-plotly-plot .scatterlayer .trace", timeout=30_000)
     assert "1.18× the time of one" in page.inner_text("#sv-learn-cost-sentence")  # 21.0 / 17.8: the file's figure
@@ -164,7 +165,7 @@ def test_every_string_of_a_saved_file_is_shown_as_text(page, tmp_path, default_t
     shown = [page.inner_text("#sv-learn-saved-status")]
     for subtab, key in (("1 · The mechanic", "mechanic"), ("4 · Acceptance decides the win", "acceptance"),
                         ("6 · What each drafter costs", "drafters")):
-        page.get_by_role("tab", name=subtab).click()
+        open_tab(page, subtab)
         page.wait_for_function(f"() => document.querySelector('#sv-learn-{key}-status').innerText.includes('Saved run')",
                                timeout=30_000)
         shown.append(page.inner_text(f"#sv-learn-{key}-status"))
