@@ -3,8 +3,8 @@
 # drafters that are models (EAGLE, Medusa, the distilled draft model) and sampling in the device loop, measured.
 # Every stage is one call; the bench stages print each method's step figures (scripts/step_figures.py: drafting,
 # the verify pass and the rest of a step, in ms) and write the bench's JSON under $OUT. Times on an H200 (a
-# bench process spends some 3 minutes loading and compiling before its first timed run; less on a machine that
-# compiled the same graphs in an earlier call, whose compile cache is kept):
+# bench process spends some 3 minutes loading and compiling before its first timed run; less where torch's
+# compile cache already holds the same graphs):
 #   STAGE=check                 the CUDA tests, then 2 prompts a category (26), greedy, every model drafter
 #                               side by side, then temperature 1.0 (~7 min);
 #   STAGE=greedy PART=k PARTS=n all 480 prompts in n parts, part k, bfloat16, greedy: plain, retrieval:16:31,

@@ -283,6 +283,20 @@ def exact_records(model, prompt: str, method: str, max_new: int, runs: int, temp
     yield from lessons.distribution(model, prompt, method, runs, temperature)
 
 
+def last_record(target: str, start: Callable, cancel) -> object:
+    """A lesson run to its end in a GPU call, as an endpoint answers it: its last record, or SpecvizError with
+    the lesson's failure or, when the caller cancelled, the stopped message."""
+    record = None
+    for item in pull(gpu(lesson_records)(target, start), cancel):
+        if item[0] == "failed":
+            raise SpecvizError(item[1])
+        if item[0] == "record":
+            record = item[1]
+    if cancel.is_set() or record is None:
+        raise SpecvizError(stopped_message(cancel))
+    return record
+
+
 def distribution_api(prompt: str = LESSONS["exact"]["prompt"], method: str = "medusa", runs: int = 150,
                      temperature: float = 0.7, seed: int = 0, wrong: bool = True, target: str = DEFAULT_MODEL,
                      request: gr.Request = None) -> dict:
@@ -295,14 +309,7 @@ def distribution_api(prompt: str = LESSONS["exact"]["prompt"], method: str = "me
         start = functools.partial(lessons.distribution, prompt=form.prompt, method=form.method, runs=form.runs,
                                   temperature=form.settings.temperature, first_seed=form.settings.seed or 0,
                                   wrong=form.wrong)
-        record = None
-        for item in pull(gpu(lesson_records)(form.target, start), cancel):
-            if item[0] == "failed":
-                raise SpecvizError(item[1])
-            if item[0] == "record":
-                record = item[1]
-        if cancel.is_set() or record is None:
-            raise SpecvizError(stopped_message(cancel))
+        record = last_record(form.target, start, cancel)
         return record.to_dict()
     except Exception as error:
         raise gr.Error(message_of(error), print_exception=False) from None
@@ -334,14 +341,7 @@ def bugs_api(prompt: str = lessons.bugs.PROMPT, method: str = lessons.bugs.METHO
         start = functools.partial(lessons.bugs.bugs, prompt=form.prompt, method=form.method, runs=form.runs,
                                   temperature=form.settings.temperature, most=min(3000, 20 * form.runs),
                                   rounding_tokens=16 if form.rounding else 0)
-        record = None
-        for item in pull(gpu(lesson_records)(form.target, start), cancel):
-            if item[0] == "failed":
-                raise SpecvizError(item[1])
-            if item[0] == "record":
-                record = item[1]
-        if cancel.is_set() or record is None:
-            raise SpecvizError(stopped_message(cancel))
+        record = last_record(form.target, start, cancel)
         return plain_record(record) | {"rows": lessons.bugs.bug_rows(record),
                                        "sentence": lessons.bugs.bug_sentence(record)}
     except Exception as error:
