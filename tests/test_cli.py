@@ -98,6 +98,22 @@ def test_check_exactness_reports_the_test_and_its_control(tmp_path):
     assert "runs" in proc.stderr  # the progress bar
 
 
+def test_check_exactness_runs_in_float32_unless_asked_and_says_what_bfloat16_also_measures(tmp_path):
+    """Medusa failed the test in bfloat16 on an H200 on the host loop and the device loop alike and passed in
+    float32: the reference and the runs round differently. auto (bfloat16 on a GPU elsewhere) means float32 here."""
+    from specviz.cli import exactness_dtype
+    from specviz.testing import save_tiny_model, word_tokenizer
+
+    assert exactness_dtype("auto") == "float32" and exactness_dtype("bfloat16") == "bfloat16"
+    folder = save_tiny_model(tmp_path / "tiny", vocab_size=8, tokenizer=word_tokenizer(8))
+    common = ["check-exactness", "--target", folder, "--raw-prompt", "--prompt", "w1 w2 w3 w1 w2 w3 w1",
+              "--method", "ngram", "--samples", "100", "--control", "0"]
+    default, asked = run_cli(*common), run_cli(*common, "--dtype", "bfloat16")
+    assert "cpu float32" in default.stdout and "note:" not in default.stdout, default.stdout
+    assert "cpu bfloat16" in asked.stdout and "note: in bfloat16" in asked.stdout, asked.stdout  # the control
+    assert "--dtype float32 tests the method alone" in asked.stdout
+
+
 def test_check_exactness_refuses_what_it_cannot_test():
     for args, message in [(["--samples", "5"], "at least 100"), (["--temperature", "0"], "--temperature above 0"),
                           (["--depth", "9"], "--depth must be")]:
