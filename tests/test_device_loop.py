@@ -201,7 +201,8 @@ def distilled(default_target):
     return load_draft_model("distilled", default_target)
 
 
-MODEL_DRAFTERS = [("eagle", 6, 0, 0.0), ("eagle", 4, 15, 0.0), ("medusa", 4, 0, 0.0), ("draft", 4, 0, 0.5)]
+MODEL_DRAFTERS = [("eagle", 6, 0, 0.0), ("eagle", 4, 15, 0.0), ("medusa", 4, 0, 0.0), ("medusa", 4, 31, 0.0),
+                  ("draft", 4, 0, 0.5)]
 
 
 @pytest.mark.parametrize("method,gamma,tree,stop", MODEL_DRAFTERS,
@@ -338,7 +339,7 @@ def test_device_loop_only_where_it_applies(default_target, monkeypatch):
     assert loop_of(settings=DecodeSettings(max_new_tokens=4, gamma=4, tree=8)) == "device"
     assert loop_of("retrieval", settings=DecodeSettings(max_new_tokens=4, gamma=4, tree=8)) == "device"
     assert loop_of("early-exit") == "device" and loop_of("early-exit", detail=True) == "device"
-    assert loop_of("medusa") == "device" and loop_of("medusa", settings=DecodeSettings(max_new_tokens=4, tree=8)) == "host"
+    assert loop_of("medusa") == "device" and loop_of("medusa", settings=DecodeSettings(max_new_tokens=4, tree=8)) == "device"
     assert loop_of("adaptive") == "host"
 
 
@@ -414,7 +415,8 @@ def test_device_loop_records_with_detail_through_graphs_are_the_host_loops_in_fl
 
 @cuda
 @pytest.mark.parametrize("method,tree,temperature,detail_top", [
-    ("eagle", 0, 0.0, 0), ("eagle", 15, 0.0, 0), ("medusa", 0, 0.0, 0), ("draft", 0, 0.0, 0), ("eagle", 0, 1.0, 0),
+    ("eagle", 0, 0.0, 0), ("eagle", 15, 0.0, 0), ("medusa", 0, 0.0, 0), ("medusa", 31, 1.0, 0), ("draft", 0, 0.0, 0),
+    ("eagle", 0, 1.0, 0),
     ("eagle", 15, 1.0, 0), ("draft", 0, 0.8, 0), ("retrieval", 31, 1.0, 0), ("plain", 0, 1.0, 0), ("eagle", 0, 0.0, 20),
     ("draft", 0, 0.0, 20)])
 def test_a_drafter_that_is_a_model_never_waits_for_the_host_in_a_step(method, tree, temperature, detail_top):

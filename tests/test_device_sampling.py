@@ -125,11 +125,11 @@ def device_fit(target, make, settings, monkeypatch, verifier=None, exact_setting
 
 
 # each device path once: a one-hot chain, chains with q (a draft model's over the whole vocabulary, with a draft
-# stop over a draft vocabulary, EAGLE's and Medusa's over a draft vocabulary), a lookup's tree and a model's tree;
-# temperature, top-k and top-p spread over them
+# stop over a draft vocabulary, EAGLE's and Medusa's over a draft vocabulary), a lookup's tree and two models'
+# trees; temperature, top-k and top-p spread over them
 SCENARIOS = [("retrieval", 0, "top-k", 0.0), ("draft", 0, "temperature", 0.0), ("distilled", 0, "temperature", 0.5),
              ("eagle", 0, "top-p", 0.0), ("medusa", 0, "temperature", 0.0), ("ngram", TREE, "top-k", 0.0),
-             ("eagle", TREE, "temperature", 0.0)]
+             ("eagle", TREE, "temperature", 0.0), ("medusa", TREE, "top-p", 0.0)]
 
 
 @pytest.mark.parametrize("method,tree,warp,stop", SCENARIOS,

@@ -46,3 +46,30 @@ def test_medusa_trees_past_127_nodes_give_plain_greedy_output(tiny_target):
     result = run_once(tiny_target, MedusaProposer(random_medusa(tiny_target, seed=2)), PROMPT, settings)
     assert result.token_ids == plain.token_ids
     assert all(step.tree_size == 300 for step in result.steps[1:-1])
+
+
+def paths(tokens, parents) -> set[tuple]:
+    """A tree's paths from the root, each node's as a tuple of tokens: what a tree holds whatever its layout."""
+    out = []
+    for token, parent in zip(tokens, parents):
+        out.append((out[parent] if parent >= 0 else ()) + (token,))
+    return set(out)
+
+
+def test_the_device_tree_holds_product_trees_nodes_parents_first():
+    """medusa_device.product_tree_nodes against tree.product_tree on random candidates (4 depths of 12, distinct
+    log probabilities): the same paths at every budget, each parent before its children. Control: a budget one
+    smaller leaves out a path the other holds."""
+    from specviz.proposers.medusa_device import product_tree_nodes
+    from specviz.tree import product_tree
+
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.stack([torch.randperm(50, generator=generator)[:12] for _ in range(4)])
+    values = torch.rand(4, 12, generator=generator).log().sort(descending=True).values
+    candidates = list(zip(ids.tolist(), values.tolist()))
+    for budget in (1, 5, 12, 40, 200):
+        tokens, parents = product_tree_nodes(ids, values, budget)
+        assert all(p < i for i, p in enumerate(parents.tolist()))
+        assert paths(tokens.tolist(), parents.tolist()) == paths(*product_tree(candidates, budget))
+    tokens, parents = product_tree_nodes(ids, values, 39)
+    assert paths(tokens.tolist(), parents.tolist()) < paths(*product_tree(candidates, 40))

@@ -122,16 +122,16 @@ class MedusaProposer(Proposer):
         return Draft(token_ids.to(device), probs.to(device), logits.to(device))
 
     def device_lookup(self, settings, runner):
-        """Its chains on the device (medusa_device.py), where the heads sit beside the target; its trees on the
-        host loop."""
+        """Its chains and trees on the device (medusa_device.py), where the heads sit beside the target."""
         weight = self.drafter.outputs[0].weight
-        if settings.tree or weight.device != runner.device or weight.dtype != runner.dtype:
+        if weight.device != runner.device or weight.dtype != runner.dtype:
             return None
         if len({out.scored for out in self.drafter.outputs}) > 1:
             return None
         from .medusa_device import MedusaLookup
 
-        return MedusaLookup(self.drafter, settings.gamma, compiled=runner.use_graphs and runner.use_compile)
+        return MedusaLookup(self.drafter, settings.gamma, compiled=runner.use_graphs and runner.use_compile,
+                            tree=settings.tree, top_k=min(TREE_TOP_K, settings.tree))
 
     def observe(self, feedback: Feedback) -> None:
         new = feedback.tokens.shape[0] - 1 - self.known

@@ -1,5 +1,6 @@
 """`medusa`'s drafting on the device, for the device loop (device_loop.py): every head at once from the target's
-hidden state, as a few batched products a CUDA graph can hold.
+hidden state, as a few batched products a CUDA graph can hold; chains, and trees of the best paths through each
+head's likeliest tokens (MedusaProposer's tree, tree.product_tree).
 
 The heads share their work: one hidden state goes through every head's residual blocks as one batched product
 a block (the heads' weights stacked once), and heads that share an output layer (those trained here: the
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 
 from ..runners.graphs import compiled_static
 from ..sampling import draw_with_noise, exponential_noise, warp_with
+from ..tree_device import tree_layout
 from .base import DeviceLookup
 
 
@@ -67,20 +69,61 @@ def medusa_chain(hidden, weights, biases, outputs, gamma: int, warp=None, noise=
     return torch.cat([tokens, tokens.new_zeros(gamma - heads)]), q
 
 
+def product_tree_nodes(ids, values, budget: int):
+    """tree.product_tree on the device: ids, values [D, K] (each depth's candidates and log probabilities, best
+    first; a path scores the sum of its nodes') -> (tokens [N], parents [N]), the `budget` best paths' nodes,
+    N = min(budget, every path), best first, so parents come before their children (a tie keeps the shallower
+    node first). Level by level, with shapes fixed: a node among the best `budget` has its parent among the best
+    `budget` of the level above. The same nodes as product_tree's; their order is by score, not preorder."""
+    depth, k = ids.shape
+    scores, tokens = [values[0]], [ids[0]]
+    parents = [torch.full((k,), -1, dtype=torch.long, device=ids.device)]
+    start = 0  # where the level above starts among all the levels' nodes
+    for d in range(1, depth):
+        above = scores[-1]
+        joined = (above[:, None] + values[d][None, :]).reshape(-1)
+        best, index = joined.topk(min(budget, joined.shape[0]))
+        scores.append(best)
+        tokens.append(ids[d].index_select(0, index % k))
+        parents.append(start + torch.div(index, k, rounding_mode="floor"))
+        start += above.shape[0]
+    scores, tokens, parents = torch.cat(scores), torch.cat(tokens), torch.cat(parents)
+    count = min(budget, scores.shape[0])
+    order = scores.sort(descending=True, stable=True).indices[:count]
+    position = torch.full_like(parents, -1).index_copy_(0, order, torch.arange(count, device=ids.device))
+    kept = parents.index_select(0, order)
+    return tokens.index_select(0, order), torch.where(kept >= 0, position.index_select(0, kept.clamp(min=0)), -1)
+
+
+def medusa_tree(hidden, weights, biases, outputs, k: int, budget: int):
+    """MedusaProposer's tree, laid out as the device loop's trees are (tree_layout): each head's k likeliest
+    tokens, the budget best paths through them."""
+    features = head_features(hidden, weights, biases)
+    if len(outputs) == 1:
+        ids, values = outputs[0].top_tokens(features, k)
+    else:
+        tops = [out.top_tokens(features[i], k) for i, out in enumerate(outputs)]
+        ids, values = torch.stack([t[0] for t in tops]), torch.stack([t[1] for t in tops])
+    tokens, parents = product_tree_nodes(ids, values, budget)
+    return tree_layout(tokens, parents, budget, ids.shape[0])
+
+
 class MedusaLookup(DeviceLookup):
-    """MedusaProposer's chains on the device: min(gamma, heads) tokens a step. compiled: through torch.compile."""
+    """MedusaProposer's chains on the device: min(gamma, heads) tokens a step; with tree > 0, its trees of that
+    many nodes and that depth, from each head's top_k likeliest tokens. compiled: the chains through
+    torch.compile."""
 
     has_q = True
     min_prompt = 2
 
-    def __init__(self, drafter, gamma: int, compiled: bool = False):
-        self.drafter, self.gamma = drafter, gamma
+    def __init__(self, drafter, gamma: int, compiled: bool = False, tree: int = 0, top_k: int = 0):
+        self.drafter, self.gamma, self.tree, self.top_k = drafter, gamma, tree, top_k
         self.count = min(gamma, drafter.heads.num_heads)
         self.outputs = drafter.outputs[:self.count]
         self._chain = compiled_static(medusa_chain) if compiled else medusa_chain
 
     def key(self) -> tuple:
-        return ("medusa", id(self.drafter), self.gamma)
+        return ("medusa", id(self.drafter), self.gamma, self.tree, self.top_k)
 
     def workspace(self, device, capacity: int) -> MedusaSpace:
         return MedusaSpace(self.drafter, self.count, device)
@@ -107,6 +150,10 @@ class MedusaLookup(DeviceLookup):
         tokens, q = self._chain(space.hidden, space.weights, space.biases, self.outputs, self.gamma,
                                 (warp.temperature, warp.top_k, warp.top_p, warp.filtered), noise)
         return tokens, self._length(tokens), q
+
+    def draft_tree(self, sequence, length, span):
+        space = self.space
+        return medusa_tree(space.hidden, space.weights, space.biases, self.outputs, self.top_k, self.tree)
 
     def observe(self, hidden, rows, accepted) -> None:
         """The hidden state at the last accepted position: the next token was chosen from it."""
