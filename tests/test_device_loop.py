@@ -260,7 +260,7 @@ def drafted_in_full(host, device, settings):
         yield host_step, device_step
 
 
-@pytest.mark.parametrize("method,gamma,tree", [("plain", 1, 0), ("ngram", 8, 0), ("retrieval", 8, 31)])
+@pytest.mark.parametrize("method,gamma,tree", [("plain", 1, 0), ("ngram", 8, 0), ("retrieval", 8, 31), ("medusa", 4, 31)])
 def test_device_loop_records_with_detail_are_the_host_loops(default_target, monkeypatch, method, gamma, tree):
     """With detail (the app's records), the device loop's steps show what the host loop's show: the same token
     texts and kinds, the target's probability of each draft, its top tokens at every position and where the
