@@ -346,9 +346,10 @@ class SpecvizApp:
             if taken is None:
                 yield {self.status: render.status_html("The run is going: press Pause first.", "warn")}
                 return
-            if taken == "queued":  # the click that started the worker shows this step too
+            if taken == "queued":
                 yield {self.status: render.status_html("One more step after this one…", "info")}
-                return
+            # a queued click follows the run to its pause too: its note can reach the page after the other
+            # click's last frame, and a frame of its own must come after the note
             yield from self.stream(run, cancel, follow_cursor=True, narrow=state.narrow)
             state.cursor = len(run.speculative.steps) - 1 if run.speculative.steps else None
             return
