@@ -78,10 +78,13 @@ class MedusaDrafter:
 
     def top_tokens(self, hidden: torch.Tensor, count: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden [H] -> each of heads 0..count-1's k likeliest tokens and log probabilities, [count, k]."""
-        features = self.heads(hidden, count)
+        return self.top_tokens_of(self.heads(hidden, count), k)
+
+    def top_tokens_of(self, features: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """top_tokens from heads 0..count-1's features [count, H] (the device computes them batched)."""
         if len(self.outputs) == 1:
             return self.outputs[0].top_tokens(features, k)
-        tops = [self.outputs[i].top_tokens(features[i], k) for i in range(count)]
+        tops = [self.outputs[i].top_tokens(features[i], k) for i in range(features.shape[0])]
         return torch.stack([ids for ids, _ in tops]), torch.stack([values for _, values in tops])
 
 

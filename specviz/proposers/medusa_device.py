@@ -95,35 +95,30 @@ def product_tree_nodes(ids, values, budget: int):
     return tokens.index_select(0, order), torch.where(kept >= 0, position.index_select(0, kept.clamp(min=0)), -1)
 
 
-def medusa_tree(hidden, weights, biases, outputs, k: int, budget: int):
+def medusa_tree(hidden, weights, biases, drafter, k: int, budget: int):
     """MedusaProposer's tree, laid out as the device loop's trees are (tree_layout): each head's k likeliest
-    tokens, the budget best paths through them."""
-    features = head_features(hidden, weights, biases)
-    if len(outputs) == 1:
-        ids, values = outputs[0].top_tokens(features, k)
-    else:
-        tops = [out.top_tokens(features[i], k) for i, out in enumerate(outputs)]
-        ids, values = torch.stack([t[0] for t in tops]), torch.stack([t[1] for t in tops])
+    tokens (MedusaDrafter.top_tokens_of), the budget best paths through them."""
+    ids, values = drafter.top_tokens_of(head_features(hidden, weights, biases), k)
     tokens, parents = product_tree_nodes(ids, values, budget)
     return tree_layout(tokens, parents, budget, ids.shape[0])
 
 
 class MedusaLookup(DeviceLookup):
     """MedusaProposer's chains on the device: min(gamma, heads) tokens a step; with tree > 0, its trees of that
-    many nodes and that depth, from each head's top_k likeliest tokens. compiled: the chains through
-    torch.compile."""
+    many nodes and that depth. compiled: the chains through torch.compile."""
 
     has_q = True
     min_prompt = 2
 
     def __init__(self, drafter, gamma: int, compiled: bool = False, tree: int = 0, top_k: int = 0):
-        self.drafter, self.gamma, self.tree, self.top_k = drafter, gamma, tree, top_k
+        self.drafter, self.gamma, self.tree = drafter, gamma, tree
+        self.top_k = top_k  # candidates a head in a tree (MedusaProposer's count for this tree size)
         self.count = min(gamma, drafter.heads.num_heads)
         self.outputs = drafter.outputs[:self.count]
         self._chain = compiled_static(medusa_chain) if compiled else medusa_chain
 
     def key(self) -> tuple:
-        return ("medusa", id(self.drafter), self.gamma, self.tree, self.top_k)
+        return ("medusa", id(self.drafter), self.gamma, self.tree)
 
     def workspace(self, device, capacity: int) -> MedusaSpace:
         return MedusaSpace(self.drafter, self.count, device)
@@ -153,7 +148,7 @@ class MedusaLookup(DeviceLookup):
 
     def draft_tree(self, sequence, length, span):
         space = self.space
-        return medusa_tree(space.hidden, space.weights, space.biases, self.outputs, self.top_k, self.tree)
+        return medusa_tree(space.hidden, space.weights, space.biases, self.drafter, self.top_k, self.tree)
 
     def observe(self, hidden, rows, accepted) -> None:
         """The hidden state at the last accepted position: the next token was chosen from it."""
