@@ -84,16 +84,24 @@ def top_figures(probs: torch.Tensor, tokens: torch.Tensor, rows: torch.Tensor, t
     return torch.cat([values.flatten(), ids.float().flatten(), drafted])
 
 
-def step_detail(logits: torch.Tensor, tokens: torch.Tensor, parent_rows: torch.Tensor, top: int,
-                q: torch.Tensor | None = None) -> torch.Tensor:
-    """What the app shows of a verify pass, as one float32 row: the target's (logits [W, V]) top_figures at each
-    position, with each drafted token's probability at its parent's row (tokens, parent_rows [W - 1]); with q
-    [G, V], a chain's drafter's distribution at each draft, its top_figures after them."""
-    row = top_figures(logits.float().softmax(-1), tokens, parent_rows, top)
-    if q is None:
-        return row
-    gamma = q.shape[0]
-    return torch.cat([row, top_figures(q, tokens[:gamma], torch.arange(gamma, device=q.device), top)])
+def step_detail(p: torch.Tensor, tokens: torch.Tensor, parent_rows: torch.Tensor, top: int,
+                q: torch.Tensor | None = None, drawn: tuple | None = None) -> torch.Tensor:
+    """What the app shows of a verify pass, as one float32 row: the target's distributions' (p [W, V]: the softmax
+    of its logits, or what a sampled step warped them to) top_figures at each position, with each drafted token's
+    probability at its parent's row (tokens, parent_rows [W - 1]); with q [G, V], a chain's drafter's distribution
+    at each draft, its top_figures after them; with drawn (a sampled step's: the distribution its next token was
+    drawn from [V], the row it was drawn at [1], the token [1]), that distribution's top tokens, then p of the
+    token at its row."""
+    row = [top_figures(p, tokens, parent_rows, top)]
+    if q is not None:
+        gamma = q.shape[0]
+        row.append(top_figures(q, tokens[:gamma], torch.arange(gamma, device=q.device), top))
+    if drawn is not None:
+        distribution, at, token = drawn
+        none = token[:0]
+        row.append(top_figures(distribution[None], none, none, top))
+        row.append(p.index_select(0, at).gather(1, token[:, None])[:, 0])
+    return torch.cat(row)
 
 
 def read_detail(values: list[float], rows: int, top: int, drafted: int
@@ -137,18 +145,20 @@ def advance_sampled(logits, q, temperature, top_k, top_p, filtered: bool, unifor
     """advance() by speculative sampling: p, the target's warped distributions (sampling.warp_with); q [G, V]
     the drafter's (None: one-hot); uniforms [G] and noise [V] (Exp(1)) drawn by the caller. log as advance()'s,
     the target's choices -1 but the next token at row accepted; values [2G]: each draft's acceptance probability,
-    then the uniforms. residual=False: the control that resamples from p (verify_sampled_without_residual)."""
+    then the uniforms. residual=False: the control that resamples from p (verify_sampled_without_residual).
+    Returns accepted [], p [G + 1, V] and what the next token was drawn from [V] (what the app shows)."""
     gamma = inputs.shape[0] - 2
     draft = inputs[1:gamma + 1]
     p = warp_with(logits, temperature, top_k, top_p, filtered)
     accept, accepted = accept_sampled(p, q, draft, draft_length, uniforms)
-    next_token = draw_with_noise(next_distribution(p, q, draft, draft_length, accepted, residual), noise)
+    left = next_distribution(p, q, draft, draft_length, accepted, residual)
+    next_token = draw_with_noise(left, noise)
     choices = torch.full((gamma + 1,), -1, dtype=torch.long, device=draft.device).index_copy(
         0, accepted[None], next_token[None])
     log.copy_(torch.cat([draft, choices, draft_length[None], accepted[None]]))
     values.copy_(torch.cat([accept, uniforms]))
     append_accepted(sequence, length, inputs, draft, accepted, next_token)
-    return accepted
+    return accepted, p, left
 
 
 def write_tree(nodes, inputs, depths, visible, parents, real) -> None:
@@ -192,7 +202,8 @@ def advance_tree_sampled(logits, temperature, top_k, top_p, filtered: bool, unif
     """advance_tree() by the sampled walk (tree_device.walk_tree_sampled). log [3B + 3]: the tree's tokens,
     parents, then B + 1 entries: the path's nodes (its first min(gamma, B)) and last the next token; the number
     of real nodes, accepted. values [3B]: each node's acceptance probability, its token's probability at its
-    parent's row, its uniform. residual=False: the control that draws from p where the walk stops."""
+    parent's row, its uniform. residual=False: the control that draws from p where the walk stops. Returns
+    keep_path's, accepted, p [B + 1, V] and what the next token was drawn from [V] (what the app shows)."""
     budget = parents.shape[0]
     tokens = inputs[1:budget + 1]
     p = warp_with(logits, temperature, top_k, top_p, filtered)
@@ -205,7 +216,7 @@ def advance_tree_sampled(logits, temperature, top_k, top_p, filtered: bool, unif
     log.copy_(torch.cat([tokens, parents, walked, real.sum()[None], accepted[None]]))
     p_of = p.index_select(0, parents + 1).gather(1, tokens[:, None])[:, 0]
     values.copy_(torch.cat([accept, p_of, uniforms]))
-    return (*keep_path(sequence, length, inputs, tokens, path, accepted, next_token, gamma), accepted)
+    return (*keep_path(sequence, length, inputs, tokens, path, accepted, next_token, gamma), accepted, p, left)
 
 
 # the loop ---------------------------------------------------------------------------------------------------
@@ -233,12 +244,13 @@ class LoopState:
         # q: a chain's drafter's distributions (sampled: what it drew from; with detail: what the app shows)
         self.q = torch.zeros(gamma, vocab, device=device) if (sampled or detail_top) and has_q and not tree else None
         self.generator = torch.Generator(device) if sampled else None
-        # step_detail's row (detail_top: its top tokens a position; 0: no detail)
-        rows = width + (gamma if self.q is not None else 0)  # the target's positions, then the drafter's
+        # step_detail's row (detail_top: its top tokens a position; 0: no detail): the target's positions, the
+        # drafter's, a sampled step's next token's distribution
+        rows = width + (gamma if self.q is not None else 0) + (sampled is not None)
         self.detail = torch.zeros(rows * (2 * detail_top + 1) - 1 if detail_top else 0, device=device)
-        # what step_detail reads: the verify pass's logits, drafts and the rows that score them, as the verify
-        # graph leaves them ("kept") and as the detail graph copies them aside ("taken"); made by the first
-        # verify step, which runs before any capture
+        # what step_detail reads: the verify pass's logits (a sampled step's: p), drafts and the rows that score
+        # them, a chain's q, a sampled step's draw, as the verify graph leaves them ("kept") and as the detail
+        # graph copies them aside ("taken"); made by the first verify step, which runs before any capture
         self.kept: list[torch.Tensor] | None = None
         self.taken: list[torch.Tensor] | None = None
         self.chain_rows = torch.arange(gamma, device=device)  # a chain's drafts are scored at rows 0..gamma-1
@@ -257,10 +269,9 @@ class LoopState:
         # safe only for graphs that never run at once, and these run beside the verify graphs
         self.pool = None
 
-    def keep(self, logits: torch.Tensor, tokens: torch.Tensor, rows: torch.Tensor) -> None:
-        """Copies what step_detail reads into `kept` (made on the first call, with `taken`, its copy's place): the
-        verify pass's logits, drafts and their rows, and a chain's q where the drafter has one."""
-        given = (logits, tokens, rows) if self.q is None else (logits, tokens, rows, self.q)
+    def keep(self, given: tuple) -> None:
+        """Copies what step_detail reads into `kept` (made on the first call, with `taken`, its copy's place):
+        DeviceLoop._verify_step's."""
         if self.kept is None:
             self.kept = [torch.empty_like(t) for t in given]
             self.taken = [torch.empty_like(t) for t in given]
@@ -302,6 +313,8 @@ class StepDetail:
     tops: list[TopTokens]  # the target's most probable tokens before each draft token and after the last
     q_drafts: list[float] | None = None  # a model drafter's (chains): its probability of each draft token
     q_tops: list[TopTokens] | None = None  # and its most probable tokens at each
+    next_top: TopTokens | None = None  # sampled: the most probable tokens of what the next token was drawn from
+    next_p: float | None = None  # sampled: the target's (warped) probability of the next token
 
 
 class DeviceLoop:
@@ -340,7 +353,7 @@ class DeviceLoop:
                 residual: bool = True, options: EngineOptions | None = None) -> "DeviceLoop | None":
         """The loop for this run where it applies: the fast path with graphs (or options.device_loop "force"), a
         proposer with device drafting (Proposer.device_lookup) and, for a drafter that is a model, a prompt it can
-        read; greedy runs, and sampled ones with lean records; and room in the context for a step launched ahead.
+        read; and room in the context for a step launched ahead.
         detail_top: the top tokens a position the records show (the app's), 0 for records without detail (the
         bench's). residual=False: the sampled verifier's control (verify.ON_DEVICE). options: EngineOptions (None:
         from the environment)."""
@@ -352,8 +365,6 @@ class DeviceLoop:
             return None
         lookup = proposer.device_lookup(settings, runner)
         if lookup is None or (lookup.tree and not runner.supports_tree) or 0 < prompt_length < lookup.min_prompt:
-            return None
-        if detail_top and not settings.greedy:  # the app's figures of a sampled step: the host loop's
             return None
         loop = cls(runner, lookup, detail_top, settings, residual, options.detail_stream)
         if prompt_length + settings.max_new_tokens + loop.ahead + loop.gamma + 1 > runner.context_length:
@@ -384,9 +395,11 @@ class DeviceLoop:
         tree = (state.depths, state.visible) if self.tree else (None, None)
         logits, hidden = self.runner.decode(state.inputs[:self.width], state.inputs[-1:], span, False, *tree,
                                             float_logits=False)
-        if self.detail_top:  # before acceptance moves the inputs on
-            parent_rows = state.parents + 1 if self.tree else state.chain_rows  # a tree's root: parent -1, row 0
-            state.keep(logits, state.inputs[1:self.width], parent_rows)
+        tokens = state.inputs[1:self.width]  # acceptance writes only the inputs' first and last entries
+        parent_rows = state.parents + 1 if self.tree else state.chain_rows  # a tree's root: parent -1, row 0
+        q = () if state.q is None else (state.q,)
+        if self.detail_top and not self.sampled:
+            state.keep((logits, tokens, parent_rows, *q))
         if self.sampled:  # the run's draws: a uniform a draft (a tree's node), Exp(1) noise for the next token
             uniforms = torch.rand(self.tree or self.gamma, generator=state.generator, device=self.device)
             noise = exponential_noise(logits.shape[-1], state.generator, self.device)
@@ -394,17 +407,21 @@ class DeviceLoop:
             settings = (warp.temperature, warp.top_k, warp.top_p, warp.filtered, uniforms, noise, self.residual)
         if not self.tree:
             if self.sampled:
-                accepted = self._advance_sampled(logits, state.q, *settings, state.sequence, state.length,
-                                                 state.inputs, state.draft_length, state.log, state.values)
+                accepted, p, left = self._advance_sampled(logits, state.q, *settings, state.sequence, state.length,
+                                                          state.inputs, state.draft_length, state.log, state.values)
+                if self.detail_top:  # the next token was drawn at row `accepted`
+                    state.keep((p, tokens, parent_rows, *q, left, accepted[None], state.inputs[:1]))
             else:
                 accepted = self._advance(logits, state.sequence, state.length, state.inputs, state.draft_length,
                                          state.log)
             self.lookup.observe(hidden, state.kept_rows, accepted)
             return
         if self.sampled:
-            moved, behind, rows, accepted = self._advance_tree_sampled(
+            moved, behind, rows, accepted, p, left = self._advance_tree_sampled(
                 logits, *settings, state.sequence, state.length, state.inputs, state.depths, state.parents,
                 state.real, state.log, state.values, self.gamma)
+            if self.detail_top:  # the next token was drawn at the last accepted node's row
+                state.keep((p, tokens, parent_rows, left, rows.gather(0, accepted[None]), state.inputs[:1]))
         else:
             moved, behind, rows, accepted = self._advance_tree(
                 logits, state.sequence, state.length, state.inputs, state.depths, state.visible, state.parents,
@@ -420,8 +437,12 @@ class DeviceLoop:
             mine.copy_(kept)
 
     def _detail_step(self, state: LoopState) -> None:
-        logits, tokens, rows, *q = state.taken  # q: a chain's drafter's distributions, where it has them
-        state.detail.copy_(step_detail(logits, tokens, rows, self.detail_top, *q))
+        if self.sampled:  # p: the warped distributions; q: a chain's drafter's, where it has them
+            p, tokens, rows, *q, left, at, token = state.taken
+            state.detail.copy_(step_detail(p, tokens, rows, self.detail_top, *q, drawn=(left, at, token)))
+        else:
+            logits, tokens, rows, *q = state.taken
+            state.detail.copy_(step_detail(logits.float().softmax(-1), tokens, rows, self.detail_top, *q))
 
     # state and graphs -----------------------------------------------------------------------------------
     def _state(self) -> LoopState:
@@ -583,16 +604,26 @@ class DeviceLoop:
                 outcome.accept_probs = figures[:length]
                 outcome.uniforms = figures[gamma:gamma + length]
         if self.detail_top:
-            values, top, width = detail.tolist(), self.detail_top, self.width
-            probs, ids, drafted = read_detail(values, width, top, width - 1)
-            rows = [0] + [node + 1 for node in line]  # the rows before each token shown, and after the last
-            outcome.detail = StepDetail(p_drafts=[drafted[node] for node in line],
-                                        tops=[TopTokens(ids=ids[r], probs=probs[r]) for r in rows])
-            if len(values) > width * (2 * top + 1) - 1:  # a chain's drafter's figures after the target's
-                probs, ids, drafted = read_detail(values[width * (2 * top + 1) - 1:], gamma, top, gamma)
-                outcome.detail.q_drafts = [drafted[i] for i in line]
-                outcome.detail.q_tops = [TopTokens(ids=ids[i], probs=probs[i]) for i in line]
+            outcome.detail = self._detail_of(detail.tolist(), line)
         return outcome
+
+    def _detail_of(self, values: list[float], line) -> "StepDetail":
+        """A step_detail row read back along the line shown (a chain's drafts; a tree's nodes)."""
+        top, width, gamma = self.detail_top, self.width, self.gamma
+        probs, ids, drafted = read_detail(values, width, top, width - 1)
+        rows = [0] + [node + 1 for node in line]  # the rows before each token shown, and after the last
+        detail = StepDetail(p_drafts=[drafted[node] for node in line],
+                            tops=[TopTokens(ids=ids[r], probs=probs[r]) for r in rows])
+        rest = values[width * (2 * top + 1) - 1:]
+        if self.lookup.has_q and not self.tree:  # a chain's drafter's figures after the target's
+            probs, ids, drafted = read_detail(rest, gamma, top, gamma)
+            detail.q_drafts = [drafted[i] for i in line]
+            detail.q_tops = [TopTokens(ids=ids[i], probs=probs[i]) for i in line]
+            rest = rest[gamma * (2 * top + 1):]
+        if self.sampled:  # where the next token was drawn from, and p of it
+            probs, ids, _ = read_detail(rest, 1, top, 0)
+            detail.next_top, detail.next_p = TopTokens(ids=ids[0], probs=probs[0]), rest[2 * top]
+        return detail
 
     def _tree_outcome(self, log: list[int], figures: list[float] | None, draft_ms: float, verify_ms: float
                       ) -> tuple[StepOutcome, list[int]]:

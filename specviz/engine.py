@@ -2,7 +2,7 @@
 tokens, verifies them with the last accepted token in one forward pass of the target, keeps the accepted prefix
 and the resampled or bonus token, and tells the proposer; its record (step_records.py) is yielded.
 
-Where the device loop applies (device_loop.py: greedy plain, ngram and retrieval runs on the fast path), it runs
+Where the device loop applies (device_loop.py: runs on the fast path whose proposer drafts on the device), it runs
 the same steps with everything on the device, and the host only reads their outcomes into the same records.
 Plain decoding is the same loop with a proposer that never drafts, so both pay the same overheads.
 """

@@ -121,9 +121,12 @@ def figures_from_logits(draft_probs, draft_logits, draft_ids: list[int], logits:
 
 
 def figures_from_device(detail, n: int) -> StepFigures:
-    """A greedy step's figures from the device loop's StepDetail (device_loop.py), n drafts accepted in the
-    output: the drafter's where it has them (a model's chain), else None, as for a lookup on the host; the next
-    token is the target's argmax, so its probability is the top one at row n."""
+    """A step's figures from the device loop's StepDetail (device_loop.py), n drafts accepted in the output: the
+    drafter's where it has them (a model's chain), else None, as for a lookup on the host. A sampled step's detail
+    has where its next token was drawn from; a greedy step's next token is the target's argmax, so its
+    probability is the top one at row n."""
     tops, gamma = detail.tops, len(detail.p_drafts)
+    sampled = detail.next_top is not None
     return StepFigures(p_of=detail.p_drafts, q_of=detail.q_drafts or [None] * gamma, p_tops=tops,
-                       q_tops=detail.q_tops or [None] * gamma, next_top=tops[n], next_p=tops[n].probs[0])
+                       q_tops=detail.q_tops or [None] * gamma, next_top=detail.next_top if sampled else tops[n],
+                       next_p=detail.next_p if sampled else tops[n].probs[0])

@@ -306,6 +306,100 @@ def test_device_loop_records_show_a_model_drafters_q_as_the_host_loops(default_t
     assert all(0 < p.q <= 1 and len(p.q_top.ids) == 20 for step in device.steps for p in step.positions)
 
 
+def sampled_detailed_run(target, method, settings, verifier=None):
+    """A sampled run of PROMPTS[1] with detail on the device loop (the caller forces it), checked to have run
+    there; verifier: a planted host verifier the device loop stands in for (verify.ON_DEVICE)."""
+    from specviz.engine import SpeculativeRun
+
+    run = SpeculativeRun(target, make_proposer(method, target), encode(target, PROMPTS[1]), settings, detail=True,
+                         verifier=verifier)
+    for _ in run:
+        pass
+    assert run.result.settings["loop"] == "device"
+    return run.result
+
+
+@torch.inference_mode()
+def disagreements(target, result, settings, warp=True) -> list[str]:
+    """Where a sampled run's detailed records disagree with the target's own distributions, recomputed by a
+    forward over each step's context and the line it shows (warped as the run's settings say; warp=False: the
+    plain softmax, the control): each draft's p and the top tokens before it, the next token's p, and where
+    the next token was drawn from (after the whole line: p; after a rejection: the residual, in which a lookup's
+    rejected token has no mass and a model drafter's q is taken off p)."""
+    from specviz.sampling import warp_probs
+
+    found, prompt = [], encode(target, PROMPTS[1])
+    for step in result.steps:
+        if step.next_token not in step.tokens:
+            continue  # cut by the token limit: the next token is not part of the output
+        start = step.total_emitted - step.emitted
+        context = prompt + result.token_ids[:start]
+        line = [position.token_id for position in step.positions]
+        logits = target.model(torch.tensor([context + line], device=target.model.device)).logits[0, len(context) - 1:].float()
+        p = warp_probs(logits, settings) if warp else logits.softmax(-1)
+        for i, position in enumerate(step.positions):
+            if abs(position.p - float(p[i, position.token_id])) > 1e-4:
+                found.append(f"step {step.index} draft {i}: p {position.p:.4f}, the target's {float(p[i, position.token_id]):.4f}")
+            if position.p_top.probs != pytest.approx(p[i].topk(20).values.tolist(), abs=1e-4):
+                found.append(f"step {step.index} draft {i}: top tokens")
+            if position.q is not None and position.reached:
+                wanted = min(1.0, position.p / position.q) if position.q > 0 else 1.0
+                if abs(position.accept_prob - wanted) > 1e-4:
+                    found.append(f"step {step.index} draft {i}: acceptance {position.accept_prob:.4f} for min(1, p/q) {wanted:.4f}")
+        n, drawn = step.n_accepted, step.next_top
+        if abs(step.next_token.p - float(p[n, step.next_token.id])) > 1e-4:
+            found.append(f"step {step.index}: next token's p {step.next_token.p:.4f}, the target's {float(p[n, step.next_token.id]):.4f}")
+        if n == len(line):  # the whole line accepted: drawn from p after it
+            if drawn.probs != pytest.approx(p[n].topk(20).values.tolist(), abs=1e-4):
+                found.append(f"step {step.index}: after the whole line, not drawn from p")
+            continue
+        q_top = step.positions[n].q_top
+        q_of = {line[n]: 1.0} if q_top is None else dict(zip(q_top.ids, q_top.probs))  # a lookup's q: one-hot
+        residual = {x: max(0.0, float(p[n, x]) - q_of[x]) for x in drawn.ids if x in q_of}
+        residual.update({x: float(p[n, x]) for x in drawn.ids if x not in q_of and q_top is None})
+        anchor = max(residual, key=residual.get, default=None)
+        if anchor is None or residual[anchor] <= 0:
+            continue
+        scale = dict(zip(drawn.ids, drawn.probs))[anchor] / residual[anchor]
+        for x, left in residual.items():
+            if abs(dict(zip(drawn.ids, drawn.probs))[x] - scale * left) > 1e-3:
+                found.append(f"step {step.index}: after a rejection, token {x} drawn with "
+                             f"{dict(zip(drawn.ids, drawn.probs))[x]:.4f}, the residual's {scale * left:.4f}")
+    return found
+
+
+# warped away from the softmax, and hot enough that drafts the target gives some mass are rejected (a residual
+# then differs from p)
+SAMPLED_DETAIL = [("ngram", DecodeSettings(max_new_tokens=32, gamma=6, temperature=1.0, top_k=50, seed=2)),
+                  ("eagle", DecodeSettings(max_new_tokens=32, gamma=4, temperature=0.8, top_k=20, seed=3)),
+                  ("retrieval", DecodeSettings(max_new_tokens=32, gamma=4, tree=15, temperature=0.9, seed=4))]
+
+
+@pytest.mark.parametrize("method,settings", SAMPLED_DETAIL, ids=["ngram-chain-top-k", "eagle-chain-top-k",
+                                                                 "retrieval-tree-temperature"])
+def test_sampled_records_with_detail_on_the_device_loop_show_the_targets_warped_distributions(
+        default_target, monkeypatch, method, settings):
+    """A sampled run's detailed records from the device loop (the app's, on a GPU) show the target's distributions
+    as the run warped them, and where each next token was drawn from. Host and device loops draw differently,
+    so the records are checked against a forward of the target's own, not against the host loop's. Controls: the
+    unwarped softmax disagrees with the same records, and so do the records of a verifier that draws from p
+    after a rejection instead of the residual."""
+    from specviz.verify import verify_sampled_without_residual
+
+    monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "force")
+    result = sampled_detailed_run(default_target, method, settings)
+    shown = [position for step in result.steps for position in step.positions]
+    assert any(p.accepted for p in shown) and any(p.reached and not p.accepted for p in shown)
+    if method == "eagle":
+        assert all(0 < p.q <= 1 and len(p.q_top.ids) == 20 for p in shown)
+    if method == "retrieval":
+        assert any(step.tree_size for step in result.steps)
+    assert disagreements(default_target, result, settings) == []
+    assert disagreements(default_target, result, settings, warp=False)  # the control: the records are warped
+    planted = sampled_detailed_run(default_target, method, settings, verifier=verify_sampled_without_residual)
+    assert any("after a rejection" in line for line in disagreements(default_target, planted, settings))
+
+
 def test_device_loop_stops_at_eos(default_target, monkeypatch):
     monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "force")
     ids = encode(default_target, "Say just the word yes.")
@@ -320,9 +414,9 @@ def test_device_loop_stops_at_eos(default_target, monkeypatch):
 
 
 def test_device_loop_only_where_it_applies(default_target, monkeypatch):
-    """The host loop for what the device loop does not do: adaptive, Medusa's trees, the app's detailed records
-    of sampled runs; and on a CPU unless forced. Sampled runs, and detailed records of lookups and of drafters that
-    are models, run in it too."""
+    """The host loop for what the device loop does not do (adaptive), and on a CPU unless forced. Sampled runs,
+    Medusa's trees, and detailed records (greedy and sampled) of lookups and of drafters that are models run in
+    it."""
     ids = encode(default_target, PROMPTS[0])
     short = DecodeSettings(max_new_tokens=4, gamma=4)
 
@@ -335,7 +429,7 @@ def test_device_loop_only_where_it_applies(default_target, monkeypatch):
     assert loop_of(detail=True) == "device"
     sampled = DecodeSettings(max_new_tokens=4, gamma=4, temperature=0.7, seed=1)
     assert loop_of(settings=sampled) == "device"
-    assert loop_of(settings=sampled, detail=True) == "host"
+    assert loop_of(settings=sampled, detail=True) == "device"
     assert loop_of(settings=DecodeSettings(max_new_tokens=4, gamma=4, tree=8)) == "device"
     assert loop_of("retrieval", settings=DecodeSettings(max_new_tokens=4, gamma=4, tree=8)) == "device"
     assert loop_of("early-exit") == "device" and loop_of("early-exit", detail=True) == "device"
@@ -414,11 +508,28 @@ def test_device_loop_records_with_detail_through_graphs_are_the_host_loops_in_fl
 
 
 @cuda
+@pytest.mark.parametrize("method,settings", SAMPLED_DETAIL, ids=["ngram-chain-top-k", "eagle-chain-top-k",
+                                                                 "retrieval-tree-temperature"])
+def test_sampled_records_with_detail_through_graphs_show_the_targets_warped_distributions(monkeypatch, method,
+                                                                                          settings):
+    """On a GPU, through graphs with the detail on its second stream: the sampled records agree with the target's
+    own forward, as eagerly on the CPU."""
+    from specviz import load_model
+
+    target = load_model("default", device="cuda", dtype="float32")
+    monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "1")
+    result = sampled_detailed_run(target, method, settings)
+    assert result.metrics.verify_seconds > 0
+    assert disagreements(target, result, settings) == []
+    assert disagreements(target, result, settings, warp=False)
+
+
+@cuda
 @pytest.mark.parametrize("method,tree,temperature,detail_top", [
     ("eagle", 0, 0.0, 0), ("eagle", 15, 0.0, 0), ("medusa", 0, 0.0, 0), ("medusa", 31, 1.0, 0), ("draft", 0, 0.0, 0),
     ("eagle", 0, 1.0, 0),
     ("eagle", 15, 1.0, 0), ("draft", 0, 0.8, 0), ("retrieval", 31, 1.0, 0), ("plain", 0, 1.0, 0), ("eagle", 0, 0.0, 20),
-    ("draft", 0, 0.0, 20)])
+    ("draft", 0, 0.0, 20), ("eagle", 0, 1.0, 20), ("retrieval", 31, 1.0, 20)])
 def test_a_drafter_that_is_a_model_never_waits_for_the_host_in_a_step(method, tree, temperature, detail_top):
     """Drafters that are models, sampled steps and a model drafter's detail: a step's functions run eagerly with
     CUDA's sync check set to fail on any read-back, the drafter first reading a prompt."""
