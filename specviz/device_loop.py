@@ -161,6 +161,12 @@ def advance_sampled(logits, q, temperature, top_k, top_p, filtered: bool, unifor
     return accepted, p, left
 
 
+def advance_sampled_lean(*args) -> torch.Tensor:
+    """advance_sampled() without what only the app's detail reads: compiled, p and the draw's distribution then
+    need not be kept (returning them made Inductor fail on a GPU). Returns accepted []."""
+    return advance_sampled(*args)[0]
+
+
 def write_tree(nodes, inputs, depths, visible, parents, real) -> None:
     """A draft tree (tokens, parents, depths, real [B], ancestors [B, B]: DeviceLookup.draft_tree's) written into
     the verify pass's inputs: ids (the root first), depths [B + 1] and visibility [B + 1, B + 1] (the root sees
@@ -217,6 +223,12 @@ def advance_tree_sampled(logits, temperature, top_k, top_p, filtered: bool, unif
     p_of = p.index_select(0, parents + 1).gather(1, tokens[:, None])[:, 0]
     values.copy_(torch.cat([accept, p_of, uniforms]))
     return (*keep_path(sequence, length, inputs, tokens, path, accepted, next_token, gamma), accepted, p, left)
+
+
+def advance_tree_sampled_lean(*args):
+    """advance_tree_sampled() without what only the app's detail reads (advance_sampled_lean's reason): returns
+    keep_path's and accepted."""
+    return advance_tree_sampled(*args)[:4]
 
 
 # the loop ---------------------------------------------------------------------------------------------------
@@ -343,10 +355,10 @@ class DeviceLoop:
         self._taken: torch.cuda.Event | None = None
         compiled = self.graphs and runner.use_compile
         self._advance = compiled_static(advance) if compiled else advance
-        self._advance_sampled = compiled_static(advance_sampled) if compiled else advance_sampled
+        self._advance_sampled = compiled_static(advance_sampled_lean) if compiled else advance_sampled_lean
         self._write_tree = compiled_static(write_tree) if compiled else write_tree
         self._advance_tree = compiled_static(advance_tree) if compiled else advance_tree
-        self._advance_tree_sampled = compiled_static(advance_tree_sampled) if compiled else advance_tree_sampled
+        self._advance_tree_sampled = compiled_static(advance_tree_sampled_lean) if compiled else advance_tree_sampled_lean
 
     @classmethod
     def for_run(cls, runner, proposer, settings, detail_top: int, prompt_length: int,
@@ -406,22 +418,24 @@ class DeviceLoop:
             warp = state.warp
             settings = (warp.temperature, warp.top_k, warp.top_p, warp.filtered, uniforms, noise, self.residual)
         if not self.tree:
-            if self.sampled:
-                accepted, p, left = self._advance_sampled(logits, state.q, *settings, state.sequence, state.length,
-                                                          state.inputs, state.draft_length, state.log, state.values)
-                if self.detail_top:  # the next token was drawn at row `accepted`
-                    state.keep((p, tokens, parent_rows, *q, left, accepted[None], state.inputs[:1]))
+            chain = (state.sequence, state.length, state.inputs, state.draft_length, state.log)
+            if self.sampled and self.detail_top:  # eagerly (in the graph): the detail reads p and the draw's
+                accepted, p, left = advance_sampled(logits, state.q, *settings, *chain, state.values)
+                state.keep((p, tokens, parent_rows, *q, left, accepted[None], state.inputs[:1]))  # drawn at `accepted`
+            elif self.sampled:
+                accepted = self._advance_sampled(logits, state.q, *settings, *chain, state.values)
             else:
-                accepted = self._advance(logits, state.sequence, state.length, state.inputs, state.draft_length,
-                                         state.log)
+                accepted = self._advance(logits, *chain)
             self.lookup.observe(hidden, state.kept_rows, accepted)
             return
         if self.sampled:
-            moved, behind, rows, accepted, p, left = self._advance_tree_sampled(
-                logits, *settings, state.sequence, state.length, state.inputs, state.depths, state.parents,
-                state.real, state.log, state.values, self.gamma)
-            if self.detail_top:  # the next token was drawn at the last accepted node's row
+            walk = (logits, *settings, state.sequence, state.length, state.inputs, state.depths, state.parents,
+                    state.real, state.log, state.values, self.gamma)
+            if self.detail_top:  # eagerly, as for a chain; drawn at the last accepted node's row
+                moved, behind, rows, accepted, p, left = advance_tree_sampled(*walk)
                 state.keep((p, tokens, parent_rows, left, rows.gather(0, accepted[None]), state.inputs[:1]))
+            else:
+                moved, behind, rows, accepted = self._advance_tree_sampled(*walk)
         else:
             moved, behind, rows, accepted = self._advance_tree(
                 logits, state.sequence, state.length, state.inputs, state.depths, state.visible, state.parents,
