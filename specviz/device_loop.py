@@ -163,7 +163,7 @@ def advance_sampled(logits, q, temperature, top_k, top_p, filtered: bool, unifor
 
 def advance_sampled_lean(*args) -> torch.Tensor:
     """advance_sampled() without what only the app's detail reads: compiled, p and the draw's distribution then
-    need not be kept (returning them made Inductor fail on a GPU). Returns accepted []."""
+    need not be written out. Returns accepted []."""
     return advance_sampled(*args)[0]
 
 
@@ -226,7 +226,7 @@ def advance_tree_sampled(logits, temperature, top_k, top_p, filtered: bool, unif
 
 
 def advance_tree_sampled_lean(*args):
-    """advance_tree_sampled() without what only the app's detail reads (advance_sampled_lean's reason): returns
+    """advance_tree_sampled() without what only the app's detail reads (as advance_sampled_lean): returns
     keep_path's and accepted."""
     return advance_tree_sampled(*args)[:4]
 
@@ -355,10 +355,14 @@ class DeviceLoop:
         self._taken: torch.cuda.Event | None = None
         compiled = self.graphs and runner.use_compile
         self._advance = compiled_static(advance) if compiled else advance
-        self._advance_sampled = compiled_static(advance_sampled_lean) if compiled else advance_sampled_lean
         self._write_tree = compiled_static(write_tree) if compiled else write_tree
         self._advance_tree = compiled_static(advance_tree) if compiled else advance_tree
-        self._advance_tree_sampled = compiled_static(advance_tree_sampled_lean) if compiled else advance_tree_sampled_lean
+        # a sampled step that filters (top-k, top-p: a sort over the vocabulary) runs eagerly inside its graph:
+        # compiled, Inductor failed on it on a GPU (torch 2.11), and such runs fell back to the host loop
+        compiled_sampling = compiled and not self.filtered
+        self._advance_sampled = compiled_static(advance_sampled_lean) if compiled_sampling else advance_sampled_lean
+        self._advance_tree_sampled = (compiled_static(advance_tree_sampled_lean) if compiled_sampling
+                                      else advance_tree_sampled_lean)
 
     @classmethod
     def for_run(cls, runner, proposer, settings, detail_top: int, prompt_length: int,
