@@ -5,8 +5,10 @@
 # the verify pass and the rest of a step, in ms) and write the bench's JSON under $OUT. Times on an H200 (a
 # bench process spends some 3 minutes loading and compiling before its first timed run; less where torch's
 # compile cache already holds the same graphs):
-#   STAGE=check                 the CUDA tests, then 2 prompts a category (26), greedy, every model drafter
-#                               side by side, then temperature 1.0 (~7 min);
+#   STAGE=check                 2 prompts a category (26), greedy, every model drafter side by side, then
+#                               temperature 1.0, then the CUDA tests (sampled runs with top-k and top-p staying on
+#                               the device loop among them; cut at 170 s, TESTS_S) (~10 min);
+#   STAGE=tests                 those CUDA tests alone (TESTS: their -k; ~5 min);
 #   STAGE=greedy PART=k PARTS=n all 480 prompts in n parts, part k, bfloat16, greedy: plain, retrieval:16:31,
 #                               eagle:6:31, eagle:$BEST_EAGLE, draft:4@0.5 (distilled), medusa:4
 #                               (~1.4 s a prompt: PARTS=3, ~7 min a call);
@@ -43,7 +45,10 @@ if [ "$STAGE" = check ]; then  # figures first (each part bounded), then the CUD
       --dtype bfloat16 --temperature 1.0 --seed 0 --out "$OUT/check-sampled.json" \
       --methods "$SAMPLED" 2>&1 | quiet | tail -3
   figures "$OUT"/check-sampled.json*
-  timeout ${TESTS_S:-100} python3 -m pytest -q -x tests/test_device_loop.py -k "${TESTS:-never_waits or seed_reproduces}" \
+fi
+if [ "$STAGE" = check ] || [ "$STAGE" = tests ]; then
+  timeout ${TESTS_S:-$([ "$STAGE" = tests ] && echo 560 || echo 170)} python3 -m pytest -q tests/test_device_loop.py \
+      -k "${TESTS:-never_waits or seed_reproduces or sampled_records_with_detail_through}" \
       2>&1 | grep -v "^DEBUG\|^\s*$" | tail -25 | tee "$OUT/pytest.log"
 fi
 if [ "$STAGE" = greedy ]; then

@@ -107,3 +107,23 @@ def draw_with_noise(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     """One token per row of probs [..., V], given Exp(1) noise of the same shape: argmax p_i / E_i is token i
     with probability p_i (the exponential race; gpt-fast's and vLLM's sampling without a host sync)."""
     return (probs / noise.clamp_min(1e-30)).argmax(-1)
+
+
+def drafter_pick(scores: torch.Tensor, token_ids: torch.Tensor | None, vocab_size: int, warp=None, noise=None,
+                 shown: bool = False):
+    """A drafter's token from its scores [R, K] over what it may draft (token_ids [K], its draft vocabulary's
+    ids in the target's; None: the target's first K ids), on the device. Greedy (warp None): the argmax; sampled
+    (warp: warp_with's settings after the logits; noise [R, K] Exp(1)): a draw from the warped scores. Returns
+    (the target's ids [R], q [R, vocab_size]: what was drawn from (greedy with shown: the softmax, what the app
+    shows of the drafter; else None), the index into the K scores [R])."""
+    if warp is None:
+        index = scores.argmax(-1)
+        probs = scores.softmax(-1) if shown else None
+    else:
+        probs = warp_with(scores, *warp)
+        index = draw_with_noise(probs, noise)
+    q = None
+    if probs is not None:
+        columns = token_ids if token_ids is not None else torch.arange(probs.shape[-1], device=probs.device)
+        q = probs.new_zeros(probs.shape[0], vocab_size).index_copy_(1, columns, probs)
+    return (index if token_ids is None else token_ids.index_select(0, index)), q, index

@@ -17,7 +17,7 @@ from specviz.exactness import goodness_of_fit, sample_outputs, target_distributi
 from specviz.proposers import EagleProposer, MedusaProposer, ModelDrafter, NgramProposer, RetrievalProposer
 from specviz.proposers.distilled import build_draft_model, draft_config, start_from_target
 from specviz.datastore import Datastore
-from specviz.sampling import draw_with_noise, warp_probs, warp_with
+from specviz.sampling import drafter_pick, draw_with_noise, warp_probs, warp_with
 from specviz.testing import perturbed_copy, tiny_causal_lm
 from specviz.tree_device import tree_layout, walk_tree_sampled
 from specviz.verify import verify_sampled_without_residual
@@ -53,6 +53,27 @@ def test_a_draw_with_exponential_noise_has_the_distribution():
     assert counts[4] == 0
     fit = goodness_of_fit(counts, dict(enumerate(probs.tolist())), 20_000)
     assert fit.p_value >= ALPHA
+
+
+@pytest.mark.quick
+def test_a_drafter_over_a_draft_vocabulary_picks_and_spreads_q_over_the_targets_ids():
+    """drafter_pick on scores over a draft vocabulary (token_ids): greedy, the argmax's target id, and with shown
+    its softmax placed at those ids (zero elsewhere); sampled, a draw's target id and the warped scores so placed.
+    The control: the scores' own indices are not the target's ids."""
+    scores = torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 0.5]])
+    token_ids = torch.tensor([7, 2, 9])
+    tokens, q, index = drafter_pick(scores, token_ids, 10, shown=True)
+    assert tokens.tolist() == [2, 7] and index.tolist() == [1, 0]
+    assert torch.allclose(q[:, [7, 2, 9]], scores.softmax(-1)) and q.sum(-1).allclose(torch.ones(2))
+    assert q[:, [0, 1, 3, 4, 5, 6, 8]].abs().sum() == 0
+    assert drafter_pick(scores, token_ids, 10)[1] is None  # greedy, not shown: no q
+    warp = (torch.tensor(0.5), torch.tensor(2), torch.tensor(1.0), True)
+    noise = torch.empty(2, 3).exponential_(generator=torch.Generator().manual_seed(0))
+    tokens, q, index = drafter_pick(scores, token_ids, 10, warp, noise)
+    assert torch.allclose(q[:, [7, 2, 9]], warp_with(scores, *warp))
+    assert tokens.tolist() == token_ids[index].tolist() != index.tolist()
+    whole, q_whole, _ = drafter_pick(scores, None, 4, shown=True)  # the target's first K ids
+    assert whole.tolist() == [1, 0] and q_whole[:, 3].abs().sum() == 0
 
 
 def test_the_sampled_tree_walk_emits_the_targets_first_token():

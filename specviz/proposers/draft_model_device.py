@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..runners.static import StaticRunner
-from ..sampling import draw_with_noise, exponential_noise, warp_with
+from ..sampling import drafter_pick, exponential_noise
 from .base import DeviceLookup
 
 
@@ -39,19 +39,12 @@ def draft_model_chain(runner, sequence, length, span: int, gamma: int, vocab_siz
     tokens, qs, doubts = [], [], []
     for i in range(gamma):
         scores = fitted(logits.float(), vocab_size, token_ids)  # [1, K]
-        if warp is None:
-            index = scores.argmax(-1)
-            probs = scores.softmax(-1) if shown else None
-        else:
-            probs = warp_with(scores, *warp)
-            index = draw_with_noise(probs, noise[i:i + 1])
-        if probs is not None:
-            full = probs.new_zeros(1, vocab_size)
-            qs.append(full.index_copy_(1, token_ids, probs) if token_ids is not None else
-                      full.index_copy_(1, torch.arange(probs.shape[1], device=device), probs))
+        token, q, index = drafter_pick(scores, token_ids, vocab_size, warp, None if noise is None else noise[i:i + 1],
+                                       shown)
+        if q is not None:
+            qs.append(q)
         if draft_stop > 0:  # draft_model.doubts: the drafter's own probability, before any sampling warp
             doubts.append(scores.softmax(-1).gather(1, index[:, None])[:, 0] < draft_stop)
-        token = index if token_ids is None else token_ids.index_select(0, index)
         tokens.append(token)
         if i + 1 < gamma:
             logits, _ = runner.decode(token, length + i, span, True, float_logits=False)

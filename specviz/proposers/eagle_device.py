@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..runners.graphs import compiled_static
-from ..sampling import draw_with_noise, exponential_noise, warp_with
+from ..sampling import drafter_pick, exponential_noise
 from ..tree_device import tree_layout
 from .base import DeviceLookup
 from .eagle_tree import TreeDrafting, draft_tree, feed
@@ -55,17 +55,10 @@ def draft_chain(drafter, cache, features, token_ids, count, start, gamma: int, s
     prefix = start + count
     tokens, qs = [], []
     for i in range(gamma):
-        logits = head.sub_logits(feature)  # [1, K]
-        if warp is None:
-            index = logits.argmax(-1)
-            probs = logits.softmax(-1) if shown else None
-        else:
-            probs = warp_with(logits, *warp)
-            index = draw_with_noise(probs, noise[i:i + 1])
-        if probs is not None:
-            qs.append(probs if head.token_ids is None else
-                      probs.new_zeros(1, head.vocab_size).index_copy_(1, head.token_ids, probs))
-        token = index if head.token_ids is None else head.token_ids.index_select(0, index)
+        token, q, _ = drafter_pick(head.sub_logits(feature), head.token_ids, head.vocab_size, warp,
+                                   None if noise is None else noise[i:i + 1], shown)  # from [1, K]
+        if q is not None:
+            qs.append(q)
         tokens.append(token)
         if i + 1 < gamma:
             slot = prefix + i

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..runners.graphs import compiled_static
-from ..sampling import draw_with_noise, exponential_noise, warp_with
+from ..sampling import drafter_pick, exponential_noise
 from ..tree_device import tree_layout
 from .base import DeviceLookup
 
@@ -55,17 +55,9 @@ def medusa_chain(hidden, weights, biases, outputs, gamma: int, warp=None, noise=
     softmax, what the app shows of the drafter)."""
     logits = medusa_logits(hidden, weights, biases, outputs)
     heads, head = logits.shape[0], outputs[0]
-    q = None
-    if warp is None:
-        index = logits.argmax(-1)
-        probs = logits.softmax(-1) if shown else None
-    else:
-        probs = warp_with(logits, *warp)
-        index = draw_with_noise(probs, noise)
-    if probs is not None:
-        q = probs if head.token_ids is None else probs.new_zeros(heads, head.vocab_size).index_copy_(1, head.token_ids, probs)
+    tokens, q, _ = drafter_pick(logits, head.token_ids, head.vocab_size, warp, noise, shown)
+    if q is not None:
         q = torch.cat([q, q.new_zeros(gamma - heads, q.shape[1])])
-    tokens = index if head.token_ids is None else head.token_ids.index_select(0, index)
     return torch.cat([tokens, tokens.new_zeros(gamma - heads)]), q
 
 
