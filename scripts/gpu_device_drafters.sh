@@ -47,7 +47,8 @@ if [ "$STAGE" = check ]; then  # figures first (each part bounded), then the CUD
   figures "$OUT"/check-sampled.json*
 fi
 if [ "$STAGE" = check ] || [ "$STAGE" = tests ]; then
-  timeout ${TESTS_S:-$([ "$STAGE" = tests ] && echo 560 || echo 170)} python3 -m pytest -q tests/test_device_loop.py \
+  limit=170; [ "$STAGE" = tests ] && limit=560
+  timeout "${TESTS_S:-$limit}" python3 -m pytest -q tests/test_device_loop.py \
       -k "${TESTS:-never_waits or seed_reproduces or sampled_records_with_detail_through}" \
       2>&1 | grep -v "^DEBUG\|^\s*$" | tail -25 | tee "$OUT/pytest.log"
 fi

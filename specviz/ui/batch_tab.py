@@ -7,7 +7,6 @@ one shipped for it); on another target, with the target itself. `draft (target i
 target: every draft is accepted, so what it loses against plain decoding is the verify pass's cost alone."""
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import gradio as gr
@@ -29,11 +28,6 @@ from .gpu import gpu
 from .live import ENGINE_LOCK, PLACEMENT, drafter_for, load_target
 from .readouts import plot
 from .tabs import stop_tab
-
-# seconds between a size's chart being sent and the next size's timed runs: a browser on the same cores draws the
-# chart meanwhile, which would otherwise slow the next plain run (a short one: a size of 8 tokens takes under a
-# second on 2 cores) and show a speedup above tau
-CHART_DRAW_HOLD = 1.0
 
 SELF_DRAFT = "draft (target itself)"
 BATCH_METHODS = list(FORM_BATCH_METHODS)  # retrieval, ngram, draft and SELF_DRAFT
@@ -117,7 +111,6 @@ class BatchTab:
             _, size, summary, costs = record
             yield {self.status: render.status_html(f"Measured batch {size}.", "info"),
                    self.plot: plot(charts.batch_figure(summary, device, form.batch_method, costs))}
-            time.sleep(CHART_DRAW_HOLD)  # the page draws the chart before the next size is timed
         if cancel.is_set():
             yield {self.status: render.status_html(stopped_message(cancel), "warn")}
             return
