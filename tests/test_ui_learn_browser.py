@@ -82,7 +82,10 @@ def test_the_batch_lesson_plots_speedup_against_batch_size_with_a_draft_model(pa
         page.locator(field).first.fill(value)
         page.locator(field).first.press("Tab")
     page.click("#sv-learn-batch")
-    page.wait_for_selector("#sv-learn-batch-status .sv-ok", timeout=170_000)
+    # done: a clean verdict, or on a busy machine (this browser shares the server's cores) the verdict with the
+    # lesson's own note that the figure is noisy (a speedup above tau); the plausibility tests pin that note
+    page.wait_for_selector("#sv-learn-batch-status .sv-ok, #sv-learn-batch-status .sv-warn:has-text('noisy')",
+                           timeout=170_000)
     # the status names the method that ran: the dropdown's draft (the distilled drafter), not its default
     assert re.search(r"^draft: [\d.]+x plain at batch 1", page.inner_text("#sv-learn-batch-status").strip())
     assert page.locator("#sv-learn-batch-plot .js-plotly-plot .scatterlayer .trace").count() >= 4
