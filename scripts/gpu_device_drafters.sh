@@ -16,9 +16,14 @@
 #                               (~1.2 s a prompt: PARTS=3, ~6.5 min a call);
 #   STAGE=fp32 PART=k PARTS=n   all 480, float32, greedy, the greedy stage's methods: each output against plain's
 #                               (~2 s a prompt: PARTS=4, ~7 min a call);
-#   STAGE=exactness PART=1|2    check-exactness --device cuda (float32), 3000 samples, three device paths a call
-#                               (~2.5 min each, CHECK_SECONDS=200 the limit of each; the draft model's did not
-#                               finish in 230 s on an H200: give part 2 CHECK_SECONDS=600).
+#   STAGE=exactness PART=1|2|3  check-exactness --device cuda (float32), 3000 samples, two device paths a call:
+#                               1 EAGLE's tree with top-k and Medusa's chain with top-p, 2 retrieval's tree and an
+#                               n-gram chain with top-k, 3 EAGLE's chain and the draft model's (~2.5 min each with
+#                               its control, CHECK_SECONDS=270 the limit of each; the draft model's needs ~8 min
+#                               at 3000: give part 3 SAMPLES=2000 CHECK_SECONDS=560 and run it alone);
+#   STAGE=profile               scripts/graph_profile.py: each method's lookup and verify graphs under
+#                               torch.profiler, their kernels counted and timed (~3 min).
+# GREEDY_METHODS replaces the greedy and fp32 stages' methods (plain always runs).
 # Afterwards, here: python -m scripts.step_figures greedy-1.json greedy-2.json greedy-3.json pools the parts.
 case "${1:-}" in -h|--help) sed -n '1,/^[^#]/{/^#!/d;/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 source "$(dirname "$0")/gpu_common.sh"
@@ -27,7 +32,7 @@ PART=${PART:-1}
 PARTS=${PARTS:-3}
 BEST_EAGLE=${BEST_EAGLE:-4:15}
 SAMPLED=${SAMPLED:-eagle:2,eagle:4,retrieval:16:31}
-GREEDY_METHODS="retrieval:16:31,eagle:6:31,eagle:$BEST_EAGLE,draft:4@0.5,medusa:4${EXTRA:+,$EXTRA}"
+GREEDY_METHODS=${GREEDY_METHODS:-"retrieval:16:31,eagle:6:31,eagle:$BEST_EAGLE,draft:4@0.5,medusa:4${EXTRA:+,$EXTRA}"}
 PROMPTS_FILE=${PROMPTS_FILE:-data/spec_bench/question.jsonl}
 bench() { python3 -m specviz bench --max-new-tokens 256 --draft distilled "$@" 2>&1 | quiet | grep -v "^\s*$"; }
 part() {  # lines of part $1 of $2 of the prompt file, into $OUT/prompts-$1.jsonl
@@ -66,15 +71,18 @@ if [ "$STAGE" = fp32 ]; then
   figures "$OUT/fp32-$PART.json"
 fi
 if [ "$STAGE" = exactness ]; then
-  check() { timeout "${CHECK_SECONDS:-200}" python3 -m specviz check-exactness --device cuda --dtype float32 --samples ${SAMPLES:-3000} "$@" \
+  check() { timeout "${CHECK_SECONDS:-270}" python3 -m specviz check-exactness --device cuda --dtype float32 --samples ${SAMPLES:-3000} "$@" \
       2>&1 | quiet | tee -a "$OUT/exactness-$PART.txt"; }
-  if [ "$PART" = 1 ]; then
-    check --method eagle --gamma 4
-    check --method eagle --gamma 4 --tree 15 --top-k 20
-    check --method medusa --gamma 3 --top-p 0.9
-  else
-    check --method draft --draft distilled --gamma 4 --draft-stop 0.5
-    check --method retrieval --gamma 8 --tree 15
-    check --method ngram --gamma 4 --top-k 50
-  fi
+  case "$PART" in
+    1) check --method eagle --gamma 4 --tree 15 --top-k 20
+       check --method medusa --gamma 3 --top-p 0.9 ;;
+    2) check --method retrieval --gamma 8 --tree 15
+       check --method ngram --gamma 4 --top-k 50 ;;
+    *) check --method eagle --gamma 4
+       check --method draft --draft distilled --gamma 4 --draft-stop 0.5 ;;
+  esac
+fi
+if [ "$STAGE" = profile ]; then
+  timeout "${PROFILE_S:-400}" python3 -m scripts.graph_profile --out "$OUT/profile.json" \
+      ${METHODS:+--methods "$METHODS"} 2>&1 | quiet | grep -v "USDT\|^\s*$" | tee "$OUT/profile.txt"
 fi
