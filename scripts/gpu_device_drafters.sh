@@ -16,11 +16,10 @@
 #                               (~1.2 s a prompt: PARTS=3, ~6.5 min a call);
 #   STAGE=fp32 PART=k PARTS=n   all 480, float32, greedy, the greedy stage's methods: each output against plain's
 #                               (~2 s a prompt: PARTS=4, ~7 min a call);
-#   STAGE=exactness PART=1|2|3  check-exactness --device cuda (float32), 3000 samples, two device paths a call:
-#                               1 EAGLE's tree with top-k and Medusa's chain with top-p, 2 retrieval's tree and an
-#                               n-gram chain with top-k, 3 EAGLE's chain and the draft model's (~2.5 min each with
-#                               its control, CHECK_SECONDS=270 the limit of each; the draft model's needs ~8 min
-#                               at 3000: give part 3 SAMPLES=2000 CHECK_SECONDS=560 and run it alone);
+#   STAGE=exactness PART=1|2|3  check-exactness --device cuda (float32), 3000 samples, each with its control:
+#                               1 Medusa's chain with top-p, retrieval's tree, an n-gram chain with top-k (~2.5 min
+#                               each); 2 EAGLE's tree with top-k and its chain; 3 the draft model's (~8 min at
+#                               3000: give it SAMPLES=2000 CHECK_SECONDS=560). CHECK_SECONDS (270) bounds each;
 #   STAGE=profile               scripts/graph_profile.py: each method's lookup and verify graphs under
 #                               torch.profiler, their kernels counted and timed (~3 min).
 # GREEDY_METHODS replaces the greedy and fp32 stages' methods (plain always runs).
@@ -72,14 +71,14 @@ if [ "$STAGE" = fp32 ]; then
 fi
 if [ "$STAGE" = exactness ]; then
   check() { timeout "${CHECK_SECONDS:-270}" python3 -m specviz check-exactness --device cuda --dtype float32 --samples ${SAMPLES:-3000} "$@" \
-      2>&1 | quiet | tee -a "$OUT/exactness-$PART.txt"; }
+      2>>"$OUT/exactness-$PART.log" | tee -a "$OUT/exactness-$PART.txt"; }
   case "$PART" in
-    1) check --method eagle --gamma 4 --tree 15 --top-k 20
-       check --method medusa --gamma 3 --top-p 0.9 ;;
-    2) check --method retrieval --gamma 8 --tree 15
+    1) check --method medusa --gamma 3 --top-p 0.9
+       check --method retrieval --gamma 8 --tree 15
        check --method ngram --gamma 4 --top-k 50 ;;
-    *) check --method eagle --gamma 4
-       check --method draft --draft distilled --gamma 4 --draft-stop 0.5 ;;
+    2) check --method eagle --gamma 4 --tree 15 --top-k 20
+       check --method eagle --gamma 4 ;;
+    *) check --method draft --draft distilled --gamma 4 --draft-stop 0.5 ;;
   esac
 fi
 if [ "$STAGE" = profile ]; then

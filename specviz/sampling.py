@@ -93,9 +93,17 @@ def warp_with(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tens
     # top-p over what top-k kept, sorted as warp_probs sorts it
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
     sorted_probs = sorted_logits.softmax(-1)
-    drop_sorted = ((sorted_probs.cumsum(-1) - sorted_probs) >= top_p) & (top_p < 1.0)
+    drop_sorted = (mass_before(sorted_probs) >= top_p) & (top_p < 1.0)
     drop = drop_sorted.scatter(-1, order, drop_sorted)
     return logits.masked_fill(drop, float("-inf")).softmax(-1)
+
+
+@torch.compiler.disable
+def mass_before(sorted_probs: torch.Tensor) -> torch.Tensor:
+    """The probability mass before each entry of rows sorted in descending order. Kept out of torch.compile:
+    Inductor (torch 2.11, CUDA) failed to generate code for the split scan it chose over a 16k-token row, and the
+    run fell back to the host loop; eagerly it is one kernel, captured in the step's graph all the same."""
+    return sorted_probs.cumsum(-1) - sorted_probs
 
 
 def exponential_noise(shape, generator: torch.Generator, device) -> torch.Tensor:
