@@ -2,10 +2,20 @@
 from specviz.cost_curve import measure_batch, measure_cost_curve, measure_positions
 
 
+def first_pass(points, axis, widths):
+    """An axis's points before any measured again (a tiny model's times are noise-sized, so a pair may look
+    implausible and come again, as the module's doc says); those after must be of the widths measured."""
+    mine = [p for p in points if p.axis == axis]
+    first, again = mine[:len(widths)], mine[len(widths):]
+    assert [p.x for p in first] == list(widths) and {p.x for p in again} <= set(widths)
+    return first
+
+
 def test_points_for_every_k_and_batch(tiny_target):
     points = list(measure_cost_curve(tiny_target, positions=(1, 2, 4), batch_sizes=(1, 3), repeats=2))
-    assert [(p.axis, p.x) for p in points] == [("positions", 1), ("positions", 2), ("positions", 4),
-                                               ("batch", 1), ("batch", 3)]
+    assert {p.axis for p in points} == {"positions", "batch"}
+    first_pass(points, "positions", (1, 2, 4))
+    first_pass(points, "batch", (1, 3))
     assert all(p.ms > 0 for p in points)
 
 
@@ -16,7 +26,8 @@ def test_positions_use_the_engines_runner_and_give_it_back(tiny_target, monkeypa
     real = cost_curve.make_runner
     monkeypatch.setattr(cost_curve, "make_runner", lambda model: made.append(real(model)) or made[-1])
     points = list(measure_positions(tiny_target, positions=(2, 5), context=16, repeats=2))
-    assert [(p.x, p.context) for p in points] == [(2, 16), (5, 16)] and all(p.ms > 0 for p in points)
+    first = first_pass(points, "positions", (2, 5))
+    assert all(p.context == 16 for p in first) and all(p.ms > 0 for p in points)
     assert len(made) == 1  # one runner for the whole curve
     if hasattr(made[0], "workspace"):
         assert made[0].workspace is None  # released: its cache is back in the model's pool
