@@ -599,8 +599,8 @@ def test_a_seed_reproduces_a_sampled_run_through_graphs(monkeypatch):
     target = load_model("default", device="cuda", dtype="bfloat16")
     ids = encode(target, PROMPTS[0])
     monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "1")
-    # top-k and top-p too: their graphs sort the vocabulary (and once fell back to the host loop on a GPU), and
-    # Medusa's compiled drafting warps its heads' scores with them
+    # top-k and top-p too: their graphs sort the vocabulary, where Inductor on a GPU has failed and sent runs to
+    # the host loop; Medusa's compiled drafting warps its heads' scores with them
     for method, tree, top_k, top_p in (("eagle", 15, 0, 1.0), ("retrieval", 0, 0, 1.0), ("eagle", 15, 20, 1.0),
                                        ("ngram", 0, 0, 0.9), ("medusa", 0, 0, 0.9)):
         runs = [run_once(target, make_proposer(method, target), ids,
