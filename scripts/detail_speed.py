@@ -22,6 +22,25 @@ PROMPT = ("Explain how a hash map handles collisions, then write a short Python 
 WAYS = {"device, lean": ("1", False), "device, detail": ("1", True), "host, detail": ("0", True)}
 
 
+def add_run_arguments(parser: argparse.ArgumentParser, methods: str, temperature: float, max_new_tokens: int) -> None:
+    """The options a one-prompt tool's runs share (scripts.graph_profile takes them too)."""
+    parser.add_argument("--methods", default=methods)
+    parser.add_argument("--temperature", type=float, default=temperature)
+    parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--out", required=True)
+
+
+def method_runs(args):
+    """The target, the distilled draft model, and (method, proposer name, settings) for each of args.methods:
+    the run's whole length (no stop at EOS), seed 0."""
+    target = load_model("default", device=args.device, dtype=args.dtype)
+    draft = load_draft_model("distilled", target)
+    base = DecodeSettings(max_new_tokens=args.max_new_tokens, stop_at_eos=False, temperature=args.temperature, seed=0)
+    return target, draft, [(method, *parse_method(method, base)) for method in args.methods.split(",")]
+
+
 def tokens_per_second(target, name: str, draft, settings, loop: str, detail: bool) -> tuple[float, str]:
     os.environ["SPECVIZ_DEVICE_LOOP"] = loop
     result = run_once(target, make_proposer(name, target, draft), encode(target, PROMPT), settings, detail=detail)
@@ -30,20 +49,12 @@ def tokens_per_second(target, name: str, draft, settings, loop: str, detail: boo
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--methods", default="eagle:4,retrieval:16:31")
-    parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--max-new-tokens", type=int, default=256)
+    add_run_arguments(parser, methods="eagle:4,retrieval:16:31", temperature=0.8, max_new_tokens=256)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    target = load_model("default", device=args.device, dtype=args.dtype)
-    draft = load_draft_model("distilled", target)
+    target, draft, runs = method_runs(args)
     report = {}
-    for method in args.methods.split(","):
-        name, settings = parse_method(method, DecodeSettings(max_new_tokens=args.max_new_tokens, stop_at_eos=False,
-                                                             temperature=args.temperature, seed=0))
+    for method, name, settings in runs:
         for loop, detail in WAYS.values():  # untimed: graphs captured, kernels compiled
             tokens_per_second(target, name, draft, settings, loop, detail)
         rates = {way: [] for way in WAYS}

@@ -19,14 +19,8 @@ from collections import Counter, defaultdict
 
 import torch
 
-from specviz import load_model
+from scripts.detail_speed import PROMPT, add_run_arguments, method_runs
 from specviz.api import encode, make_proposer, run_once
-from specviz.bench import parse_method
-from specviz.proposers.checkpoints import load_draft_model
-from specviz.settings import DecodeSettings
-
-PROMPT = ("Explain how a hash map handles collisions, then write a short Python function that counts the words "
-          "in a text with a dictionary, and explain it line by line.")
 
 
 def graph_replays(events: list[dict]) -> list[list[dict]]:
@@ -76,8 +70,9 @@ def kinds_of_replay(replays: list[list[dict]], top: int = 6) -> list[dict]:
 
 
 def profile_run(target, name: str, draft, settings) -> dict:
-    run = lambda: run_once(target, make_proposer(name, target, draft), encode(target, PROMPT), settings,  # noqa: E731
-                           detail=False)
+    def run():
+        return run_once(target, make_proposer(name, target, draft), encode(target, PROMPT), settings, detail=False)
+
     run()  # graphs captured and kernels compiled outside the profile and the timing
     first = run()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
@@ -96,23 +91,15 @@ def profile_run(target, name: str, draft, settings) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--methods", default="plain,eagle:6:31,eagle:4,draft:4@0.5,medusa:4:31")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--out", required=True)
+    add_run_arguments(parser, methods="plain,eagle:6:31,eagle:4,draft:4@0.5,medusa:4:31", temperature=0.0,
+                      max_new_tokens=128)
     args = parser.parse_args(argv)
-    target = load_model("default", device=args.device, dtype=args.dtype)
-    draft = load_draft_model("distilled", target)
+    target, draft, runs = method_runs(args)
     report = {}
-    for method in args.methods.split(","):
-        name, settings = parse_method(method, DecodeSettings(max_new_tokens=args.max_new_tokens, stop_at_eos=False,
-                                                             temperature=args.temperature, seed=0))
+    for method, name, settings in runs:
         report[method] = found = profile_run(target, name, draft, settings)
         print(f"{method} ({found['loop']} loop, {found['steps']} steps, tau {found['tau']:.2f}, "
-              f"{found['unprofiled_tok_s']:.0f} tok/s "
-              f"unprofiled)", flush=True)
+              f"{found['unprofiled_tok_s']:.0f} tok/s unprofiled)", flush=True)
         if not found["kinds"]:
             print("  no CUDA graph replays seen (a CPU run, or the host loop)")
         for kind in found["kinds"]:
