@@ -277,7 +277,7 @@ class SpeculativeRun:
             metrics=summarize(self.steps, len(run.output), wall, run.prefill_seconds),
             settings={**settings.__dict__, "target": target.name, "device": str(runner.device),
                       "dtype": str(target.dtype).replace("torch.", ""), "runner": type(runner).__name__,
-                      "loop": loop},
+                      "loop": loop, "exact_forward": exact_forward(runner, settings)},
             stop_reason=run.stop_reason,
         )
 
@@ -297,3 +297,11 @@ class SpeculativeRun:
                               "running the host loop")
                 return None
         return loop
+
+
+def exact_forward(runner, settings: DecodeSettings) -> bool:
+    """Whether every forward of the run computed each position as plain decoding computes it (the exact mode,
+    runners/exact.py): its runner runs the mode and its widest verify pass is within the mode's width. In
+    float32 on a CPU this holds without the mode, but the engine does not claim it there."""
+    width = (settings.tree or settings.gamma) + 1
+    return width <= getattr(runner, "exact_width", 0)

@@ -173,7 +173,60 @@ def _build_kernel():
         head = kv * GROUP + row // count
         tl.store(Out + token * o_token + head * o_head + dims, out.to(Out.dtype.element_ty))
 
-    _kernel = (triton, partial_kernel, combine_kernel)
+    @triton.jit(do_not_specialize=["count", "span"])
+    def path_kernel(Q, K, V, Best, Total, Acc, Start, Depths, Paths, count, span, scale,
+                    q_token, q_head, k_head, k_slot, v_head, v_slot, paths_row,
+                    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                    IEEE: tl.constexpr):
+        """The exact mode's partial pass: the query heads (GROUP rows, of BLOCK_M) of token program_id(1) over
+        the BLOCK_N logical positions of chunk program_id(2). Logical position j is the token's j-th key: a cache
+        slot j before Start, then its path (Paths[token, d]: the new token at depth d, written at Start + that
+        index), up to its own depth. A token's keys are thus read in the same order and the same chunks
+        whether it is alone, in a chain or a node of a tree; the program's other rows are its own heads only.
+        Writes the chunk's running max, sum and unnormalised output for combine_kernel (row h * count + token)."""
+        kv = tl.program_id(0)
+        token = tl.program_id(1)
+        rows = tl.arange(0, BLOCK_M)
+        row_ok = rows < GROUP
+        head = kv * GROUP + rows
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + token * q_token + head[:, None] * q_head + dims[None, :], mask=row_ok[:, None], other=0.0)
+        best = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        total = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        start = tl.load(Start)
+        end = tl.minimum(start + tl.load(Depths + token) + 1, span)  # logical positions the token sees
+        low = tl.program_id(2) * BLOCK_N
+        high = tl.minimum(low + BLOCK_N, end)
+        for first in range(low, high, BLOCK_N):
+            logical = first + tl.arange(0, BLOCK_N)
+            seen = logical < high
+            on_path = logical >= start
+            step = tl.load(Paths + token * paths_row + tl.maximum(logical - start, 0), mask=seen & on_path, other=0)
+            slot = tl.where(on_path, start + step, logical)
+            k = tl.load(K + kv * k_head + slot[:, None] * k_slot + dims[None, :], mask=seen[:, None], other=0.0)
+            v = tl.load(V + kv * v_head + slot[:, None] * v_slot + dims[None, :], mask=seen[:, None], other=0.0)
+            if IEEE:
+                scores = tl.dot(q, tl.trans(k), input_precision="ieee")
+            else:
+                scores = tl.dot(q, tl.trans(k))
+            scores = tl.where(seen[None, :], scores * scale, float("-inf"))
+            new_best = tl.maximum(best, tl.max(scores, 1))
+            safe = tl.where(new_best == float("-inf"), 0.0, new_best)
+            weights = tl.exp(scores - safe[:, None])
+            rescale = tl.exp(best - safe)
+            total = total * rescale + tl.sum(weights, 1)
+            if IEEE:
+                acc = acc * rescale[:, None] + tl.dot(weights, v, input_precision="ieee")
+            else:
+                acc = acc * rescale[:, None] + tl.dot(weights.to(v.dtype), v)
+            best = new_best
+        at = (tl.program_id(2) * tl.num_programs(0) + kv) * GROUP * count + rows * count + token
+        tl.store(Best + at, best, mask=row_ok)
+        tl.store(Total + at, total, mask=row_ok)
+        tl.store(Acc + at[:, None] * HEAD_DIM + dims[None, :], acc, mask=row_ok[:, None])
+
+    _kernel = (triton, partial_kernel, combine_kernel, path_kernel)
     return _kernel
 
 
@@ -190,7 +243,7 @@ def launch(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torc
     slots, one program each, merged by a second kernel (flash-decoding: a few rows over a short cache are
     otherwise a handful of programs in a loop); the chunks are fixed by slot, so a token's result does not
     depend on the span either. Longer inputs (prefills) take one pass over all keys."""
-    triton, partial_kernel, combine_kernel = _build_kernel()
+    triton, partial_kernel, combine_kernel, _ = _build_kernel()
     q = q if q.stride(-1) == 1 else q.contiguous()
     write = new_keys is not None
     if write:
@@ -223,6 +276,45 @@ def launch(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torc
                                                   blocks * BLOCK_M, GROUP=group, SPLITS_BLOCK=SPLITS_BLOCK,
                                                   HEAD_DIM=head_dim, CHUNK=BLOCK_N, num_warps=2)
     return out.view(count, heads * head_dim)
+
+
+def launch_paths(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: torch.Tensor,
+                 depths: torch.Tensor, paths: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    """The exact mode's attention (runners/exact.py): q [K, heads, D] of K new tokens whose keys and values are
+    already in the cache at slots start .. start + K - 1; keys, values [kv_heads, span, D]; start [1] and
+    depths [K] long (token i sits at position start + depths[i]); paths [K, K] long: paths[i, d] is the new
+    token at depth d on token i's path (for a chain, d itself); last [1]: start + K - 1. Returns [K, heads * D].
+
+    Every token is its own program over chunks of BLOCK_N of its own keys in position order (the cache's, then
+    its path's), merged by the same combining kernel as launch's: a token's result is bit for bit the same
+    whatever the tokens beside it, alone, in a chain or in a tree. Query heads that share a key-value head:
+    at most BLOCK_M (path_supported)."""
+    triton, _, combine_kernel, path_kernel = _build_kernel()
+    q = q if q.stride(-1) == 1 else q.contiguous()
+    count, heads, head_dim = q.shape
+    kv_heads, span, _ = keys.shape
+    group = heads // kv_heads
+    splits = triton.cdiv(span, BLOCK_N)
+    rows = group * count
+    best = torch.empty(splits * kv_heads * rows, device=q.device, dtype=torch.float32)
+    total = torch.empty_like(best)
+    acc = torch.empty(best.shape[0], head_dim, device=q.device, dtype=torch.float32)
+    out = torch.empty(count, heads, head_dim, device=q.device, dtype=q.dtype)
+    paths = paths if paths.is_contiguous() else paths.contiguous()
+    path_kernel[(kv_heads, count, splits)](
+        q, keys, values, best, total, acc, start, depths, paths, count, span, 1.0 / math.sqrt(head_dim),
+        q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1), paths.stride(0),
+        GROUP=group, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=head_dim, IEEE=q.dtype == torch.float32,
+        num_warps=4)
+    combine_kernel[(kv_heads, rows)](out, best, total, acc, last, count, out.stride(0), out.stride(1), rows,
+                                     GROUP=group, SPLITS_BLOCK=SPLITS_BLOCK, HEAD_DIM=head_dim, CHUNK=BLOCK_N,
+                                     num_warps=2)
+    return out.view(count, heads * head_dim)
+
+
+def path_supported(heads: int, kv_heads: int) -> bool:
+    """launch_paths serves one token's query heads of a key-value head in one block of BLOCK_M rows."""
+    return heads // kv_heads <= BLOCK_M
 
 
 def _custom_op(fn):

@@ -8,6 +8,7 @@ one on), and this module is the only place that reads those variables (docs/fast
     SPECVIZ_TRITON_ATTENTION=0  no Triton attention kernel in captured graphs (PyTorch's attention instead)
     SPECVIZ_DEVICE_LOOP=0       never the device loop; force: also without graphs (eagerly, as the CPU tests run it)
     SPECVIZ_DETAIL_STREAM=0     the app's step detail on the verify pass's own stream, not a second one
+    SPECVIZ_EXACT=0             no exact mode: the target's verify pass may round differently from plain decoding
     SPACES_ZERO_GPU (set)       ZeroGPU lends the GPU call by call: no graphs, no compile
 
 Whatever makes a run, a runner or a drafter (SpeculativeRun, make_runner, StaticRunner, BatchedRunner,
@@ -31,6 +32,7 @@ class EngineOptions:
     triton_attention: bool = True  # gpu_attention.py's kernel in captured graphs
     device_loop: str = "1"  # "1": where the fast path has graphs; "0": never; "force": also eagerly
     detail_stream: bool = True  # the device loop computes the app's step detail on a second CUDA stream
+    exact: bool = True  # the target's forward in the exact mode on a GPU (runners/exact.py, docs/exactness.md)
 
     def __post_init__(self):
         if self.device_loop not in DEVICE_LOOP_MODES:
@@ -49,4 +51,5 @@ class EngineOptions:
         return cls(fast=on("SPECVIZ_FAST"), graphs=on("SPECVIZ_GRAPHS") and not zero_gpu,
                    compile=on("SPECVIZ_COMPILE") and not zero_gpu, onednn=on("SPECVIZ_ONEDNN"),
                    triton_attention=on("SPECVIZ_TRITON_ATTENTION"),
-                   device_loop=mode if mode in DEVICE_LOOP_MODES else "1", detail_stream=on("SPECVIZ_DETAIL_STREAM"))
+                   device_loop=mode if mode in DEVICE_LOOP_MODES else "1", detail_stream=on("SPECVIZ_DETAIL_STREAM"),
+                   exact=on("SPECVIZ_EXACT"))

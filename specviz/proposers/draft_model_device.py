@@ -62,7 +62,7 @@ class DraftModelSpace:
 
     def __init__(self, like: StaticRunner, capacity: int):
         self.runner = StaticRunner(like.model, graphs=like.use_graphs, compile=like.use_compile, onednn=like.use_onednn,
-                                   triton_attention=like.use_triton_attention)
+                                   triton_attention=like.use_triton_attention, exact=False)
         self.runner.ensure_capacity(capacity)
         self.runner.warm_up(1, capacity)  # a prompt's prefill graphs, captured before anything is timed
 

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import gpu_attention
+from . import exact as exact_mode
 from ..clock import device_clock
 from ..configs import head_dim, kv_heads, norm_eps
 from ..options import EngineOptions
@@ -54,11 +55,12 @@ class StaticRunner:
     float32, hidden [K, H]); rollback(length) keeps the first `length` tokens; the cache holds exactly the
     first `length` tokens of the sequence (positions past it hold stale values that no forward attends to).
     A runner serves one sequence at a time; its workspace goes back to the model's pool when the runner
-    is garbage-collected or release() is called. graphs, compile, onednn and triton_attention: None takes the
-    switch from `options` (None: EngineOptions.from_environment()), a bool overrides it."""
+    is garbage-collected or release() is called. graphs, compile, onednn, triton_attention and exact: None takes
+    the switch from `options` (None: EngineOptions.from_environment()), a bool overrides it. exact: the exact
+    mode (runners/exact.py) where it applies (exact_reason says where not); drafters' runners pass False."""
 
     def __init__(self, model: torch.nn.Module, graphs: bool | None = None, compile: bool | None = None,
-                 onednn: bool | None = None, triton_attention: bool | None = None,
+                 onednn: bool | None = None, triton_attention: bool | None = None, exact: bool | None = None,
                  options: EngineOptions | None = None):
         options = options or EngineOptions.from_environment()
         reason = unsupported_reason(model)
@@ -100,9 +102,12 @@ class StaticRunner:
             options.triton_attention and gpu_attention.supported(self.device, self.dtype, self.head_dim)
             if triton_attention is None else triton_attention)
         self._layer_fn = self._captured_layer_fn(self.use_compile)
+        wanted = options.exact if exact is None else exact
+        self.exact_reason = self._exact_reason() if wanted else "the exact mode is off"
+        self.exact_width = exact_mode.WIDTH if self.exact_reason is None else 0  # 0: the usual forward
         # one pool per (layers, head, dtype, options): an early-exit cut and the full model differ
         key = (len(self.layers), self.head.data_ptr(), self.dtype, self.use_graphs, self.use_compile,
-               self.use_triton_attention)
+               self.use_triton_attention, self.exact_width)
         first = decoder.layers[0]
         self.workspace = take_workspace(first, key, self.device, self.dtype)
         self._finalizer = weakref.finalize(self, return_workspace, weakref.ref(first), key, self.workspace)
@@ -113,6 +118,21 @@ class StaticRunner:
         if self.use_triton_attention:
             return partial(triton_decoder_layer, compiled=compiled)
         return compiled_fn(decoder_layer) if compiled else self._eager_layer_fn
+
+    def _exact_reason(self) -> str | None:
+        """Why the exact mode cannot run here (None when it can): it needs gpu_attention's kernels."""
+        if self.device.type != "cuda":
+            return "the exact mode is for CUDA GPUs (on a CPU in float32 a row's result already does not depend on the rows beside it)"
+        if not gpu_attention.supported(self.device, self.dtype, self.head_dim):
+            return "the exact mode needs Triton and a power-of-two head size of 16 to 256"
+        if not gpu_attention.path_supported(self.heads, self.kv_heads):
+            return f"the exact mode serves at most {gpu_attention.BLOCK_M} query heads a key-value head"
+        return None
+
+    @property
+    def exact(self) -> bool:
+        """Whether forwards of up to exact_width positions run in the exact mode."""
+        return self.exact_width > 0
 
     def release(self) -> None:
         """Give the workspace back to the pool now (the engine calls this when a run ends); the runner
@@ -206,6 +226,8 @@ class StaticRunner:
         prefill's)."""
         space = self.workspace
         count = ids.shape[0]
+        if 0 < count <= self.exact_width:
+            return self._decode_exact(ids, start, span, last_only, depths, visible, float_logits, with_logits)
         positions = start + torch.arange(count, device=ids.device)  # the cache slots written
         x = F.embedding(ids, self.embed)
         rope_positions = positions if depths is None else start + depths
@@ -229,6 +251,35 @@ class StaticRunner:
             return None, hidden
         logits = self._linear(hidden[-1:] if last_only else hidden, self.head_matrix, self.head_bias)
         return (logits.float() if float_logits else logits), hidden
+
+    def _decode_exact(self, ids, start, span, last_only, depths, visible, float_logits, with_logits):
+        """decode() in the exact mode (runners/exact.py): exact_width rows through every layer, the real ones
+        first; attention and the cache over the real ones only. Compiled wherever compile is on, captured or
+        not, so that every such forward runs the same kernels."""
+        space = self.workspace
+        count, width = ids.shape[0], self.exact_width
+        slots = start + torch.arange(count, device=ids.device)
+        if depths is None:
+            depths = torch.arange(count, device=ids.device)
+            paths = exact_mode.chain_paths(count, ids.device)
+        else:
+            if visible.dtype != torch.bool:
+                visible = unpack_visibility(visible, count)
+            paths = exact_mode.tree_paths(depths, visible)
+        rope_positions = exact_mode.pad_rows(start + depths, width)  # padding rows: position 0, never read
+        cos, sin = space.cos[rope_positions], space.sin[rope_positions]
+        x = F.embedding(exact_mode.pad_rows(ids, width), self.embed)
+        pending = torch.zeros_like(x)
+        for i, layer in enumerate(self.layers):
+            x, pending = exact_mode.exact_decoder_layer(
+                x, pending, self.layer_tensors[i], layer.eps, space.keys[i, :, :span], space.values[i, :, :span],
+                cos, sin, slots, start, depths, paths, self.heads, self.kv_heads, self.head_dim, self.use_compile)
+        hidden = rms_norm(x + pending, self.final_norm, self.final_eps)
+        if not with_logits:
+            return None, hidden[:count]
+        logits = self._linear(hidden, self.head_matrix, self.head_bias)[:count]  # every row: one shape
+        logits = logits[-1:] if last_only else logits
+        return (logits.float() if float_logits else logits), hidden[:count]
 
     @torch.inference_mode()
     def forward(self, token_ids, logits_for: str = "all", parents: list[int] | None = None
