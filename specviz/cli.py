@@ -65,6 +65,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--draft-stop", type=_number, default=0.0,
                        help="draft and early-exit: end a draft after a token the drafter gives less than this "
                             "probability (e.g. 0.5; 0 = always gamma tokens)")
+    group.add_argument("--exact", choices=("on", "off"), default=None,
+                       help="the target's forward in the exact mode on a GPU: each position computed as plain "
+                            "decoding computes it, so greedy output equals plain bit for bit in bfloat16 "
+                            "(docs/exactness.md; default: on, or SPECVIZ_EXACT)")
     group.add_argument("--max-new-tokens", type=int, default=128)
     group.add_argument("--temperature", type=_number, default=0.0, help="0 = greedy")
     group.add_argument("--top-k", type=int, default=0, help="0 = off")
@@ -425,6 +429,8 @@ def cmd_train(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        if getattr(args, "exact", None):  # read where every engine switch is read: EngineOptions.from_environment
+            os.environ["SPECVIZ_EXACT"] = "1" if args.exact == "on" else "0"
         commands = {"generate": cmd_generate, "bench": cmd_bench, "check-exactness": cmd_check_exactness,
                     "learn": cmd_learn, "train-drafter": cmd_train}
         return commands[args.command](args)
