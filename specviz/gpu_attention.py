@@ -174,8 +174,8 @@ def _build_kernel():
         tl.store(Out + token * o_token + head * o_head + dims, out.to(Out.dtype.element_ty))
 
     @triton.jit(do_not_specialize=["count", "span"])
-    def path_kernel(Q, K, V, Best, Total, Acc, Start, Depths, Paths, count, span, scale,
-                    q_token, q_head, k_head, k_slot, v_head, v_slot, paths_row,
+    def path_kernel(Q, K, V, Best, Total, Acc, Start, Depths, Paths, KNew, VNew, count, span, scale,
+                    q_token, q_head, k_head, k_slot, v_head, v_slot, paths_row, kn_token, kn_head, vn_token, vn_head,
                     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
                     IEEE: tl.constexpr):
         """The exact mode's partial pass: the query heads (GROUP rows, of BLOCK_M) of token program_id(1) over
@@ -183,7 +183,10 @@ def _build_kernel():
         slot j before Start, then its path (Paths[token, d]: the new token at depth d, written at Start + that
         index), up to its own depth. A token's keys are thus read in the same order and the same chunks
         whether it is alone, in a chain or a node of a tree; the program's other rows are its own heads only.
-        Writes the chunk's running max, sum and unnormalised output for combine_kernel (row h * count + token)."""
+        The new tokens' keys and values are read from KNew, VNew [count, kv_heads, D] (no program reads the
+        cache from Start on), and the chunk-0 program of each token writes its own into the cache at Start +
+        token. Writes the chunk's running max, sum and unnormalised output for combine_kernel (row h * count +
+        token)."""
         kv = tl.program_id(0)
         token = tl.program_id(1)
         rows = tl.arange(0, BLOCK_M)
@@ -195,6 +198,11 @@ def _build_kernel():
         total = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
         start = tl.load(Start)
+        if tl.program_id(2) == 0:
+            tl.store(K + kv * k_head + (start + token) * k_slot + dims,
+                     tl.load(KNew + token * kn_token + kv * kn_head + dims))
+            tl.store(V + kv * v_head + (start + token) * v_slot + dims,
+                     tl.load(VNew + token * vn_token + kv * vn_head + dims))
         end = tl.minimum(start + tl.load(Depths + token) + 1, span)  # logical positions the token sees
         low = tl.program_id(2) * BLOCK_N
         high = tl.minimum(low + BLOCK_N, end)
@@ -202,10 +210,19 @@ def _build_kernel():
             logical = first + tl.arange(0, BLOCK_N)
             seen = logical < high
             on_path = logical >= start
-            step = tl.load(Paths + token * paths_row + tl.maximum(logical - start, 0), mask=seen & on_path, other=0)
-            slot = tl.where(on_path, start + step, logical)
-            k = tl.load(K + kv * k_head + slot[:, None] * k_slot + dims[None, :], mask=seen[:, None], other=0.0)
-            v = tl.load(V + kv * v_head + slot[:, None] * v_slot + dims[None, :], mask=seen[:, None], other=0.0)
+            fresh = seen & on_path
+            old = seen & ~on_path
+            step = tl.load(Paths + token * paths_row + tl.maximum(logical - start, 0), mask=fresh, other=0)
+            k = tl.where(on_path[:, None],
+                         tl.load(KNew + step[:, None] * kn_token + kv * kn_head + dims[None, :], mask=fresh[:, None],
+                                 other=0.0),
+                         tl.load(K + kv * k_head + logical[:, None] * k_slot + dims[None, :], mask=old[:, None],
+                                 other=0.0))
+            v = tl.where(on_path[:, None],
+                         tl.load(VNew + step[:, None] * vn_token + kv * vn_head + dims[None, :], mask=fresh[:, None],
+                                 other=0.0),
+                         tl.load(V + kv * v_head + logical[:, None] * v_slot + dims[None, :], mask=old[:, None],
+                                 other=0.0))
             if IEEE:
                 scores = tl.dot(q, tl.trans(k), input_precision="ieee")
             else:
@@ -279,11 +296,14 @@ def launch(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torc
 
 
 def launch_paths(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: torch.Tensor,
-                 depths: torch.Tensor, paths: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
-    """The exact mode's attention (runners/exact.py): q [K, heads, D] of K new tokens whose keys and values are
-    already in the cache at slots start .. start + K - 1; keys, values [kv_heads, span, D]; start [1] and
-    depths [K] long (token i sits at position start + depths[i]); paths [K, K] long: paths[i, d] is the new
-    token at depth d on token i's path (for a chain, d itself); last [1]: start + K - 1. Returns [K, heads * D].
+                 depths: torch.Tensor, paths: torch.Tensor, last: torch.Tensor, new_keys: torch.Tensor,
+                 new_values: torch.Tensor, rows: int | None = None) -> torch.Tensor:
+    """The exact mode's attention (runners/exact.py): q [K, heads, D] of K new tokens, new_keys and new_values
+    [K, kv_heads, D] their keys and values, written into the cache at slots start .. start + K - 1; keys, values
+    [kv_heads, span, D]; start [1] and depths [K] long (token i sits at position start + depths[i]); paths
+    [K, K] long, contiguous: paths[i, d] is the new token at depth d on token i's path (for a chain, d itself);
+    last [1]: start + K - 1. Returns [rows, heads * D] (rows: K unless given): the K tokens' results first,
+    the rows after them left as they were allocated (padding that nothing reads).
 
     Every token is its own program over chunks of BLOCK_N of its own keys in position order (the cache's, then
     its path's), merged by the same combining kernel as launch's: a token's result is bit for bit the same
@@ -291,25 +311,27 @@ def launch_paths(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, star
     at most BLOCK_M (path_supported)."""
     triton, _, combine_kernel, path_kernel = _build_kernel()
     q = q if q.stride(-1) == 1 else q.contiguous()
+    new_keys = new_keys if new_keys.stride(-1) == 1 else new_keys.contiguous()
+    new_values = new_values if new_values.stride(-1) == 1 else new_values.contiguous()
     count, heads, head_dim = q.shape
     kv_heads, span, _ = keys.shape
     group = heads // kv_heads
     splits = triton.cdiv(span, BLOCK_N)
-    rows = group * count
-    best = torch.empty(splits * kv_heads * rows, device=q.device, dtype=torch.float32)
+    partial_rows = group * count
+    best = torch.empty(splits * kv_heads * partial_rows, device=q.device, dtype=torch.float32)
     total = torch.empty_like(best)
     acc = torch.empty(best.shape[0], head_dim, device=q.device, dtype=torch.float32)
-    out = torch.empty(count, heads, head_dim, device=q.device, dtype=q.dtype)
-    paths = paths if paths.is_contiguous() else paths.contiguous()
+    out = torch.empty(rows or count, heads, head_dim, device=q.device, dtype=q.dtype)
     path_kernel[(kv_heads, count, splits)](
-        q, keys, values, best, total, acc, start, depths, paths, count, span, 1.0 / math.sqrt(head_dim),
-        q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1), paths.stride(0),
-        GROUP=group, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=head_dim, IEEE=q.dtype == torch.float32,
-        num_warps=4)
-    combine_kernel[(kv_heads, rows)](out, best, total, acc, last, count, out.stride(0), out.stride(1), rows,
-                                     GROUP=group, SPLITS_BLOCK=SPLITS_BLOCK, HEAD_DIM=head_dim, CHUNK=BLOCK_N,
-                                     num_warps=2)
-    return out.view(count, heads * head_dim)
+        q, keys, values, best, total, acc, start, depths, paths, new_keys, new_values, count, span,
+        1.0 / math.sqrt(head_dim), q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), values.stride(0),
+        values.stride(1), paths.stride(0), new_keys.stride(0), new_keys.stride(1), new_values.stride(0),
+        new_values.stride(1), GROUP=group, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=head_dim,
+        IEEE=q.dtype == torch.float32, num_warps=4)
+    combine_kernel[(kv_heads, partial_rows)](out, best, total, acc, last, count, out.stride(0), out.stride(1),
+                                             partial_rows, GROUP=group, SPLITS_BLOCK=SPLITS_BLOCK,
+                                             HEAD_DIM=head_dim, CHUNK=BLOCK_N, num_warps=2)
+    return out.view(out.shape[0], heads * head_dim)
 
 
 def path_supported(heads: int, kv_heads: int) -> bool:
