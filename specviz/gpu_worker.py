@@ -25,6 +25,10 @@ from dataclasses import dataclass
 from .options import EngineOptions
 from .runners.graphs import CaptureDeadline, capture_deadline, graphs_captured
 
+DURATION = 120  # seconds a ZeroGPU call may hold its GPU (the app's: a whole run with its plain baseline)
+CAPTURE_SECONDS = DURATION / 4  # the most a call spends capturing CUDA graphs before its run goes on without
+# them: the rest of DURATION is the run's (a fresh worker's first call also loads the models)
+
 
 @dataclass(frozen=True)
 class Preparation:

@@ -3,6 +3,7 @@ prepares (specviz/gpu_worker.py): a worker serves calls while it is kept, a new 
 parent prepared is not taken for the worker's, preparing stops at its bound and the run then goes on eagerly."""
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -129,3 +130,28 @@ def test_a_capture_that_fails_lets_the_run_go_on_eagerly(tiny_target):
 
     failed = prepare(tiny_target.model, ("broken",), broken, bound=60)
     assert failed.eager and "RuntimeError" in failed.eager and "out of memory" in failed.eager
+
+
+def test_the_zero_gpu_bench_runs_its_calls_on_a_cpu(tmp_path, capsys):
+    """scripts.zero_gpu_bench with a tiny random model: every call it makes, in the workers it says, and its
+    report. Its speeds on a CPU mean nothing; what it measures on the GPU is in docs/deploy.md."""
+    from scripts.zero_gpu_bench import main
+
+    out = tmp_path / "zero.json"
+    report = main(["--target", "random:llama-tiny", "--per-category", "1", "--limit", "2", "--max-new-tokens", "6",
+                   "--big", "random:llama-tiny", "--big-prompts", "1", "--big-tokens", "4", "--reuse-calls", "1",
+                   "--out", str(out)])
+    calls = report["calls"]
+    assert list(calls) == ["fresh", "reused-1", "fresh-2", "big-fresh", "big-reused", "dedicated", "big-dedicated"]
+    fresh, reused, fresh_2 = calls["fresh"], calls["reused-1"], calls["fresh-2"]
+    assert (fresh["call"], fresh["preparation"]["needed"]) == (1, True)
+    assert (reused["pid"], reused["call"], reused["preparation"]["needed"]) == (fresh["pid"], 2, False)
+    assert fresh_2["pid"] != fresh["pid"] and fresh_2["preparation"]["needed"]  # the control: a new worker
+    assert calls["dedicated"]["pid"] == os.getpid() != fresh["pid"] and not calls["dedicated"]["zero_gpu"]
+    assert fresh["zero_gpu"] and fresh["plain"]["tokens"] == 2 * 6 and calls["big-reused"]["plain"]["tokens"] == 4
+    assert fresh["identical"] == "2/2" and fresh["speedup"] > 0
+    summary = report["summary"]
+    assert summary["reused_same_worker"] and summary["reused_prepared_nothing"]
+    assert summary["steady_plain_tokens_per_second"] == reused["plain"]["tokens_per_second"]
+    assert json.loads(out.read_text())["summary"] == json.loads(json.dumps(summary))
+    assert "reused-1" in capsys.readouterr().out  # the table

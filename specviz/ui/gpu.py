@@ -22,11 +22,8 @@ import threading
 from collections import Counter
 
 from .. import gpu_worker, zero_emulation
+from ..gpu_worker import CAPTURE_SECONDS, DURATION  # the engine's, so that scripts without gradio share them
 from ..zero_emulation import WorkerError
-
-DURATION = 120  # seconds a ZeroGPU call may hold its GPU (a whole run with its plain baseline)
-CAPTURE_SECONDS = DURATION / 4  # the most a call spends capturing CUDA graphs before its run goes on without
-# them: the rest of DURATION is the run's (a fresh worker's first call also loads the models)
 
 
 def _zero_gpu():
