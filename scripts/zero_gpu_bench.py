@@ -87,9 +87,11 @@ def run_figures(config: dict, zero_gpu: bool, call: int) -> dict:
     from specviz.runners.graphs import graphs_captured
     from specviz.settings import DecodeSettings
 
-    environ = {**os.environ, "SPACES_ZERO_GPU": "1"} if zero_gpu else dict(os.environ)
-    environ.pop("SPACES_ZERO_GPU", None) if not zero_gpu else None
+    environ = {key: value for key, value in os.environ.items() if key != "SPACES_ZERO_GPU"}
+    if zero_gpu:
+        environ["SPACES_ZERO_GPU"] = "1"
     options = EngineOptions.from_environment(environ)
+    bound = config["capture_seconds"] if zero_gpu else None  # a GPU of its own prepares as long as it takes
     started = time.perf_counter()
     target = load_model(config["target"], dtype=config["dtype"])  # the loader's registry: once a process
     load_seconds = time.perf_counter() - started
@@ -102,7 +104,7 @@ def run_figures(config: dict, zero_gpu: bool, call: int) -> dict:
     key = ("zero-gpu-bench", method, settings.gamma, settings.tree, length, config["detail"], options)
     preparation = gpu_worker.prepare(target.model, key, lambda: warm_up(
         target, settings.gamma + 1, length, [proposer], tree=settings.tree, device_loop=True,
-        detail=config["detail"], options=options), config["capture_seconds"])
+        detail=config["detail"], options=options), bound)
     run_options = preparation.options_for_run(options)
     if preparation.eager:
         proposer = make_proposer(method, target, options=run_options)
