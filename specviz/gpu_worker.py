@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
+from .errors import SpecvizError
 from .options import EngineOptions
 from .runners.graphs import CaptureDeadline, capture_deadline, graphs_captured
 
@@ -99,8 +100,9 @@ def needs_preparing(model, key: Hashable) -> bool:
 
 def prepare(model, key: Hashable, warm: Callable[[], None], bound: float | None = None) -> Preparation:
     """warm() (api.warm_up for the run) with no capture starting past `bound` seconds (None: no bound); what it
-    did. A capture that fails or a bound reached ends it, and the Preparation says why the run goes on eagerly;
-    only a preparation that ended is remembered, so the next call goes on from the graphs captured so far."""
+    did. A capture that fails or a bound reached ends it, and the Preparation says why the run goes on eagerly
+    (a SpecvizError, the run's own mistake, is raised); only a preparation that ended is remembered, so the next
+    call goes on from the graphs captured so far."""
     state = this_worker()
     needed = not state.has_prepared(model, key)
     before, started = graphs_captured(), time.perf_counter()
@@ -111,8 +113,10 @@ def prepare(model, key: Hashable, warm: Callable[[], None], bound: float | None 
         state.prepared.setdefault(model, set()).add(key)
     except CaptureDeadline:
         eager = f"capturing CUDA graphs did not end within {bound:.0f} s; the next run on this worker goes on with it"
+    except SpecvizError:  # the run's own mistake (its settings), not the GPU's: the run says so as it would
+        raise
     except Exception as error:  # graphs are an optimisation: the run goes on without them
-        eager = f"capturing CUDA graphs failed ({type(error).__name__}: {str(error)[:200]})"
+        eager = f"preparing the GPU failed ({type(error).__name__}: {str(error)[:200]})"
     preparation = Preparation(state.pid, state.calls, needed, time.perf_counter() - started,
                               graphs_captured() - before, eager)
     state.preparations.append(preparation)

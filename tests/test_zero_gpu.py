@@ -10,6 +10,7 @@ import pytest
 
 from specviz import DecodeSettings
 from specviz.api import make_proposer, run_once, warm_up
+from specviz.errors import InvalidSettingError
 from specviz.gpu_worker import begin_call, needs_preparing, prepare, this_worker
 from specviz.options import EngineOptions
 from specviz.zero_emulation import GpuFunction, WorkerError
@@ -130,6 +131,12 @@ def test_a_capture_that_fails_lets_the_run_go_on_eagerly(tiny_target):
 
     failed = prepare(tiny_target.model, ("broken",), broken, bound=60)
     assert failed.eager and "RuntimeError" in failed.eager and "out of memory" in failed.eager
+
+    def mistaken():
+        raise InvalidSettingError("a tree needs a method that drafts trees")
+
+    with pytest.raises(InvalidSettingError):  # the run's own mistake is no GPU failure: it is said as it is
+        prepare(tiny_target.model, ("mistaken",), mistaken, bound=60)
 
 
 def test_the_zero_gpu_bench_runs_its_calls_on_a_cpu(tmp_path, capsys):
