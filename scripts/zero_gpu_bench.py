@@ -18,6 +18,7 @@ the method, timed on their own (no stop at EOS unless --stop-at-eos). Figures po
 tokens over the runs' wall time, the speedup plain's wall time over the method's.
 
     python -m scripts.zero_gpu_bench --out $OUT/zero_gpu.json                            # on the GPU machine
+    SPECVIZ_COMPILE=1 python -m scripts.zero_gpu_bench --out $OUT/zero_gpu_compiled.json  # compile in the worker too
     python -m scripts.zero_gpu_bench --target random:llama-tiny --per-category 1 --limit 2 \\
         --max-new-tokens 8 --big random:llama-tiny --big-prompts 1 --out /tmp/zero.json  # anywhere, to check it
 

@@ -147,3 +147,13 @@ def test_a_preparation_past_its_bound_runs_eagerly_and_says_so(url, default_targ
     assert kinds_in(final[TOKENS]) == [t.kind.value for t in reference.tokens]  # the run went on, exact
     _, normal = finished_run(client, PROMPT)
     assert normal.preparation.eager is None  # the control: within the app's bound, no such note
+
+
+def test_the_status_while_a_worker_prepares():
+    from specviz.ui.readouts import preparing_message
+
+    fresh = preparing_message(True, 3.2, gpu.CAPTURE_SECONDS)
+    again = preparing_message(False, 1.0, gpu.CAPTURE_SECONDS)
+    assert fresh.startswith("Preparing the GPU (first run on this worker)… 3 s") and "at most 30 s" in fresh
+    assert "first run of these settings on this worker" in again and "first run on this worker" not in again
+    assert gpu.CAPTURE_SECONDS < gpu.DURATION  # a call that captures to its bound still has time to run
