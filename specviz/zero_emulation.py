@@ -21,7 +21,6 @@ and so does this (torch.cuda.is_available() initialises the driver too: call not
 the calls you emulate)."""
 from __future__ import annotations
 
-import functools
 import multiprocessing
 import os
 import pickle
