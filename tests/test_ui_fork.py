@@ -157,3 +157,30 @@ def test_the_status_while_a_worker_prepares():
     assert fresh.startswith("Preparing the GPU (first run on this worker)… 3 s") and "at most 30 s" in fresh
     assert "first run of these settings on this worker" in again and "first run on this worker" not in again
     assert gpu.CAPTURE_SECONDS < gpu.DURATION  # a call that captures to its bound still has time to run
+
+
+def models_in_use_here():
+    yield sorted(live.models_in_use())
+
+
+def test_a_worker_does_not_take_the_apps_sessions_for_its_own():
+    """A worker kept for many calls must be free to unload a model the app's sessions used when it was forked."""
+    import threading
+
+    from specviz.zero_emulation import GpuFunction
+
+    key, released = "fork-test-session", threading.Event()
+
+    def records():  # a call still computing: its run in the session is unfinished
+        released.wait(60)
+        yield ("end", live.STOPPED, None)
+
+    live.session(key).run = live.RecordedRun(live.RunRequest(PROMPT, "ngram"), records())
+    call = GpuFunction(models_in_use_here)
+    try:
+        assert "default" in live.models_in_use()  # the control: this process's sessions hold it
+        assert list(call()) == [[]]  # the worker's copy of the sessions holds nothing of its own
+    finally:
+        released.set()
+        call.retire()
+        live.end_session(key)

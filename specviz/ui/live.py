@@ -16,6 +16,7 @@ draws it between steps rather than during one; and the speedup is checked agains
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -744,6 +745,7 @@ class Session:
 MAX_SESSIONS = 256
 _sessions: OrderedDict[str, Session] = OrderedDict()
 _sessions_lock = threading.Lock()
+_sessions_pid = os.getpid()  # the process that serves the sessions: a GPU worker forked from it holds a stale copy
 
 
 def session(key: str) -> Session:
@@ -786,6 +788,11 @@ def end_session(key: str) -> None:
 
 
 def models_in_use() -> set[str]:
+    """The models the sessions' unfinished runs use. None in a GPU worker: its copy of the sessions is the
+    app's at the fork, whose runs it does not hold (a run there holds its models itself, POOL.hold); taken for
+    its own, a worker kept for many calls would never unload them."""
+    if os.getpid() != _sessions_pid:
+        return set()
     with _sessions_lock:
         runs = [s.run for s in _sessions.values() if s.run is not None and not s.run.finished]
     names = set()
