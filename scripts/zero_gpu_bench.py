@@ -157,7 +157,10 @@ def emulated_calls(config: dict, big: dict | None, reuse_calls: int) -> dict:
 
     def call(name: str, settings: dict) -> None:
         print(f"zero_gpu_bench: {name} (emulated ZeroGPU worker)…", file=sys.stderr, flush=True)
-        calls[name], = list(worker(settings, True))
+        try:
+            calls[name], = list(worker(settings, True))
+        except Exception as error:  # the worker's traceback is in the log above; the other calls still run
+            calls[name] = {"error": f"{type(error).__name__}: {error}"}
 
     call("fresh", config)
     for number in range(1, reuse_calls + 1):
@@ -191,6 +194,7 @@ def dedicated_calls(config: dict, big: dict | None) -> dict:
 def summary(calls: dict) -> dict:
     """The figures the goals name: steady-state plain tok/s on a reused worker, the method's speedup there and
     on the dedicated GPU, a fresh worker's capture seconds, the big shape's plain ms a token both ways."""
+    calls = {name: figures for name, figures in calls.items() if "error" not in figures}
     reused = [calls[name] for name in calls if name.startswith("reused-")]
     steady = reused[-1] if reused else None
     out = {
@@ -200,7 +204,8 @@ def summary(calls: dict) -> dict:
         "dedicated_speedup": calls.get("dedicated", {}).get("speedup"),
         "fresh_capture_seconds": [calls[name]["preparation"]["seconds"] for name in ("fresh", "fresh-2") if name in calls],
         "fresh_eager": [calls[name]["preparation"]["eager"] for name in ("fresh", "fresh-2") if name in calls],
-        "reused_same_worker": bool(reused) and all(c["pid"] == calls["fresh"]["pid"] for c in reused),
+        "reused_same_worker": bool(reused) and "fresh" in calls and all(c["pid"] == calls["fresh"]["pid"]
+                                                                        for c in reused),
         "reused_prepared_nothing": bool(reused) and not any(c["preparation"]["needed"] for c in reused),
     }
     for name in ("big-reused", "big-dedicated"):
@@ -216,6 +221,9 @@ def format_table(calls: dict) -> str:
     lines = [f"{'call':<14} {'pid':>7} {'#':>2} {'load s':>7} {'prep s':>7} {'graphs':>6} {'eager':>5} "
              f"{'plain tok/s':>11} {'plain ms/tok':>12} {'method tok/s':>12} {'speedup':>7} {'τ':>5} {'loop':>8}"]
     for name, c in calls.items():
+        if "error" in c:
+            lines.append(f"{name:<14} failed: {c['error']}")
+            continue
         preparation = c["preparation"]
         method = next((c[k] for k in c if isinstance(c[k], dict) and "tokens_per_second" in c[k] and k != "plain"), None)
         lines.append(
