@@ -14,6 +14,7 @@ import torch
 from .batch_draft import ModelDrafting
 from .device_loop import DeviceLoop
 from .engine import SpeculativeRun
+from .runners.graphs import check_capture_deadline
 from .runners.static import make_runner
 from .errors import InvalidSettingError, MissingDrafterError
 from .models import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
@@ -142,7 +143,8 @@ _warmed: set[int] = set()
 
 
 def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024, proposers=(), tree: int = 0,
-            device_loop: bool = False, detail: bool = False, options: EngineOptions | None = None) -> None:
+            device_loop: bool = False, detail: bool = False, options: EngineOptions | None = None,
+            runs: int = 1) -> None:
     """Untimed work before anything is measured: one short run per model (allocator, kernels, lazy
     imports), and on the fast path the CUDA graphs (and compiled kernels) for forwards of up to
     `max_positions` positions in sequences of up to `max_length` tokens, for the target and for the
@@ -152,29 +154,42 @@ def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024,
     (device_loop.py), for records without detail (the bench's) or with it (detail: the app's), and then not the
     host-side graphs of those proposers, which their runs never replay. Graphs already
     captured are kept, so calling it again is cheap. options: the runs' EngineOptions (None: from the
-    environment)."""
+    environment). runs: how many runs will hold a target runner at once (the app's run and its plain baseline:
+    2); each holds a workspace of its own, and each workspace is prepared, so that no run captures while timed.
+    Stops with runners.graphs.CaptureDeadline between captures where its thread's deadline passes."""
     options = options or EngineOptions.from_environment()
+    check_capture_deadline()
     if id(target.model) not in _warmed:
         ids = [1 + i % (target.vocab_size - 1) for i in range(8)]  # any 8 ids of the vocabulary, however small
         for _ in SpeculativeRun(target, PlainProposer(), ids, DecodeSettings(max_new_tokens=4, stop_at_eos=False),
                                 options=options):
             pass
         _warmed.add(id(target.model))
-    runner = make_runner(target.model, options=options)
-    on_device = set()  # proposers whose runs draft on the device loop: their host-side graphs are never replayed
-    for proposer in (PlainProposer(), *proposers) if device_loop else ():  # first: they reserve the most cache
-        loop = DeviceLoop.for_run(runner, proposer, DecodeSettings(max_new_tokens=1, gamma=max(1, max_positions - 1),
-                                                                   tree=tree), detail_top=TOP_N if detail else 0,
-                                  prompt_length=0, options=options)
-        if loop is not None:
-            loop.prepare(max_length)
-            on_device.add(id(proposer))
-    runner.warm_up(max_positions, max_length, tree)  # only the target verifies draft trees
-    for proposer in (p for p in proposers if id(p) not in on_device):
-        for each in proposer.runners():
-            each.warm_up(max_positions, max_length)
-        proposer.warm_up(max_length, max_positions - 1, tree)  # what it captures itself (EAGLE's tree drafting)
-    runner.release()
+    runners = []
+    try:
+        on_device = set()  # proposers whose runs draft on the device loop: their host-side graphs are never replayed
+        for _ in range(max(1, runs)):  # held together: each takes a workspace of its own
+            runner = make_runner(target.model, options=options)
+            runners.append(runner)
+            for proposer in (PlainProposer(), *proposers) if device_loop else ():  # first: they reserve the most cache
+                check_capture_deadline()
+                loop = DeviceLoop.for_run(runner, proposer, DecodeSettings(max_new_tokens=1,
+                                                                           gamma=max(1, max_positions - 1), tree=tree),
+                                          detail_top=TOP_N if detail else 0, prompt_length=0, options=options)
+                if loop is not None:
+                    loop.prepare(max_length)
+                    on_device.add(id(proposer))
+            check_capture_deadline()
+            runner.warm_up(max_positions, max_length, tree)  # only the target verifies draft trees
+        for proposer in (p for p in proposers if id(p) not in on_device):
+            for each in proposer.runners():
+                check_capture_deadline()
+                each.warm_up(max_positions, max_length)
+            check_capture_deadline()
+            proposer.warm_up(max_length, max_positions - 1, tree)  # what it captures itself (EAGLE's tree drafting)
+    finally:
+        for runner in runners:
+            runner.release()
 
 
 def run_once(target: LoadedModel, proposer: Proposer, prompt_ids: list[int], settings: DecodeSettings,

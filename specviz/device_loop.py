@@ -494,9 +494,10 @@ class DeviceLoop:
             tensor.copy_(value)
         state.verify_graphs[span] = graph
         if self.detail_top and state.detail_graph is None:  # after a verify step has kept what they read
-            state.take_graph, state.detail_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-            capture_graph(state.take_graph, lambda: self._take_step(state), self.device, state)
-            capture_graph(state.detail_graph, lambda: self._detail_step(state), self.device, state)
+            take, detail = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            capture_graph(take, lambda: self._take_step(state), self.device, state)
+            capture_graph(detail, lambda: self._detail_step(state), self.device, state)
+            state.take_graph, state.detail_graph = take, detail  # both or neither: a capture may stop between them
 
     def _spans(self, max_length: int) -> list[int]:
         last, spans = graph_span(max_length, self.runner.context_length), []

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
     ("ui and cli", ["specviz.ui", "specviz.cli", "specviz.__main__"]),
     ("api", ["specviz.api", "specviz.bench", "specviz.batch_bench", "specviz.measured", "specviz.exactness",
-             "specviz.cost_curve", "specviz.lessons", "specviz.train"]),
+             "specviz.cost_curve", "specviz.lessons", "specviz.train", "specviz.gpu_worker"]),
     ("engine", ["specviz.engine", "specviz.step", "specviz.step_records", "specviz.device_loop", "specviz.batch"]),
     ("proposers", ["specviz.proposers", "specviz.batch_draft"]),
     ("runners", ["specviz.runners"]),

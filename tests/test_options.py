@@ -34,7 +34,10 @@ def test_the_device_loop_mode_and_zero_gpu():
     assert EngineOptions.from_environment({"SPECVIZ_DEVICE_LOOP": "0"}).device_loop == "0"
     assert EngineOptions.from_environment({"SPECVIZ_DEVICE_LOOP": "yes"}).device_loop == "1"  # as before: only 0 and force differ
     zero = EngineOptions.from_environment({"SPACES_ZERO_GPU": "true"})
-    assert (zero.graphs, zero.compile) == (False, False) and zero.onednn and zero.fast
+    assert (zero.graphs, zero.compile) == (True, False) and zero.onednn and zero.fast  # a worker keeps its graphs
+    assert EngineOptions.from_environment({"SPACES_ZERO_GPU": "true", "SPECVIZ_COMPILE": "1"}).compile
+    assert not EngineOptions.from_environment({"SPACES_ZERO_GPU": "true", "SPECVIZ_GRAPHS": "0"}).graphs
+    assert EngineOptions.from_environment({"SPECVIZ_COMPILE": "1"}).compile  # the control: on by default elsewhere
     with pytest.raises(ValueError, match="device_loop"):
         EngineOptions(device_loop="always")
 

@@ -3,7 +3,9 @@ pooled per model, capturing a graph, the attention spans graphs are made for, an
 per process. Whether graphs and compile are used at all is options.EngineOptions's to say."""
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 import weakref
 
 import torch
@@ -79,12 +81,49 @@ def return_workspace(first_layer_ref, key: tuple, workspace: Workspace) -> None:
         _workspaces.setdefault(first_layer, {}).setdefault(key, []).append(workspace)
 
 
+class CaptureDeadline(BaseException):
+    """A capture that would start past the deadline its thread was given (capture_deadline). A BaseException, so
+    that it passes through the engine's handlers that take any failure while capturing for a failed compile
+    (or an unavailable device loop) and go on without it: the caller that set the deadline decides."""
+
+
+_deadline = threading.local()  # .at: time.monotonic() past which no capture starts in this thread (None: none)
+_captured = 0  # graphs this process has captured
+
+
+@contextlib.contextmanager
+def capture_deadline(seconds: float | None):
+    """No capture starts in this thread more than `seconds` from now (None: no bound), so that preparing a run
+    stops between graphs: one capture, and a compile inside it, cannot be cut short."""
+    previous = getattr(_deadline, "at", None)
+    _deadline.at = None if seconds is None else time.monotonic() + seconds
+    try:
+        yield
+    finally:
+        _deadline.at = previous
+
+
+def check_capture_deadline() -> None:
+    """Raise CaptureDeadline where this thread's deadline has passed."""
+    at = getattr(_deadline, "at", None)
+    if at is not None and time.monotonic() >= at:
+        raise CaptureDeadline("the time for capturing CUDA graphs ran out")
+
+
+def graphs_captured() -> int:
+    """CUDA graphs this process has captured so far (a worker's figure: compared before and after preparing)."""
+    return _captured
+
+
 def capture_graph(graph: torch.cuda.CUDAGraph, run, device: torch.device, owner, generators=()):
     """Run `run` twice on a side stream (lazy initialisation and allocations happen outside the capture; its
     writes must be idempotent), then capture it into `graph`, in the memory pool that the graphs of `owner`
     (a workspace: `.pool`, None until its first capture) share. generators: CUDA generators `run` draws from
     besides the default one (each replay then draws from their state at that time). Returns what the captured
-    call returned: the graph's static outputs."""
+    call returned: the graph's static outputs. Past the thread's deadline (capture_deadline) it raises
+    CaptureDeadline before doing anything."""
+    global _captured
+    check_capture_deadline()
     for generator in generators:
         graph.register_generator_state(generator)
     if owner.pool is None:
@@ -97,6 +136,7 @@ def capture_graph(graph: torch.cuda.CUDAGraph, run, device: torch.device, owner,
     torch.cuda.current_stream(device).wait_stream(stream)
     with torch.cuda.graph(graph, pool=owner.pool):
         outputs = run()
+    _captured += 1
     return outputs
 
 

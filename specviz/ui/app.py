@@ -30,14 +30,14 @@ from .cancel import Cancel
 from .endpoint import api_help, form_handler, page_url, speculate
 from .form import MAX_NEW_TOKENS, Form
 from .frames import EarlyScript
-from .gpu import forks, gpu
+from .gpu import CAPTURE_SECONDS, forks, gpu
 from .learn import RUN_TAB, SAVED_MAX_BYTES, LearnTab, bugs_api, distribution_api
 from . import live
 from .live import (FAILED, LiveRun, RecordedRun, RunRequest, Session, drafter_for, end_session, load_models,
                    model_name, run_records, session_key, session_of)
 from .pacing import Pacer
-from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, status_of, step_story, summary_of,
-                       token_text, token_view, trace_file)
+from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, preparing_message, status_of, step_story,
+                       summary_of, token_text, token_view, trace_file)
 from .tabs import CompareTab, CostTab
 
 log = logging.getLogger(__name__)
@@ -281,7 +281,12 @@ class SpecvizApp:
                 if cancel.is_set():
                     run.stop()
                     break
-                message = loading_message([run_request.target, run_request.draft], time.monotonic() - started, False)
+                if run.preparing_since is not None:  # the worker captures this run's graphs (gpu_worker.py)
+                    message = preparing_message(run.fresh_worker, time.monotonic() - run.preparing_since,
+                                                CAPTURE_SECONDS)
+                else:
+                    message = loading_message([run_request.target, run_request.draft], time.monotonic() - started,
+                                              False)
                 yield {self.status: render.status_html(message, "info")}
             if run.phase == FAILED and not run.speculative.steps:
                 state.run = None

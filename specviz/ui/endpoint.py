@@ -11,6 +11,7 @@ And the `/speculate` endpoint: one prompt through a method and plain decoding, a
 `specviz generate --json --compare-plain`."""
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -26,7 +27,7 @@ from . import live
 from .cancel import Cancel
 from .form import Form, message_of, read_form
 from .gpu import gpu
-from .live import ENGINE_LOCK, RunRequest, drafter_for, load_models, session_of
+from .live import ENGINE_LOCK, RunRequest, RunSetup, capture_bound, drafter_for, load_models, session_of
 
 log = logging.getLogger(__name__)
 
@@ -147,15 +148,13 @@ def speculate_records(request: RunRequest) -> Iterator[tuple]:
     try:
         with live.POOL.using(request.target, request.draft):
             target, draft = load_models(request)
-            proposer = api.make_proposer(request.method, target, draft)
-            prompt_ids = api.encode(target, request.prompt)
-            settings = request.settings
+            setup = RunSetup.make(dataclasses.replace(request, compare_plain=False), target, draft)  # one at a time
+            setup.prepare(capture_bound())  # within a ZeroGPU call's bound, else it goes on without graphs
+            prompt_ids, settings = setup.prompt_ids, request.settings
             with ENGINE_LOCK:
-                api.warm_up(target, settings.gamma + 1, min(len(prompt_ids) + settings.max_new_tokens + settings.tree + 1,
-                                                            target.context_length), [proposer], tree=settings.tree)
                 results = []
-                for each in (PlainProposer(), proposer):
-                    run = SpeculativeRun(target, each, prompt_ids, settings, request.prompt)
+                for each in (PlainProposer(), setup.proposer):
+                    run = SpeculativeRun(target, each, prompt_ids, settings, request.prompt, options=setup.options)
                     for _ in run:
                         yield ("step",)
                     results.append(run.result)

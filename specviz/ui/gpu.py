@@ -1,25 +1,29 @@
-"""GPU calls. On a ZeroGPU Space, `spaces.GPU` runs the function it wraps in a forked process that holds a GPU for
-the call: what that process loads, starts or sets is gone when the call ends, and the parent's sessions, threads
-and locks are copies there. So the app wraps only its computations with gpu(): module-level generator functions
-of picklable arguments that yield picklable records (steps, rows, lessons) and raise nothing (a failure is a
-record too: spaces turns an exception into its class name). Everything after a call (step mode, replay, inspect,
-stop) is served in the parent from the records it received; a Stop closes the generator, which spaces passes on
-to the forked process at its next record (spaces/zero/wrappers.py, generator_function_wrapper).
+"""GPU calls. On a ZeroGPU Space, `spaces.GPU` runs the function it wraps in a worker process forked from the
+app's, which holds a GPU for the call; the worker is kept and serves the next call while its GPU stays idle,
+else a new one is forked (spaces 0.51, spaces/zero/wrappers.py). So what a call loads and captures may serve the
+next calls, or be gone; and the parent's sessions, threads and locks are copies there. The app wraps only its
+computations with gpu(): module-level generator functions of picklable arguments that yield picklable records
+(steps, rows, lessons) and raise nothing (a failure is a record too: spaces turns an exception into its class
+name). Everything after a call (step mode, replay, inspect, stop) is served in the parent from the records it
+received; a Stop closes the generator, which spaces passes on to the worker at its next record.
 
-Elsewhere gpu() leaves a function as it is. SPECVIZ_FORK_GPU=1 runs each call in a forked process the way spaces
-does (arguments and records pickled, a stop event, exceptions reduced to their class name), so that the ZeroGPU
-path is tried on any machine (tests/test_ui_fork.py)."""
+Every computation goes through one wrapped function (in_worker), so that all of them share a worker per GPU,
+and with it the models it loaded and the CUDA graphs it captured (gpu_worker.py: a run prepares what no earlier
+call on its worker prepared, within CAPTURE_SECONDS).
+
+Elsewhere gpu() leaves a function as it is. SPECVIZ_FORK_GPU=1 runs each call the way spaces does
+(specviz/zero_emulation.py: a forked worker, reused while idle; arguments and records pickled, a stop event,
+exceptions reduced to their class name), so that the ZeroGPU path is tried on any machine (tests/test_ui_fork.py)."""
 from __future__ import annotations
 
 import functools
-import multiprocessing
 import os
-import pickle
 import threading
-import traceback
 from collections import Counter
 
-DURATION = 120  # seconds a ZeroGPU call may hold its GPU (a whole run with its plain baseline)
+from .. import gpu_worker, zero_emulation
+from ..gpu_worker import CAPTURE_SECONDS, DURATION  # the engine's, so that scripts without gradio share them
+from ..zero_emulation import WorkerError
 
 
 def _zero_gpu():
@@ -53,9 +57,15 @@ def _count(key: str, running: int) -> None:
         _calls["running"] += running
 
 
+def in_worker(fn, *args, **kwargs):
+    """Every GPU call, where it runs (a ZeroGPU worker): counted there (gpu_worker.begin_call), then fn."""
+    gpu_worker.begin_call()
+    yield from fn(*args, **kwargs)
+
+
 def gpu(fn):
-    """fn as a GPU call: forked on ZeroGPU (and with SPECVIZ_FORK_GPU=1), as it is elsewhere. Decided at each call,
-    so that a test can switch it."""
+    """fn as a GPU call: in a worker on ZeroGPU (and with SPECVIZ_FORK_GPU=1), as it is elsewhere. Decided at
+    each call, so that a test can switch it."""
     @functools.wraps(fn)
     def call(*args, **kwargs):
         _count("started", 1)
@@ -63,11 +73,11 @@ def gpu(fn):
         try:
             spaces = _zero_gpu()
             if spaces is not None:  # pragma: no cover
-                yield from spaces.GPU(duration=DURATION)(fn)(*args, **kwargs)
+                yield from spaces.GPU(duration=DURATION)(in_worker)(fn, *args, **kwargs)
             elif os.environ.get("SPECVIZ_FORK_GPU") == "1":
-                yield from forked(fn)(*args, **kwargs)
+                yield from zero_emulation.gpu_function(in_worker)(fn, *args, **kwargs)
             else:
-                yield from fn(*args, **kwargs)
+                yield from in_worker(fn, *args, **kwargs)
             ended = "finished"
         except Exception:
             ended = "failed"
@@ -78,65 +88,16 @@ def gpu(fn):
     return call
 
 
-class WorkerError(RuntimeError):
-    """An exception inside a forked call, known in the parent by its class name only (as spaces reports it)."""
+def retire_workers() -> None:
+    """With SPECVIZ_FORK_GPU=1: the idle worker ends, as when ZeroGPU lends its GPU elsewhere; the next call
+    forks a fresh one (which prepares again)."""
+    zero_emulation.gpu_function(in_worker).retire()
 
 
-_END = "end"
+def worker_pid() -> int | None:
+    """With SPECVIZ_FORK_GPU=1: the process id of the worker of the latest call (None before any)."""
+    return zero_emulation.gpu_function(in_worker).last_pid
 
 
-def _child(fn, args_reader, results, stop) -> None:
-    """In the forked process: run the generator, send each record pickled, stop when the parent asks."""
-    try:
-        args, kwargs = pickle.loads(args_reader.recv_bytes())
-        records = fn(*args, **kwargs)
-        for record in records:
-            if stop.is_set():
-                records.close()
-                break
-            results.send_bytes(pickle.dumps(("ok", record)))
-        results.send_bytes(pickle.dumps((_END, None)))
-    except BaseException as error:  # reported as spaces does: the class name, the traceback in the log
-        traceback.print_exc()
-        try:
-            results.send_bytes(pickle.dumps(("error", type(error).__name__)))
-        except Exception:
-            pass
-    finally:
-        os._exit(0)  # no atexit work of the parent (gradio's, torch's) in the child
-
-
-def forked(fn):
-    """fn run as spaces.GPU runs it on ZeroGPU: in a process forked for the call, its arguments and records
-    pickled, a stop event set when the caller closes the generator."""
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        context = multiprocessing.get_context("fork")
-        args_reader, args_writer = context.Pipe(duplex=False)
-        results_reader, results_writer = context.Pipe(duplex=False)
-        stop = context.Event()
-        payload = pickle.dumps((args, kwargs))  # fails here, in the parent, for what spaces could not send either
-        process = context.Process(target=_child, args=(fn, args_reader, results_writer, stop), daemon=True)
-        process.start()
-        results_writer.close()
-        args_writer.send_bytes(payload)
-        try:
-            while True:
-                try:
-                    kind, value = pickle.loads(results_reader.recv_bytes())
-                except EOFError:
-                    raise WorkerError("GPU task aborted") from None
-                if kind == _END:
-                    return
-                if kind == "error":
-                    raise WorkerError(value)
-                yield value
-        finally:  # a caller that stops early: the child ends at its next record, as spaces' stop event makes it
-            stop.set()
-            results_reader.close()  # a child blocked on a full pipe gets a broken pipe and ends too
-            process.join(30)
-            if process.is_alive():
-                process.kill()
-                process.join(5)
-
-    return call
+__all__ = ["CAPTURE_SECONDS", "DURATION", "WorkerError", "calls", "forks", "gpu", "in_worker", "retire_workers",
+           "worker_pid"]

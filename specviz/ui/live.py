@@ -16,6 +16,7 @@ draws it between steps rather than during one; and the speedup is checked agains
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -29,17 +30,22 @@ import torch
 from ..api import encode, make_proposer, warm_up
 from ..engine import SpeculativeRun
 from ..errors import SpecvizError
+from ..gpu_worker import Preparation, needs_preparing, this_worker
+from ..gpu_worker import prepare as prepare_in_worker
 from ..model_pool import ModelPool
 from ..models import DEFAULT_MODEL, LoadedModel, load_model, pick_device, pick_dtype
+from ..options import EngineOptions
 from ..plausibility import speedup_doubt, step_durations
 from ..proposers import PlainProposer
 from ..proposers.checkpoints import load_draft_model
 from ..proposers.distilled import DISTILLED
 from ..public import Profile, profile_from_env
 from ..records import RunResult, StepRecord
+from ..runners.graphs import graph_span
 from ..settings import DecodeSettings
 from .cancel import Cancel
 from .form import MAX_NEW_TOKENS, message_of, read_form
+from .gpu import CAPTURE_SECONDS, forks
 
 log = logging.getLogger(__name__)
 
@@ -192,10 +198,51 @@ class RunRequest:
     compare_plain: bool = True
 
 
+@dataclass
+class RunSetup:
+    """What a run is made of before it starts (its proposer, prompt ids and engine options), and how it was
+    prepared: made, then prepared (on ZeroGPU the page says so while that captures graphs), then run."""
+
+    request: RunRequest
+    target: LoadedModel
+    draft: LoadedModel | None
+    options: EngineOptions
+    proposer: object
+    prompt_ids: list[int]
+    preparation: Preparation | None = None
+
+    @classmethod
+    def make(cls, request: RunRequest, target: LoadedModel, draft: LoadedModel | None) -> "RunSetup":
+        options = EngineOptions.from_environment()
+        proposer = make_proposer(request.method, target, draft, options=options)
+        return cls(request, target, draft, options, proposer, encode(target, request.prompt))
+
+    @property
+    def runs(self) -> int:
+        """Runs that hold a target runner at once: the run, and its plain baseline beside it."""
+        return 2 if self.request.compare_plain else 1
+
+    def needs_preparing(self) -> bool:
+        """Whether preparing captures graphs: the first run of its shapes in this process (a GPU worker's)."""
+        return needs_preparing(self.target.model, shape_key(self.target, self.proposer, self.prompt_ids,
+                                                            self.request.settings, self.runs, self.options))
+
+    def prepare(self, bound: float | None = None) -> Preparation:
+        """The run's warm-up (prepare), no capture starting past `bound` seconds; where it stopped, the run
+        goes on without graphs, with a proposer made for that."""
+        self.preparation = prepare(self.target, self.proposer, self.prompt_ids, self.request.settings, bound,
+                                   self.runs, self.options)
+        if self.preparation.eager:
+            self.options = self.preparation.options_for_run(self.options)
+            self.proposer = make_proposer(self.request.method, self.target, self.draft, options=self.options)
+        return self.preparation
+
+
 class LiveRun:
     """The speculative run and its plain baseline, advanced by a worker thread or one step at a time."""
 
-    def __init__(self, request: RunRequest, target: LoadedModel, draft: LoadedModel | None):
+    def __init__(self, request: RunRequest, target: LoadedModel, draft: LoadedModel | None,
+                 setup: RunSetup | None = None):
         self.id = uuid.uuid4().hex[:12]
         self.request = request
         self.target: LoadedModel | None = target  # dropped when the run ends, so that a model switch frees memory
@@ -206,15 +253,18 @@ class LiveRun:
         self._pool = POOL
         self._held = POOL.hold(request.target, request.draft)  # its models stay loaded until it ends
         try:
-            proposer = make_proposer(request.method, target, draft)
-            prompt_ids = encode(target, request.prompt)
-            prepare(target, proposer, prompt_ids, request.settings)
-            self.speculative = SteppedRun(SpeculativeRun(target, proposer, prompt_ids, request.settings, request.prompt))
+            if setup is None:  # made and prepared here, as long as that takes (a GPU of its own)
+                setup = RunSetup.make(request, target, draft)
+                setup.prepare()
+            prompt_ids, options = setup.prompt_ids, setup.options
+            self.speculative = SteppedRun(SpeculativeRun(target, setup.proposer, prompt_ids, request.settings,
+                                                         request.prompt, options=options))
             self.plain = (SteppedRun(SpeculativeRun(target, PlainProposer(), prompt_ids, request.settings,
-                                                    request.prompt)) if request.compare_plain else None)
+                                                    request.prompt, options=options)) if request.compare_plain else None)
         except BaseException:
             self._pool.release(self._held)
             raise
+        self.preparation: Preparation | None = setup.preparation
         self.prompt_tokens = len(prompt_ids)
         self.phase = READY
         self.error: str | None = None
@@ -392,15 +442,28 @@ class RunHeader:
     prompt_tokens: int
     speculative_settings: DecodeSettings
     plain_settings: DecodeSettings | None
+    preparation: Preparation | None = None
+
+
+def capture_bound() -> float | None:
+    """The seconds a run may spend capturing graphs: bounded inside a ZeroGPU call (its GPU is lent for
+    gpu.DURATION), not on a GPU of the app's own."""
+    return CAPTURE_SECONDS if forks() else None
 
 
 def run_records(request: RunRequest) -> Iterator[tuple]:
-    """A whole run, computed where this generator runs (on ZeroGPU: the forked process of one GPU call), as
-    picklable records: ("started", RunHeader), then ("step", which, StepRecord, idle before it) and ("result",
-    which, RunResult, idle seconds) for which in "speculative", "plain", and last ("end", phase, error); or
-    ("failed", message). Closing it stops the run at its next step."""
+    """A whole run, computed where this generator runs (on ZeroGPU: a GPU worker, in one GPU call), as
+    picklable records: ("preparing", fresh worker) where the run captures graphs first (the first run of its
+    shapes on this worker), ("started", RunHeader), then ("step", which, StepRecord, idle before it) and
+    ("result", which, RunResult, idle seconds) for which in "speculative", "plain", and last ("end", phase,
+    error); or ("failed", message). Closing it stops the run at its next step."""
     try:
-        run = LiveRun(request, *load_models(request))
+        target, draft = load_models(request)
+        setup = RunSetup.make(request, target, draft)
+        if setup.needs_preparing():
+            yield ("preparing", this_worker().calls <= 1)
+        setup.prepare(capture_bound())
+        run = LiveRun(request, target, draft, setup)
     except Exception as error:
         if not isinstance(error, SpecvizError):
             log.exception("could not start a run")
@@ -408,7 +471,8 @@ def run_records(request: RunRequest) -> Iterator[tuple]:
         return
     try:
         yield ("started", RunHeader(run.tokenizer, run.target_label, run.device_label, run.prompt_tokens,
-                                    run.speculative.settings, run.plain.settings if run.plain else None))
+                                    run.speculative.settings, run.plain.settings if run.plain else None,
+                                    run.preparation))
         run.start()
         sent = {"speculative": 0, "plain": 0}
         reported = set()
@@ -452,6 +516,9 @@ class RecordedRun:
         self.version = 0
         self.trace_path: str | None = None
         self.started = threading.Event()  # set once the models are loaded and the run began (or it failed)
+        self.preparing_since: float | None = None  # time.monotonic() when the worker began capturing graphs
+        self.fresh_worker: bool | None = None  # whether that worker serves its first call
+        self.preparation: Preparation | None = None  # what preparing did, once the run began
         self._records = records
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._receive, name=f"specviz-recorded-{self.id}", daemon=True)
@@ -479,13 +546,16 @@ class RecordedRun:
 
     def _file(self, record: tuple) -> None:
         kind = record[0]
-        if kind == "started":
+        if kind == "preparing":
+            self.preparing_since, self.fresh_worker = time.monotonic(), record[1]
+        elif kind == "started":
             header: RunHeader = record[1]
             self.tokenizer, self.target_label, self.device_label = header.tokenizer, header.target_label, header.device_label
             self.prompt_tokens = header.prompt_tokens
             self.speculative.settings = header.speculative_settings
             if self.plain is not None and header.plain_settings is not None:
                 self.plain.settings = header.plain_settings
+            self.preparation = header.preparation
             self.phase = RUNNING
             self.started.set()
         elif kind == "step":
@@ -621,13 +691,32 @@ def load_models(request: RunRequest) -> tuple[LoadedModel, LoadedModel | None]:
     return target, draft
 
 
-def prepare(target: LoadedModel, proposer, prompt_ids: list[int], settings: DecodeSettings) -> None:
+def shape_key(target: LoadedModel, proposer, prompt_ids: list[int], settings: DecodeSettings, runs: int,
+              options: EngineOptions) -> tuple:
+    """What the graphs a run replays depend on besides the target: its proposer (and the models it drafts
+    with), draft length, tree, attention span, greedy or sampled, how many runs at once, the engine's options."""
+    drafters = tuple(id(getattr(runner, "model", None)) for runner in proposer.runners())
+    return (proposer.name, drafters, settings.gamma, settings.tree, graph_span(prepared_length(target, prompt_ids,
+            settings), target.context_length), settings.greedy, runs, options)
+
+
+def prepared_length(target: LoadedModel, prompt_ids: list[int], settings: DecodeSettings) -> int:
+    return min(len(prompt_ids) + settings.max_new_tokens + settings.tree + 1, target.context_length)
+
+
+def prepare(target: LoadedModel, proposer, prompt_ids: list[int], settings: DecodeSettings,
+            bound: float | None = None, runs: int = 1, options: EngineOptions | None = None) -> Preparation:
     """A run's one warm-up, untimed: a first short run of the model, and on a GPU the graphs this run will
-    replay (its draft length, tree and proposer), captured before anything is timed."""
+    replay (its draft length, tree and proposer; for `runs` runs at once), captured before anything is timed,
+    no capture starting past `bound` seconds (None: no bound). What it did: gpu_worker.Preparation (where it
+    stopped, the run goes on with Preparation.options_for_run)."""
+    options = options or EngineOptions.from_environment()
+    length = prepared_length(target, prompt_ids, settings)
+    key = shape_key(target, proposer, prompt_ids, settings, runs, options)
     with ENGINE_LOCK:
-        warm_up(target, settings.gamma + 1,
-                min(len(prompt_ids) + settings.max_new_tokens + settings.tree + 1, target.context_length),
-                [proposer], tree=settings.tree, device_loop=settings.greedy, detail=True)
+        return prepare_in_worker(target.model, key, lambda: warm_up(
+            target, settings.gamma + 1, length, [proposer], tree=settings.tree, device_loop=settings.greedy,
+            detail=True, options=options, runs=runs), bound)
 
 
 # -- sessions ----------------------------------------------------------------------------------------------
@@ -656,6 +745,7 @@ class Session:
 MAX_SESSIONS = 256
 _sessions: OrderedDict[str, Session] = OrderedDict()
 _sessions_lock = threading.Lock()
+_sessions_pid = os.getpid()  # the process that serves the sessions: a GPU worker forked from it holds a stale copy
 
 
 def session(key: str) -> Session:
@@ -698,6 +788,11 @@ def end_session(key: str) -> None:
 
 
 def models_in_use() -> set[str]:
+    """The models the sessions' unfinished runs use. None in a GPU worker: its copy of the sessions is the
+    app's at the fork, whose runs it does not hold (a run there holds its models itself, POOL.hold); taken for
+    its own, a worker kept for many calls would never unload them."""
+    if os.getpid() != _sessions_pid:
+        return set()
     with _sessions_lock:
         runs = [s.run for s in _sessions.values() if s.run is not None and not s.run.finished]
     names = set()

@@ -135,12 +135,15 @@ def status_of(run: LiveRun, session_cursor: int | None = None) -> str:
         return render.status_html(f"Speculative run done; now plain decoding of the same prompt for the baseline "
                                   f"({done} tokens so far).", "info")
     if run.phase == RUNNING:
-        return render.status_html(f"Running: step {n}…", "info")
+        eager = preparation_note(run, eager_only=True)
+        return render.status_html(f"Running: step {n}…" + (f" It {eager}." if eager else ""), "info")
     result = headline(run)
     result = f" · {result}" if result else ""
+    note = preparation_note(run)
+    note = f"\n{note[0].upper()}{note[1:]}." if note else ""
     if session_cursor is not None:
-        return render.status_html(f"Showing step {session_cursor} of {n - 1}{result}", "ok")
-    return render.status_html(f"Done: {n} steps{result}", "ok")
+        return render.status_html(f"Showing step {session_cursor} of {n - 1}{result}{note}", "ok")
+    return render.status_html(f"Done: {n} steps{result}{note}", "ok")
 
 
 TRACE_FOLDER = Path(tempfile.gettempdir()) / "specviz-traces"
@@ -203,6 +206,23 @@ def loading_message(names: list[str | None], seconds: float, preparing: bool) ->
     hub = [n for n in names if may_download(n)]
     note = f" ({' and '.join(hub)}: a first load downloads it from the Hub)" if hub else ""
     return f"Loading {' and '.join(names)}… {seconds:.0f} s{note}"
+
+
+def preparing_message(fresh_worker: bool, seconds: float, bound: float) -> str:
+    """The status line while a ZeroGPU worker captures the CUDA graphs of a run's shapes (gpu_worker.py)."""
+    which = "first run on this worker" if fresh_worker else "first run of these settings on this worker"
+    return (f"Preparing the GPU ({which})… {seconds:.0f} s: capturing CUDA graphs, at most {bound:.0f} s; "
+            "not counted in the run's timings")
+
+
+def preparation_note(run, eager_only: bool = False) -> str:
+    """What the status line adds about how the run was prepared: that it runs without CUDA graphs and why, or
+    (eager_only False) what preparing took on a GPU worker; "" for nothing to say (a run without a Preparation,
+    one on a CPU)."""
+    preparation = getattr(run, "preparation", None)
+    if preparation is None or (eager_only and not preparation.eager):
+        return ""
+    return preparation.sentence()
 
 
 def quoted(text: str) -> str:

@@ -2,12 +2,13 @@
 a GPU call of picklable arguments that yields records (compare_records, cost_records); the handler draws them."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 
 import gradio as gr
 
-from ..api import check_drafter, encode, first_difference, make_proposer
+from ..api import check_drafter, encode, first_difference
 from ..cost_curve import latest_points, measure_cost_curve
 from ..lessons.forward_cost import curve_sentence
 from ..engine import SpeculativeRun
@@ -15,12 +16,13 @@ from ..errors import MissingDrafterError, SpecvizError
 from ..measured import load_measured
 from ..oracle import oracle_figures
 from ..plausibility import BUSY
-from ..proposers import METHODS, PlainProposer
+from ..proposers import METHODS
 from . import charts, live, render, view
 from .endpoint import form_handler, pull, stopped_message
 from .form import message_of
 from .gpu import gpu
-from .live import ENGINE_LOCK, RunRequest, SteppedRun, drafter_for, load_models, load_target, prepare, session_of
+from .live import (ENGINE_LOCK, RunRequest, RunSetup, SteppedRun, capture_bound, drafter_for, load_models, load_target,
+                   session_of)
 from .readouts import plot
 
 COMPARE_FIELDS = ("prompt", "methods", "target", "draft", "gamma", "temperature", "top_p", "max_new_tokens", "seed",
@@ -50,7 +52,7 @@ def compare_records(request: RunRequest, methods: tuple[str, ...]) -> Iterator[t
     try:
         with live.POOL.using(request.target, request.draft):
             target, draft = load_models(request)
-            prompt_ids = encode(target, request.prompt)
+            encode(target, request.prompt)  # a prompt it cannot take fails the comparison, before any method
             settings = request.settings
             plain_result, plain_wall = None, None
             for method in ("plain", *methods):
@@ -59,10 +61,12 @@ def compare_records(request: RunRequest, methods: tuple[str, ...]) -> Iterator[t
                 except MissingDrafterError:
                     yield ("skipped", SKIPPED_DRAFT)
                     continue
-                try:
-                    proposer = PlainProposer() if method == "plain" else make_proposer(method, target, draft)
-                    prepare(target, proposer, prompt_ids, settings)
-                    stepped = SteppedRun(SpeculativeRun(target, proposer, prompt_ids, settings, request.prompt))
+                try:  # prepared within the bound of a ZeroGPU call, else goes on without graphs (live.RunSetup)
+                    setup = RunSetup.make(dataclasses.replace(request, method=method, compare_plain=False), target,
+                                          draft)
+                    setup.prepare(capture_bound())
+                    stepped = SteppedRun(SpeculativeRun(target, setup.proposer, setup.prompt_ids, settings,
+                                                        request.prompt, options=setup.options))
                 except SpecvizError as error:
                     yield ("skipped", f"Skipped {method}: {error}")
                     continue
