@@ -3,14 +3,15 @@ one on), and this module is the only place that reads those variables (docs/fast
 
     SPECVIZ_FAST=0              transformers' forward (runner.CausalRunner) instead of the fast path (StaticRunner)
     SPECVIZ_GRAPHS=0            no CUDA graphs (eager kernels on a GPU)
-    SPECVIZ_COMPILE=0           no torch.compile on a GPU (=1: compile on ZeroGPU too, where it is off by default)
+    SPECVIZ_COMPILE=0           no torch.compile on a GPU
     SPECVIZ_ONEDNN=0            no oneDNN prepacked matrices on a CPU in float32
     SPECVIZ_TRITON_ATTENTION=0  no Triton attention kernel in captured graphs (PyTorch's attention instead)
     SPECVIZ_DEVICE_LOOP=0       never the device loop; force: also without graphs (eagerly, as the CPU tests run it)
     SPECVIZ_DETAIL_STREAM=0     the app's step detail on the verify pass's own stream, not a second one
     SPECVIZ_EXACT=0             no exact mode: the target's verify pass may round differently from plain decoding
-    SPACES_ZERO_GPU (set)       ZeroGPU lends the GPU call by call: compile off unless SPECVIZ_COMPILE=1 (graphs
-                                stay on: a GPU worker captures them on its first call and keeps them, gpu_worker.py)
+
+ZeroGPU changes none of them: a GPU worker captures graphs (compiled) on its first call and keeps them while it
+lives (gpu_worker.py; docs/deploy.md has what that costs a fresh worker and gains every call after).
 
 Whatever makes a run, a runner or a drafter (SpeculativeRun, make_runner, StaticRunner, BatchedRunner,
 make_proposer, api.warm_up) takes `options`; given none, it reads them here once, and passes them down to what
@@ -22,7 +23,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 DEVICE_LOOP_MODES = ("1", "0", "force")
-ZERO_GPU_COMPILE = "0"  # SPECVIZ_COMPILE's default on ZeroGPU: a fresh worker compiles again, inside its call
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,9 @@ class EngineOptions:
         def on(name: str) -> bool:
             return env.get(name, "1") != "0"
 
-        # ZeroGPU lends a GPU call by call, to a worker process that lives for several calls while its GPU
-        # stays idle: graphs captured on its first call serve the next ones; compile's seconds would be paid
-        # again by every fresh worker, inside its call, so it is off there unless asked for
-        zero_gpu = bool(env.get("SPACES_ZERO_GPU"))
         mode = env.get("SPECVIZ_DEVICE_LOOP", "1")
-        compile_ = env.get("SPECVIZ_COMPILE", ZERO_GPU_COMPILE if zero_gpu else "1") != "0"
-        return cls(fast=on("SPECVIZ_FAST"), graphs=on("SPECVIZ_GRAPHS"), compile=compile_, onednn=on("SPECVIZ_ONEDNN"),
+        return cls(fast=on("SPECVIZ_FAST"), graphs=on("SPECVIZ_GRAPHS"), compile=on("SPECVIZ_COMPILE"),
+                   onednn=on("SPECVIZ_ONEDNN"),
                    triton_attention=on("SPECVIZ_TRITON_ATTENTION"),
                    device_loop=mode if mode in DEVICE_LOOP_MODES else "1", detail_stream=on("SPECVIZ_DETAIL_STREAM"),
                    exact=on("SPECVIZ_EXACT"))

@@ -13,8 +13,8 @@ from specviz.api import make_proposer, run_once
 ROOT = Path(__file__).resolve().parents[1]
 SWITCHES = {"SPECVIZ_FAST": "fast", "SPECVIZ_GRAPHS": "graphs", "SPECVIZ_COMPILE": "compile",
             "SPECVIZ_ONEDNN": "onednn", "SPECVIZ_TRITON_ATTENTION": "triton_attention",
-            "SPECVIZ_DETAIL_STREAM": "detail_stream"}
-VARIABLES = [*SWITCHES, "SPECVIZ_DEVICE_LOOP", "SPACES_ZERO_GPU"]
+            "SPECVIZ_DETAIL_STREAM": "detail_stream", "SPECVIZ_EXACT": "exact"}
+VARIABLES = [*SWITCHES, "SPECVIZ_DEVICE_LOOP"]
 
 
 @pytest.mark.quick
@@ -34,10 +34,9 @@ def test_the_device_loop_mode_and_zero_gpu():
     assert EngineOptions.from_environment({"SPECVIZ_DEVICE_LOOP": "0"}).device_loop == "0"
     assert EngineOptions.from_environment({"SPECVIZ_DEVICE_LOOP": "yes"}).device_loop == "1"  # as before: only 0 and force differ
     zero = EngineOptions.from_environment({"SPACES_ZERO_GPU": "true"})
-    assert (zero.graphs, zero.compile) == (True, False) and zero.onednn and zero.fast  # a worker keeps its graphs
-    assert EngineOptions.from_environment({"SPACES_ZERO_GPU": "true", "SPECVIZ_COMPILE": "1"}).compile
+    assert zero == EngineOptions()  # a GPU worker captures (compiled) graphs and keeps them: nothing turned off
+    assert not EngineOptions.from_environment({"SPACES_ZERO_GPU": "true", "SPECVIZ_COMPILE": "0"}).compile
     assert not EngineOptions.from_environment({"SPACES_ZERO_GPU": "true", "SPECVIZ_GRAPHS": "0"}).graphs
-    assert EngineOptions.from_environment({"SPECVIZ_COMPILE": "1"}).compile  # the control: on by default elsewhere
     with pytest.raises(ValueError, match="device_loop"):
         EngineOptions(device_loop="always")
 
