@@ -7,7 +7,7 @@ offers only, a memory budget, a share of the queue per session and per client (s
 Several GPUs: `python app.py --device-map auto [--max-memory 0=60GiB,1=75GiB] [--draft-device cuda:0]`
 shards every target over this machine's GPUs (also SPECVIZ_DEVICE_MAP, SPECVIZ_MAX_MEMORY, SPECVIZ_DRAFT_DEVICE).
 
-`python app.py --mcp` (or SPECVIZ_MCP=1) also serves /speculate and /distribution as MCP tools (docs/app.md#mcp)."""
+`python app.py --mcp` (or SPECVIZ_MCP=1) also serves /speculate and /distribution as MCP tools (docs/app.md, "MCP")."""
 import argparse
 import os
 

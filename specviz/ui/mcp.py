@@ -1,5 +1,5 @@
 """The app as an MCP server: an assistant (Claude Desktop, Cursor, an agent) calls /speculate and /distribution as
-tools, over gradio's streamable HTTP transport at /gradio_api/mcp/ (docs/app.md#mcp).
+tools, over gradio's streamable HTTP transport at /gradio_api/mcp/ (docs/app.md, "MCP").
 
 Off unless asked for (`python app.py --mcp` or SPECVIZ_MCP=1). On a public server only SPECVIZ_MCP=1, the owner's
 setting, turns it on: a tool call runs the engine like a page's run and takes the same share of the queue, and
