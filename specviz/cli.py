@@ -11,7 +11,7 @@ import sys
 import time
 
 from .errors import SpecvizError
-from .methods import METHODS, parse_method
+from .methods import METHODS, parse_batch_sizes, parse_method
 from .records import TokenKind
 from .settings import MAX_TREE, DecodeSettings
 
@@ -234,6 +234,7 @@ def cmd_bench(args) -> int:
     for spec in methods:  # refused before torch is imported
         parse_method(spec, settings)
     if args.batch_sizes:
+        parse_batch_sizes(args.batch_sizes)
         return bench_batches(args, methods)
     from .bench import run_bench
 
@@ -256,7 +257,7 @@ def bench_batches(args, methods: list[str]) -> int:
                            "--transformers, --heads and --device-map")
     from tqdm import tqdm
 
-    from .batch_bench import parse_batch_sizes, run_batch_bench
+    from .batch_bench import run_batch_bench
 
     sizes = parse_batch_sizes(args.batch_sizes)
     with tqdm(desc="batches", unit="run", file=sys.stderr) as bar:

@@ -1,5 +1,6 @@
-"""The drafting methods' names, apart from their code: the command line checks a --method before anything heavy
-(torch, transformers) is imported, so a wrong argument is refused at once."""
+"""The drafting methods' names and the bench's argument syntax (METHOD:GAMMA[:TREE][@STOP], batch sizes), apart
+from their code: the command line checks them before anything heavy (torch, transformers) is imported, so a
+wrong argument is refused at once."""
 from __future__ import annotations
 
 import dataclasses
@@ -25,3 +26,11 @@ def parse_method(spec: str, settings: DecodeSettings) -> tuple[str, DecodeSettin
     if stop:
         settings = dataclasses.replace(settings, draft_stop=float(stop))
     return method, settings.validate()
+
+
+def parse_batch_sizes(text: str) -> list[int]:
+    """'1,2,4,8' -> [1, 2, 4, 8]: `bench --batch-sizes` and the Batch tab's sizes, sorted, each once."""
+    sizes = [part.strip() for part in text.split(",") if part.strip()]
+    if not sizes or not all(size.isdigit() and int(size) >= 1 for size in sizes):
+        raise InvalidSettingError(f"--batch-sizes takes whole numbers >= 1, comma-separated (1,2,4,8), got {text!r}")
+    return sorted({int(size) for size in sizes})

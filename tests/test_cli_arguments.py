@@ -57,6 +57,7 @@ def test_the_sampling_flags_say_what_they_do():
     (["generate", "--prompt", "hi", "--gamma", "0"], "gamma must be between 1 and 32"),
     (["bench", "--prompts", "p.jsonl", "--out", "o.json", "--methods", "ngram,nope"], "bad method 'nope'"),
     (["bench", "--prompts", "p.jsonl", "--out", "o.json", "--batch-sizes", "1,2", "--heads", "x"], "drop --transformers"),
+    (["bench", "--prompts", "p.jsonl", "--out", "o.json", "--batch-sizes", "1,zero"], "--batch-sizes takes whole numbers"),
     (["train-drafter", "--method", "eagle", "--out", "folder"], "give --steps N or --minutes M"),
 ])
 def test_a_wrong_argument_is_refused_before_torch_is_imported(args, message):
