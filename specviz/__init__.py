@@ -1,19 +1,31 @@
-"""specviz: real speculative decoding, step by step, observable and exact."""
-from .api import Report, encode, first_difference, generate, make_proposer, run_once
-from .engine import SpeculativeRun
-from .errors import (DrafterMismatchError, InvalidSettingError, ModelLoadError, NotCausalLMError, OfflineError,
-                     SpecvizError, VocabularyMismatchError)
-from .models import DEFAULT_MODEL, LoadedModel, load_model
-from .options import EngineOptions
-from .proposers import METHODS
-from .records import DraftPosition, RunMetrics, RunResult, StepRecord, TokenKind, TokenRecord, TopTokens
-from .settings import DecodeSettings
+"""specviz: real speculative decoding, step by step, observable and exact.
+
+The names below import on first use (PEP 562): `import specviz` alone, or `python -m specviz --help`, does not
+load torch and transformers, so the command line checks its arguments in a fraction of a second."""
+from importlib import import_module
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "DEFAULT_MODEL", "METHODS", "DecodeSettings", "DrafterMismatchError", "DraftPosition", "EngineOptions",
-    "InvalidSettingError", "LoadedModel", "ModelLoadError", "NotCausalLMError", "OfflineError", "Report", "RunMetrics",
-    "RunResult", "SpecvizError", "SpeculativeRun", "StepRecord", "TokenKind", "TokenRecord", "TopTokens",
-    "VocabularyMismatchError", "encode", "first_difference", "generate", "load_model", "make_proposer", "run_once",
-]
+_HOMES = {
+    "Report": "api", "encode": "api", "first_difference": "api", "generate": "api", "make_proposer": "api",
+    "run_once": "api", "SpeculativeRun": "engine", "DrafterMismatchError": "errors", "InvalidSettingError": "errors",
+    "ModelLoadError": "errors", "NotCausalLMError": "errors", "OfflineError": "errors", "SpecvizError": "errors",
+    "VocabularyMismatchError": "errors", "DEFAULT_MODEL": "models", "LoadedModel": "models", "load_model": "models",
+    "EngineOptions": "options", "METHODS": "methods", "DraftPosition": "records", "RunMetrics": "records",
+    "RunResult": "records", "StepRecord": "records", "TokenKind": "records", "TokenRecord": "records",
+    "TopTokens": "records", "DecodeSettings": "settings",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        value = getattr(import_module(f".{_HOMES[name]}", __name__), name)
+        globals()[name] = value  # looked up once
+        return value
+    raise AttributeError(f"module 'specviz' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOMES))

@@ -16,17 +16,11 @@ from pathlib import Path
 
 from .api import batch_drafting, check_batchable, encode, make_proposer, resolve_models, warm_up
 from .batch import BatchRun, decode_batch, single_proposer
-from .bench import device_info, load_prompts, parse_method
+from .bench import device_info, load_prompts
+from .methods import parse_batch_sizes, parse_method  # noqa: F401  (re-exported: bench's argument syntax)
 from .errors import InvalidSettingError
 from .options import EngineOptions
 from .settings import DecodeSettings
-
-
-def parse_batch_sizes(text: str) -> list[int]:
-    sizes = [part.strip() for part in text.split(",") if part.strip()]
-    if not sizes or not all(size.isdigit() and int(size) >= 1 for size in sizes):
-        raise InvalidSettingError(f"--batch-sizes takes whole numbers >= 1, comma-separated (1,2,4,8), got {text!r}")
-    return sorted({int(size) for size in sizes})
 
 
 def batches_of(items: list, size: int) -> list[list]:

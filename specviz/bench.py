@@ -20,7 +20,8 @@ from .energy import energy_lines, energy_meter
 from .floor import describe_floor, weight_read_floor
 from .models import load_model
 from .oracle import pooled_histogram, run_oracle
-from .proposers import METHODS, PlainProposer
+from .methods import METHODS, parse_method  # noqa: F401  (parse_method: bench's METHOD:GAMMA[:TREE][@STOP])
+from .proposers import PlainProposer
 from .proposers.checkpoints import load_draft_model
 from .settings import DecodeSettings
 
@@ -264,21 +265,37 @@ def format_table(summary: dict, comparisons: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-def parse_method(spec: str, settings: DecodeSettings) -> tuple[str, DecodeSettings]:
-    """'METHOD' or 'METHOD:GAMMA[:TREE][@STOP]' -> (the method, the settings it runs with), so that one bench
-    can put, e.g., a chain and a tree of the same drafter side by side, or a draft model with and without
-    its confidence stop (STOP: settings.draft_stop)."""
-    head, _, stop = spec.partition("@")
-    method, *numbers = head.split(":")
-    if (method not in METHODS or len(numbers) > 2 or not all(n.isdigit() for n in numbers)
-            or (stop and not stop.replace(".", "", 1).isdigit())):
-        raise InvalidSettingError(f"bad method {spec!r}: write METHOD or METHOD:GAMMA[:TREE][@STOP] with METHOD one "
-                                  f"of {', '.join(METHODS)}, e.g. ngram:8:64 or draft:4@0.5")
-    if numbers:
-        settings = dataclasses.replace(settings, gamma=int(numbers[0]), tree=int(numbers[1]) if len(numbers) > 1 else 0)
-    if stop:
-        settings = dataclasses.replace(settings, draft_stop=float(stop))
-    return method, settings.validate()
+# an interrupted bench: its rows, kept as they are measured, and the run that picks them up ------------------
+
+def rows_path(out: str) -> Path:
+    """Where a bench keeps its rows while it runs (removed once `out` holds them all)."""
+    return Path(f"{out}.rows.jsonl")
+
+
+def finished_rows(path: Path, run: dict, expected: dict) -> tuple[list[dict], set]:
+    """The rows of the prompts an earlier, interrupted bench of the same `run` (its first line) finished: every
+    method in `expected[prompt_id]` measured. A prompt it was midway through is measured again (its plain
+    and method runs side by side in one process); a line cut short by a kill is dropped. A file of another
+    bench is refused rather than overwritten."""
+    if not path.is_file():
+        return [], set()
+    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        header = json.loads(lines[0])["bench"] if lines else None
+    except (json.JSONDecodeError, TypeError, KeyError):
+        header = None
+    if header != json.loads(json.dumps(run)):
+        raise InvalidSettingError(f"{path} holds the rows of another bench (other prompts, methods or settings): "
+                                  "give another --out, or delete the file to start afresh")
+    by_prompt = defaultdict(list)
+    for line in lines[1:]:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # the last line, cut short where the run was killed
+        by_prompt[row["prompt_id"]].append(row)
+    done = {pid for pid, rows in by_prompt.items() if pid in expected and {r["method"] for r in rows} >= expected[pid]}
+    return [row for pid in expected if pid in done for row in by_prompt[pid]], done
 
 
 def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, out: str, target: str = "default",
@@ -303,6 +320,21 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
         raise InvalidSettingError("hf-assisted needs a draft model: pass --draft")
     prompts = load_prompts(prompts_file, limit, per_category)
     hf_subset = pick_subset(prompts, transformers_per_category, transformers_limit) if transformers else set()
+    # an earlier run of this very bench, interrupted: its finished prompts are kept, not measured again
+    run = {"prompts_file": str(Path(prompts_file).resolve()), "prompt_ids": [p["prompt_id"] for p in prompts],
+           "methods": ["plain", *entries], "transformers": sorted(transformers), "transformers_prompts": sorted(hf_subset, key=str),
+           "target": target, "draft": draft, "device": device, "dtype": dtype, "chat": chat, "exit_layer": exit_layer,
+           "device_map": device_map, "max_memory": max_memory, "draft_device": draft_device, "heads": heads,
+           "adaptive_lookup": adaptive_lookup, "energy": energy, **settings.__dict__}
+    expected = {p["prompt_id"]: {"plain", *entries, *(transformers if p["prompt_id"] in hf_subset else ())}
+                for p in prompts}
+    path = rows_path(out)
+    results, done = finished_rows(path, run, expected)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(line) + "\n" for line in [{"bench": run}, *results]))
+    if done:
+        print(f"resuming: {len(done)} of {len(prompts)} prompts already done (their rows from {path}); "
+              "measuring the rest", file=sys.stderr, flush=True)
     target_model = load_model(target, device, dtype, device_map, max_memory)
     draft_model = load_draft_model(draft, target_model, draft_device or str(target_model.device), dtype) if draft else None
     encoded = {p["prompt_id"]: encode(target_model, p["prompt"], chat) for p in prompts}
@@ -322,8 +354,9 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
                 device_loop=True)
     first = prompts[0]
     for method, method_settings in [("plain", settings), *entries.values()]:  # one untimed run each: first calls
-        run_once(target_model, proposer_for(method),
-                 encoded[first["prompt_id"]], method_settings, detail=False)
+        untimed = run_once(target_model, proposer_for(method),
+                           encoded[first["prompt_id"]], method_settings, detail=False)
+        runner = untimed.settings.get("runner") if method == "plain" else runner
     for mode in transformers:
         hf_generate(target_model, encoded[first["prompt_id"]][:64], DecodeSettings(max_new_tokens=8, gamma=settings.gamma),
                     mode, draft_model)
@@ -337,9 +370,7 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
         result = run_once(target_model, proposer, ids, method_settings, text, detail=False)
         return result, None if meter is None else meter.read() - before
 
-    results = []
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    rows_file = open(f"{out}.rows.jsonl", "w")  # row by row, so that an interrupted run keeps its rows
+    rows_file = open(path, "a")  # row by row, so that an interrupted run keeps its rows
 
     def record(row: dict) -> None:
         results.append(row)
@@ -347,26 +378,35 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
         rows_file.flush()
 
     total = len(prompts) * (len(entries) + 1) + len(hf_subset) * len(transformers)
-    with tqdm(total=total, desc="bench", unit="run", file=sys.stderr) as bar:
-        for prompt in prompts:
-            ids = encoded[prompt["prompt_id"]]
-            # untimed: the first prefill of a prompt's length pays one-off costs (memory blocks of a new size,
-            # kernel choices) that would otherwise fall on whichever timed run comes first: plain
-            run_once(target_model, PlainProposer(), ids, dataclasses.replace(settings, max_new_tokens=1), detail=False)
-            plain, joules = timed(PlainProposer(), settings, ids, prompt["prompt"])
-            record({**_row(prompt, "plain", plain, plain), "joules": joules, "token_ids": plain.token_ids})
-            bar.update()
-            for spec, (method, method_settings) in entries.items():
-                result, joules = timed(proposer_for(method), method_settings, ids, prompt["prompt"])
-                record({**_row(prompt, spec, result, plain), "joules": joules})
-                bar.set_postfix_str(f"{method} {results[-1]['speedup']:.2f}x")
+    try:
+        with tqdm(total=total, initial=len(results), desc="bench", unit="run", file=sys.stderr) as bar:
+            for prompt in prompts:
+                if prompt["prompt_id"] in done:
+                    continue
+                ids = encoded[prompt["prompt_id"]]
+                # untimed: the first prefill of a prompt's length pays one-off costs (memory blocks of a new size,
+                # kernel choices) that would otherwise fall on whichever timed run comes first: plain
+                run_once(target_model, PlainProposer(), ids, dataclasses.replace(settings, max_new_tokens=1), detail=False)
+                plain, joules = timed(PlainProposer(), settings, ids, prompt["prompt"])
+                record({**_row(prompt, "plain", plain, plain), "joules": joules, "token_ids": plain.token_ids})
                 bar.update()
-            if prompt["prompt_id"] in hf_subset:
-                for mode in transformers:
-                    new_ids, seconds = hf_generate(target_model, ids, settings, mode, draft_model)
-                    record(_hf_row(prompt, mode, new_ids, seconds, plain))
+                for spec, (method, method_settings) in entries.items():
+                    result, joules = timed(proposer_for(method), method_settings, ids, prompt["prompt"])
+                    record({**_row(prompt, spec, result, plain), "joules": joules})
+                    bar.set_postfix_str(f"{method} {results[-1]['speedup']:.2f}x")
                     bar.update()
+                if prompt["prompt_id"] in hf_subset:
+                    for mode in transformers:
+                        new_ids, seconds = hf_generate(target_model, ids, settings, mode, draft_model)
+                        record(_hf_row(prompt, mode, new_ids, seconds, plain))
+                        bar.update()
+    except KeyboardInterrupt:
+        print(f"\nbench interrupted: the finished prompts' rows are in {path}; the same command resumes from them",
+              file=sys.stderr)
+        raise
     rows_file.close()
+    order = {p["prompt_id"]: i for i, p in enumerate(prompts)}
+    results.sort(key=lambda row: order[row["prompt_id"]])  # resumed rows came first
     if meter is not None:
         meter.close()
     summary = summarize_results(results)
@@ -378,7 +418,7 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
                    "target_devices": target_model.devices, "methods": ["plain", *entries], "prompts_file": prompts_file,
                    "prompts": len(prompts), "chat": chat, "exit_layer": exit_layer, "transformers": list(transformers), "heads": heads, "adaptive_lookup": adaptive_lookup,
                    "transformers_prompts": sorted(hf_subset), "dtype": str(target_model.dtype).replace("torch.", ""),
-                   "runner": plain.settings.get("runner"), **settings.__dict__},
+                   "runner": runner, "resumed_prompts": len(done), **settings.__dict__},
         "results": results,
         "summary": summary,
         "vs_transformers": comparisons,
@@ -386,7 +426,7 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
         "energy": {"measured": meter is not None, "source": energy_source} if energy else None,
     }
     Path(out).write_text(json.dumps(report, indent=1))
-    Path(f"{out}.rows.jsonl").unlink()  # the report holds every row now
+    path.unlink()  # the report holds every row now
     print(format_table(summary, comparisons))
     print(describe_floor(floor))
     if energy:

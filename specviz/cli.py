@@ -11,6 +11,8 @@ import sys
 import time
 
 from .errors import SpecvizError
+from .methods import METHODS, parse_batch_sizes, parse_method
+from .options import set_for_this_process
 from .records import TokenKind
 from .settings import MAX_TREE, DecodeSettings
 
@@ -69,11 +71,16 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                        help="the target's forward in the exact mode on a GPU: each position computed as plain "
                             "decoding computes it, so greedy output equals plain bit for bit in bfloat16 "
                             "(docs/exactness.md; default: on, or SPECVIZ_EXACT)")
-    group.add_argument("--max-new-tokens", type=int, default=128)
-    group.add_argument("--temperature", type=_number, default=0.0, help="0 = greedy")
-    group.add_argument("--top-k", type=int, default=0, help="0 = off")
-    group.add_argument("--top-p", type=_number, default=1.0)
-    group.add_argument("--seed", type=int, default=None)
+    group.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most (default "
+                       "%(default)s; check-exactness generates its --depth and a few more)")
+    group.add_argument("--temperature", type=_number, default=0.0, help="sampling temperature: 0 = greedy, the same "
+                       "output as plain decoding token for token; above 0 samples, with the target's exact "
+                       "distribution (default %(default)s)")
+    group.add_argument("--top-k", type=int, default=0, help="sample from the K likeliest tokens only (0 = off)")
+    group.add_argument("--top-p", type=_number, default=1.0, help="sample from the likeliest tokens whose "
+                       "probabilities add up to P (nucleus sampling; 1 = off)")
+    group.add_argument("--seed", type=int, default=None, help="seed of the sampling, for a run that can be repeated "
+                       "(default: none; check-exactness: run i uses SEED + i, from 0, the control the seeds after)")
     group.add_argument("--device", default="auto", help="auto, cpu or cuda")
     group.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16")
     group.add_argument("--raw-prompt", action="store_true", help="send the prompt as is, without the chat template")
@@ -92,14 +99,14 @@ def settings_from(args) -> DecodeSettings:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .proposers import METHODS
-
     parser = _Parser(prog="specviz", description="Speculative decoding, step by step.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     gen = commands.add_parser("generate", help="run one prompt and show every step")
-    gen.add_argument("--prompt", required=True)
-    gen.add_argument("--method", default="ngram", choices=METHODS)
+    gen.add_argument("--prompt", required=True, help="the text to continue; sent through the target's chat template "
+                     "as a user turn unless --raw-prompt")
+    gen.add_argument("--method", default="ngram", choices=METHODS, help="the drafter (plain: none, the baseline; "
+                     "default %(default)s)")
     add_model_options(gen)
     gen.add_argument("--compare-plain", action="store_true", help="also run plain decoding and report the speedup")
     gen.add_argument("--steps", action="store_true", help="also print a line a step: what the drafter proposed, what "
@@ -133,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Tests that a method's sampled output is the target's distribution. "
                                 "--dtype auto means float32 here, on a GPU too: in bfloat16 the test also measures "
                                 "rounding.")
-    check.add_argument("--method", default="ngram", choices=[m for m in METHODS if m != "plain"])
+    check.add_argument("--method", default="ngram", choices=[m for m in METHODS if m != "plain"],
+                       help="the method whose sampled output is tested (default %(default)s)")
     check.add_argument("--prompt", default=None, help="default: one on which the method's drafts are both accepted "
                        "and rejected (a repeated pattern, sent as is, for the lookups; a chat question for the model "
                        "drafters)")
@@ -142,7 +150,6 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--control", type=_number, default=0.9, help="the control runs the method at this fraction of "
                        "the temperature, a small bias the test must catch; 0 = no control")
     check.add_argument("--alpha", type=_number, default=0.001, help="significance level of the test")
-    # --seed (below): run i uses seed SEED + i (default 0), the control the seeds after them
     add_model_options(check)
     check.set_defaults(temperature=1.0)  # and --dtype auto means float32 here (exactness_dtype)
 
@@ -195,10 +202,11 @@ def step_line(step) -> str:
 
 
 def cmd_generate(args) -> int:
+    settings = settings_from(args)  # a bad setting is refused before torch is imported
     from .api import generate
 
     report = generate(
-        args.prompt, method=args.method, target=args.target, draft=args.draft, settings=settings_from(args),
+        args.prompt, method=args.method, target=args.target, draft=args.draft, settings=settings,
         device=args.device, dtype=args.dtype, chat=not args.raw_prompt, exit_layer=args.exit_layer,
         compare_plain=args.compare_plain, device_map=args.device_map, max_memory=args.max_memory,
         draft_device=args.draft_device, heads=args.heads, adaptive_lookup=args.adaptive_lookup,
@@ -226,13 +234,17 @@ def cmd_generate(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    settings = settings_from(args)
+    for spec in methods:  # refused before torch is imported
+        parse_method(spec, settings)
+    if args.batch_sizes:
+        parse_batch_sizes(args.batch_sizes)
+        return bench_batches(args, methods)
     from .bench import run_bench
 
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if args.batch_sizes:
-        return bench_batches(args, methods)
     run_bench(
-        prompts_file=args.prompts, methods=methods, settings=settings_from(args), out=args.out,
+        prompts_file=args.prompts, methods=methods, settings=settings, out=args.out,
         target=args.target, draft=args.draft, device=args.device, dtype=args.dtype, chat=not args.raw_prompt,
         exit_layer=args.exit_layer, limit=args.limit, per_category=args.per_category,
         device_map=args.device_map, max_memory=args.max_memory, draft_device=args.draft_device,
@@ -245,14 +257,14 @@ def cmd_bench(args) -> int:
 
 
 def bench_batches(args, methods: list[str]) -> int:
-    from tqdm import tqdm
-
-    from .batch_bench import parse_batch_sizes, run_batch_bench
-
-    sizes = parse_batch_sizes(args.batch_sizes)
     if args.transformers or args.heads or args.device_map:
         raise SpecvizError("--batch-sizes runs plain, ngram, retrieval, draft and early-exit on one device: drop "
                            "--transformers, --heads and --device-map")
+    from tqdm import tqdm
+
+    from .batch_bench import run_batch_bench
+
+    sizes = parse_batch_sizes(args.batch_sizes)
     with tqdm(desc="batches", unit="run", file=sys.stderr) as bar:
         def progress(done: int, total: int, what: str) -> None:
             bar.total = total
@@ -279,11 +291,6 @@ ROUNDING_NOTE = ("  note: in {dtype} the engine's forwards and the forwards that
 
 
 def cmd_check_exactness(args) -> int:
-    from tqdm import tqdm
-
-    from .api import encode, make_proposer, resolve_models
-    from .exactness import check_exactness, coverage_warning
-
     if args.samples < 100:
         raise SpecvizError("--samples must be at least 100 for the test to mean anything")
     if not 1 <= args.depth <= 4:
@@ -293,6 +300,12 @@ def cmd_check_exactness(args) -> int:
     settings = settings_from(args)
     if settings.greedy:
         raise SpecvizError("check-exactness tests sampling: give a --temperature above 0")
+    # the arguments are sound: only now the imports that take seconds (torch, transformers)
+    from tqdm import tqdm
+
+    from .api import encode, make_proposer, resolve_models
+    from .exactness import check_exactness, coverage_warning
+
     target, draft = resolve_models(args.target, args.draft, args.device, exactness_dtype(args.dtype),
                                    draft_device=args.draft_device)
     prompt, raw = (args.prompt, args.raw_prompt) if args.prompt is not None else exactness_prompt(args.method)
@@ -429,8 +442,8 @@ def cmd_train(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        if getattr(args, "exact", None):  # read where every engine switch is read: EngineOptions.from_environment
-            os.environ["SPECVIZ_EXACT"] = "1" if args.exact == "on" else "0"
+        if getattr(args, "exact", None):
+            set_for_this_process(exact=args.exact == "on")
         commands = {"generate": cmd_generate, "bench": cmd_bench, "check-exactness": cmd_check_exactness,
                     "learn": cmd_learn, "train-drafter": cmd_train}
         return commands[args.command](args)

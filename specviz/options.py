@@ -54,3 +54,11 @@ class EngineOptions:
                    triton_attention=on("SPECVIZ_TRITON_ATTENTION"),
                    device_loop=mode if mode in DEVICE_LOOP_MODES else "1", detail_stream=on("SPECVIZ_DETAIL_STREAM"),
                    exact=on("SPECVIZ_EXACT"))
+
+
+def set_for_this_process(exact: bool | None = None, environ: dict | None = None) -> None:
+    """Set a switch for every run this process makes from now on (the command line's --exact), where each of them
+    reads it: the environment (None leaves a switch as it is)."""
+    env = os.environ if environ is None else environ
+    if exact is not None:
+        env["SPECVIZ_EXACT"] = "1" if exact else "0"

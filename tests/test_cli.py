@@ -176,3 +176,67 @@ def test_bench_energy_on_a_cpu_says_not_measured_and_records_null_beside_the_ora
     pooled = report["summary"]["ngram"]["overall"]
     assert pooled["accepted_lengths"] == ngram["accepted_lengths"] and pooled["oracle_speedup"] > 0
     assert "oracle tau" in proc.stdout
+
+
+def test_a_killed_bench_resumes_from_the_prompts_it_finished(tmp_path):
+    """A bench killed midway keeps the rows of every prompt it finished beside --out; the same command measures
+    only the rest and says so; another bench on the same --out is refused, not mixed in."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from specviz.testing import save_tiny_model, word_tokenizer
+
+    # a tiny model that never ends early: every run is its full length, long enough to be caught midway
+    folder = save_tiny_model(tmp_path / "tiny", vocab_size=8, tokenizer=word_tokenizer(8))
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"id": n, "prompt": " ".join(f"w{(n + i) % 8}" for i in range(9))})
+                                 for n in range(1, 5)))
+    out_file = tmp_path / "bench.json"
+    rows_file = tmp_path / "bench.json.rows.jsonl"
+    bench = lambda tokens: ["bench", "--target", folder, "--raw-prompt", "--prompts", str(prompts),  # noqa: E731
+                            "--methods", "ngram", "--max-new-tokens", tokens, "--device", "cpu", "--out", str(out_file)]
+    command = bench("64")
+
+    def finished(lines: list[str]) -> set:
+        methods = {}
+        for line in lines[1:]:
+            row = json.loads(line)
+            methods.setdefault(row["prompt_id"], set()).add(row["method"])
+        return {pid for pid, seen in methods.items() if seen == {"plain", "ngram"}}
+
+    proc = subprocess.Popen([sys.executable, "-m", "specviz", *command], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        while proc.poll() is None and not (rows_file.exists() and finished(rows_file.read_text().splitlines())):
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGSTOP)  # midway: held still, then killed as a machine going down would
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert not out_file.exists(), "the bench ended before it could be killed midway"
+    with rows_file.open("a") as rows:
+        rows.write('{"prompt_id": 4, "category": "al')  # a line the kill cut short
+    kept = rows_file.read_text().splitlines()[:-1]
+    done = finished(kept)
+    assert 1 <= len(done) < 4
+
+    other = run_cli(*bench("32"))  # the same --out, another bench
+    assert_one_line_error(other, "holds the rows of another bench", "give another --out")
+    assert rows_file.read_text().splitlines()[:-1] == kept
+
+    again = run_cli(*command)
+    assert again.returncode == 0, again.stderr
+    assert f"resuming: {len(done)} of 4 prompts already done" in again.stderr
+    report = json.loads(out_file.read_text())
+    assert sorted((r["prompt_id"], r["method"]) for r in report["results"]) == \
+        sorted((n, m) for n in range(1, 5) for m in ("plain", "ngram"))
+    before = {(r["prompt_id"], r["method"]): r for r in map(json.loads, kept[1:]) if r["prompt_id"] in done}
+    for row in report["results"]:
+        if row["prompt_id"] in done:
+            assert row == before[row["prompt_id"], row["method"]]  # kept, not measured again
+        assert row["identical_to_plain"] is True
+    assert report["config"]["resumed_prompts"] == len(done)
+    assert not rows_file.exists()  # the report holds every row now

@@ -80,3 +80,16 @@ def test_a_drafters_runner_takes_the_options_it_is_made_with(tiny_target, tiny_d
     fast = make_proposer("draft", tiny_target, tiny_drafter, options=EngineOptions())
     slow = make_proposer("draft", tiny_target, tiny_drafter, options=EngineOptions(fast=False))
     assert (type(fast.runner).__name__, type(slow.runner).__name__) == ("StaticRunner", "CausalRunner")
+
+
+@pytest.mark.quick
+def test_the_command_line_sets_the_exact_mode_for_its_runs():
+    environ = {}
+    from specviz.options import set_for_this_process
+
+    set_for_this_process(exact=False, environ=environ)
+    assert not EngineOptions.from_environment(environ).exact
+    set_for_this_process(exact=None, environ=environ)  # the control: None leaves it as it is
+    assert not EngineOptions.from_environment(environ).exact
+    set_for_this_process(exact=True, environ=environ)
+    assert EngineOptions.from_environment(environ).exact

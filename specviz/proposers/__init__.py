@@ -9,8 +9,7 @@ from .early_exit import EarlyExitDrafter
 from .medusa import MedusaProposer
 from .ngram import NgramProposer
 from .retrieval import RetrievalProposer
-
-METHODS = ("plain", "draft", "ngram", "retrieval", "early-exit", "medusa", "eagle", "adaptive")
+from ..methods import METHODS  # noqa: F401  (re-exported: the names live apart from the code)
 TREE_METHODS = ("ngram", "retrieval", "medusa", "eagle")  # their proposers set drafts_trees
 
 

@@ -21,25 +21,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="folder for config.json, the weights, loss.png, checkpoint.pt")
     parser.add_argument("--data", default=None, help="dataset file: reused if it exists, else generated and saved "
                         "there (default: OUT/data.pt); several existing files, comma-separated, are read as one")
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     group = parser.add_argument_group("data generation (when --data does not exist yet)")
     group.add_argument("--prompts", type=int, default=8000, help="Magpie prompts to sample")
-    group.add_argument("--prompt-tokens", type=int, default=64)
-    group.add_argument("--response-tokens", type=int, default=384)
+    group.add_argument("--prompt-tokens", type=int, default=64, help="the longest user turn sampled, in tokens")
+    group.add_argument("--response-tokens", type=int, default=384, help="the longest answer the target writes, in tokens")
     group.add_argument("--long-share", type=float, default=0.25, help="extra long-context prompts per answered one")
     group.add_argument("--german-share", type=float, default=0.0,
                        help="answers the target translates into German and back, per answered prompt")
     group.add_argument("--extra-minutes", type=float, default=0.5,
                        help="time each later round (long contexts, German) may take after --gen-minutes")
-    group.add_argument("--gen-batch", type=int, default=256)
+    group.add_argument("--gen-batch", type=int, default=256, help="prompts the target answers at once")
     group.add_argument("--gen-minutes", type=float, default=None, help="stop answering new batches after this")
     group.add_argument("--gen-dtype", default="auto", help="dtype for generating (auto: bfloat16 on GPU)")
     group.add_argument("--data-only", action="store_true", help="write the data set and stop (train in a later call)")
     group = parser.add_argument_group("training")
     group.add_argument("--steps", type=int, default=None, help="optimizer steps (default: until --minutes)")
     group.add_argument("--minutes", type=float, default=None, help="training time budget")
-    group.add_argument("--batch-tokens", type=int, default=16384)
-    group.add_argument("--lr", type=float, default=1e-3)
+    group.add_argument("--batch-tokens", type=int, default=16384, help="tokens a training batch holds (sequences "
+                       "of similar length batched together)")
+    group.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
     group.add_argument("--draft-vocab", type=int, default=8192, help="tokens the draft head scores (0 = all)")
     group.add_argument("--ttt-steps", type=int, default=5, help="eagle: draft steps unrolled in training")
     group.add_argument("--feature-weight", type=float, default=1.0, help="eagle: feature regression weight")
@@ -49,20 +50,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--init-layers", default="first", help="draft-model: the target layers its layers start "
                        "from: first (the default: the first N), spread (the first, the last and evenly between), or ids such as 0,29")
     group.add_argument("--chain", type=int, default=5, help="draft-model: draft length of the held-out tau estimate")
-    group.add_argument("--eval-every", type=int, default=200)
-    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--eval-every", type=int, default=200, help="steps between held-out evaluations (and "
+                       "checkpoints)")
+    group.add_argument("--seed", type=int, default=0, help="seed of the data sampling and the weights' initialisation")
     group.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     group.add_argument("--init", default=None, help="medusa: start from the heads in this folder (same --heads and "
                        "--layers; a warm start on new data, with a fresh schedule)")
 
 
 def run(args) -> int:
-    import torch
-
-    from ..models import load_model
-    from .data import DataPlan, build_dataset, load_dataset, save_dataset
-    from .trainer import TrainOptions, train, write_json
-
     if args.init and args.method != "medusa":
         raise InvalidSettingError("--init starts Medusa heads from a folder; it is not available for "
                                   f"--method {args.method}")
@@ -70,6 +66,13 @@ def run(args) -> int:
         raise InvalidSettingError("--init starts a new training run; --resume goes on with OUT/checkpoint.pt: give one")
     if args.steps is None and args.minutes is None and not args.data_only and args.method != "retrieval":
         raise InvalidSettingError("give --steps N or --minutes M (or both: training stops at whichever comes first)")
+    # the arguments are sound: only now the imports that take seconds (torch, transformers)
+    import torch
+
+    from ..models import load_model
+    from .data import DataPlan, build_dataset, load_dataset, save_dataset
+    from .trainer import TrainOptions, train, write_json
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     data_files = [Path(name) for name in args.data.split(",")] if args.data else [out / "data.pt"]

@@ -33,6 +33,7 @@ from .frames import EarlyScript
 from .gpu import CAPTURE_SECONDS, forks, gpu
 from .learn import RUN_TAB, SAVED_MAX_BYTES, LearnTab, bugs_api, distribution_api
 from . import live
+from .mcp import check_installed, only_these_tools
 from .live import (FAILED, LiveRun, RecordedRun, RunRequest, Session, drafter_for, end_session, load_models,
                    model_name, run_records, session_key, session_of)
 from .pacing import Pacer
@@ -598,11 +599,16 @@ def build_demo() -> gr.Blocks:
     return SpecvizApp().build()
 
 
-def launch(demo: gr.Blocks | None = None, **kwargs):
+def launch(demo: gr.Blocks | None = None, mcp: bool = False, **kwargs):
     """Queue with explicit concurrency and serve; kwargs go to Blocks.launch (server_port, prevent_thread_lock...).
     The profile (live.configure_profile) is the one the demo was built with: on a public server, requests over a
-    session's or a client's share are refused at the queue's door, and uploads are bounded."""
+    session's or a client's share are refused at the queue's door, and uploads are bounded. mcp: also serve
+    /speculate and /distribution as MCP tools (ui/mcp.py decides when; off, gradio's environment cannot turn it on)."""
     demo = demo or build_demo()
+    if mcp:
+        check_installed()
+        only_these_tools(demo)
+    kwargs["mcp_server"] = mcp
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
     admit_fairly(demo, live.PROFILE)
     app_kwargs = dict(kwargs.pop("app_kwargs", None) or {})

@@ -167,8 +167,22 @@ def speculate_records(request: RunRequest) -> Iterator[tuple]:
 
 def speculate(prompt: str, method: str = "ngram", max_new_tokens: int = 64, gamma: int = 4, temperature: float = 0.0,
               seed: int | None = None, target: str = DEFAULT_MODEL, draft: str = "", request: gr.Request = None) -> dict:
-    """Speculative decoding of one prompt beside plain decoding of it: the JSON of `specviz generate --json
-    --compare-plain` (text, tokens, metrics, steps, plain, speedup, identical_to_plain, oracle)."""
+    """Speculative decoding of one prompt beside plain decoding of it, on this server's model: the JSON of `specviz
+    generate --json --compare-plain` (text, tokens with their kind, metrics such as tau and tokens_per_second,
+    steps, plain, speedup, identical_to_plain, oracle).
+
+    Args:
+        prompt: the text to continue, sent as a user turn through the target's chat template.
+        method: the drafter: plain, draft, ngram, retrieval, early-exit, medusa, eagle or adaptive.
+        max_new_tokens: tokens to generate at most, 1 to 512.
+        gamma: draft tokens a step, 1 to 32.
+        temperature: 0 for greedy decoding (the output equals plain decoding's token for token); above 0 samples,
+            with the target's exact distribution.
+        seed: seed of the sampling, for a run that can be repeated; empty for none.
+        target: the target model: "default" (SmolLM2-135M-Instruct) or another this server offers.
+        draft: the draft model of the draft and adaptive methods: "distilled", "default" or another this server
+            offers; empty: on the default target, the one distilled from it.
+    """
     state = session_of(request)
     cancel = state.watch()
     try:

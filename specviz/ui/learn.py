@@ -300,8 +300,19 @@ def last_record(target: str, start: Callable, cancel) -> object:
 def distribution_api(prompt: str = LESSONS["exact"]["prompt"], method: str = "medusa", runs: int = 150,
                      temperature: float = 0.7, seed: int = 0, wrong: bool = True, target: str = DEFAULT_MODEL,
                      request: gr.Request = None) -> dict:
-    """Lesson 2 as one call: the next-token histograms with and without speculation (and with the wrong verifier),
-    the two-sample and exact p-values, and whether the wrong verifier was caught."""
+    """Lesson 2 as one call: does speculative sampling keep the target's distribution? The next-token histograms
+    with and without speculation (and with a deliberately wrong verifier), the two-sample and exact p-values, and
+    whether the wrong verifier was caught.
+
+    Args:
+        prompt: the text whose next tokens are sampled.
+        method: the drafter whose sampled output is tested (e.g. medusa, eagle, early-exit, draft, ngram).
+        runs: seeds sampled a way, 10 to 1000 (300 on a public server); more runs, a sharper test and a longer call.
+        temperature: the sampling temperature, above 0.
+        seed: the first seed; run i uses seed + i.
+        wrong: also run a deliberately wrong verifier on the same seeds, which the test must catch.
+        target: the target model: "default" (SmolLM2-135M-Instruct) or another this server offers.
+    """
     cancel = session_of(request).watch()
     try:
         form = read_form(dict(prompt=prompt, method=method, runs=runs, temperature=temperature, seed=seed,
