@@ -116,7 +116,7 @@ def test_the_threshold_follows_the_dtype():
 
 def test_a_difference_inside_the_exact_mode_is_never_rounding():
     out = card(*pair(0.01, exact=True))
-    assert "both runs were in the exact mode" in out and "worth reporting" in out
+    assert "both runs in the exact mode, so not rounding" in out and "worth reporting" in out
     assert "rounding, not the method" not in out and "bit for bit" not in out
 
 

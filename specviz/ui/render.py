@@ -238,20 +238,20 @@ def margin_text(margin: float) -> str:
 
 
 def difference_note(difference: FirstDifference) -> str:
-    """One sentence on a greedy run's first difference from plain: the two tokens, the margin of plain's two
-    largest logits there, and whether that is rounding (a near-tie, outside the exact mode) or not."""
+    """One short sentence on a greedy run's first difference from plain: the two tokens, the margin of plain's
+    two largest logits there, and whether that is rounding (a near-tie, outside the exact mode) or not."""
     d = difference
     tokens = f"speculative {d.speculative!r}, plain {d.plain!r}"
-    apart = "" if d.margin is None else f"plain's top two logits there were {margin_text(d.margin)} apart"
+    apart = "" if d.margin is None else f"plain's top two logits {margin_text(d.margin)} apart"
     cause = difference_cause(d)
     if cause == "exact":
-        return (f"{tokens}: both runs were in the exact mode, which rules rounding out: a real difference, worth "
-                "reporting" + (f" ({apart})" if apart else ""))
+        return (f"{tokens}: both runs in the exact mode, so not rounding: a real difference, worth reporting"
+                + (f" ({apart})" if apart else ""))
     if cause == "rounding":
-        hint = " (the exact mode avoids it)" if d.gpu else ""
-        return f"{tokens}: {apart}, a near-tie that {d.dtype} rounding flips: rounding, not the method{hint}"
+        hint = " (the exact mode avoids it where it applies)" if d.gpu else ""
+        return f"{tokens}: {apart}, a near-tie: {d.dtype} rounding, not the method{hint}"
     if cause == "wide":
-        return f"{tokens}: {apart}, NOT a near-tie, so not rounding: a real difference, worth reporting"
+        return f"{tokens}: {apart}, NOT a near-tie, not rounding: a real difference, worth reporting"
     return f"{tokens}: {apart}" if apart else tokens
 
 

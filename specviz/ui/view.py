@@ -96,11 +96,11 @@ def first_difference_texts(index: int | None, speculative_texts: list[str], plai
 
 
 # A greedy difference is put down to rounding only at a near-tie: plain's two largest logits closer than this, in
-# bfloat16. Why 0.5: a top logit of 16 to 32 (the default model's near-ties sit near 18; larger models' top logits
-# are of that size too) is one of bfloat16's numbers spaced 1/8 apart, and a forward over K positions and one over a
-# single position round their sums in other orders, so the two logits can land a few of those steps apart: 0.5 is
-# four. Lesson 7 measured a swap at 0.033. Other dtypes scale it by their spacing (float16: 3 more significant bits,
-# float32: 16 more); a dtype not listed is never put down to rounding.
+# bfloat16. Why 0.5: a top logit of 16 to 32 (lesson 7 found the default model's near-tie at 18.3) is one of
+# bfloat16's numbers spaced 1/8 apart, and a forward over K positions and one over a single position round their
+# sums in other orders, so the two logits can land a few of those steps apart: 0.5 is four (lesson 7's swap was at
+# 0.033). Other dtypes scale it by their spacing (float16: 3 more significant bits, float32: 16 more); a dtype not
+# listed is never put down to rounding.
 NEAR_TIE_BFLOAT16 = 0.5
 SIGNIFICANT_BITS = {"bfloat16": 8, "float16": 11, "float32": 24}
 
