@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,7 +25,7 @@ from .proposers import (METHODS, AdaptiveProposer, EagleProposer, EarlyExitDraft
                         NgramProposer, PlainProposer, Proposer, RetrievalProposer)
 from .proposers.checkpoints import load_draft_model, load_drafter, shipped_drafter_exists
 from .proposers.early_exit import decoder_layers, default_exit_layer, truncated_view
-from .records import RunResult
+from .records import RunResult, StepRecord, TopTokens
 from .settings import DecodeSettings, check_prompt_text
 from .step_records import TOP_N
 
@@ -209,6 +210,31 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def distribution_at(steps: list[StepRecord], index: int) -> TopTokens | None:
+    """The target's most probable tokens where output token `index` was chosen, from a run's detailed records
+    (a drafted position's p_top, or the step's next_top); None past the output or where the records are lean."""
+    for step in steps:
+        start = step.total_emitted - step.emitted
+        if start <= index < step.total_emitted:
+            offset = index - start
+            top = step.positions[offset].p_top if offset < step.n_accepted else step.next_top
+            return top if len(top.probs) >= 2 else None
+    return None
+
+
+def logit_margin(steps: list[StepRecord], index: int) -> float | None:
+    """How far apart the target's two largest logits were where a greedy run chose output token `index`: a
+    greedy record's top tokens are the softmax of the logits (sampling.display_probs), in which p1 / p2 =
+    exp(l1 - l2), so the margin is ln(p1 / p2). inf where p2 underflowed to 0; None where it was not recorded."""
+    top = distribution_at(steps, index)
+    if top is None:
+        return None
+    first, second = top.probs[0], top.probs[1]
+    if not first > 0:
+        return None
+    return math.log(first / second) if second > 0 else math.inf
+
+
 @dataclass
 class Report:
     result: RunResult
@@ -224,6 +250,17 @@ class Report:
     @property
     def first_difference(self) -> int | None:
         return None if self.plain is None else first_difference(self.result.token_ids, self.plain.token_ids)
+
+    @property
+    def first_difference_margin(self) -> float | None:
+        """Greedy runs that differ: the margin of plain's two largest logits at the first difference (a near-tie
+        that rounding can flip, or not: logit_margin); None otherwise or where it was not recorded (or was too
+        wide to record: beyond float32's softmax)."""
+        index = self.first_difference
+        if index is None or self.identical_to_plain is not False:
+            return None
+        margin = logit_margin(self.plain.steps, index)
+        return margin if margin is not None and math.isfinite(margin) else None
 
     @property
     def identical_to_plain(self) -> bool | None:
@@ -244,6 +281,7 @@ class Report:
             out["speedup"] = self.speedup
             out["identical_to_plain"] = self.identical_to_plain
             out["first_difference"] = self.first_difference
+            out["first_difference_margin"] = self.first_difference_margin
         # the oracle drafter beside this one and the accepted-length histogram (oracle.py)
         out["oracle"] = run_oracle(self.result, self.plain.metrics.wall_seconds if self.plain else None).to_dict()
         return out

@@ -100,3 +100,57 @@ def test_the_endpoint_refuses_a_bad_request_before_loading_a_model(field, value,
     monkeypatch.setattr(learn, "load_target", lambda *a, **k: pytest.fail("a model was loaded"))
     with pytest.raises(learn.gr.Error):
         learn.bugs_api(**{"prompt": "Tell me a joke."} | {field: value})
+
+
+def parted_rounding(**exact) -> bugs.Rounding:
+    """A hand-built rounding record: bfloat16 plain parts from float32 at token 1 (a near-tie), the method from
+    bfloat16 plain at token 6; exact: the exact mode's fields (a GPU's record)."""
+    return bugs.Rounding("a prompt", "eagle", ["a", " b"], ["a", " c"], True, 1, 6, [" b", " c"], [20.0, 19.95],
+                         [" c", " b"], [20.0, 20.0], **exact)
+
+
+@pytest.mark.quick
+def test_on_a_cpu_the_rounding_part_says_the_exact_mode_is_for_gpus():
+    text = bugs.rounding_sentence(parted_rounding())
+    assert "parts from bfloat16 plain at token 6" in text and "is for GPUs" in text
+    assert "bit for bit" not in text  # the mode did not run: nothing claimed of it
+
+
+@pytest.mark.quick
+def test_on_a_gpu_the_rounding_part_shows_the_mode_off_and_on():
+    text = bugs.rounding_sentence(parted_rounding(exact_ran=True, exact_covered=True, exact_parted_at=None))
+    assert "with the exact mode off, the method parts from bfloat16 plain at token 6" in text
+    assert "with it on, the method equals bfloat16 plain bit for bit" in text and "for GPUs" not in text
+    # the controls: the mode on that still parts is a bug, never "bit for bit"; runs it did not cover claim nothing
+    broken = bugs.rounding_sentence(parted_rounding(exact_ran=True, exact_covered=True, exact_parted_at=4))
+    assert "still parts from plain at token 4: a bug in the exact mode" in broken and "bit for bit" not in broken
+    uncovered = bugs.rounding_sentence(parted_rounding(exact_ran=True, exact_covered=False, exact_parted_at=None))
+    assert "could not cover" in uncovered and "bit for bit" not in uncovered
+
+
+@pytest.mark.quick
+def test_a_rounding_record_saved_before_the_exact_mode_still_reads():
+    from pathlib import Path
+
+    from specviz.lessons.saved import load_lesson
+
+    saved = load_lesson((Path(__file__).parent.parent / "results/2026-11-29-cpu-lesson-7/lesson-7-bugs.json").read_text())
+    assert saved.record.rounding.exact_ran is False
+    assert "is for GPUs" in bugs.bug_sentence(saved.record)
+
+
+def test_the_rounding_contrast_runs_the_exact_mode_only_where_it_exists(tiny_target):
+    record = bugs.rounding(tiny_target, [1, 2, 3, 4], "ngram", 8, chat=False)
+    assert len(record.float32) == len(record.bfloat16) == 8
+    assert record.speculative_identical  # float32: the method gives plain's tokens
+    assert not record.exact_ran and record.exact_parted_at is None  # a CPU: no exact mode to run
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (and the default model's file there)")
+def test_on_a_gpu_the_exact_mode_makes_the_bfloat16_method_equal_plain():
+    from specviz import load_model
+
+    target = load_model("default", device="cuda", dtype="bfloat16")
+    record = bugs.rounding(target, bugs.PROMPT, "eagle", 32)
+    assert record.exact_ran and record.exact_covered
+    assert record.exact_parted_at is None, bugs.rounding_sentence(record)

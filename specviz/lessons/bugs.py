@@ -17,7 +17,7 @@ import copy
 import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import torch
@@ -27,7 +27,9 @@ from ..api import make_proposer
 from ..engine import SpeculativeRun
 from ..exactness import goodness_of_fit, next_token_probs
 from ..models import LoadedModel
+from ..options import EngineOptions
 from ..proposers import PlainProposer, Proposer
+from ..records import RunResult
 from ..sampling import draw, make_generator
 from ..settings import DecodeSettings
 from .common import p_text, prompt_ids, run_once, token_text
@@ -185,10 +187,15 @@ class Rounding:
     speculative_identical: bool  # float32 with the method equals float32 plain, token for token
     parted_at: int | None  # the first token where bfloat16 plain differs from float32 plain
     bfloat16_speculative_parted_at: int | None = None  # where bfloat16 with the method parts from bfloat16 plain
+    # (on a GPU: both with the exact mode off, as engines ship them)
     top_float32: list[str] = field(default_factory=list)  # where they part: float32's two best tokens, and logits
     logits_float32: list[float] = field(default_factory=list)
     top_bfloat16: list[str] = field(default_factory=list)
     logits_bfloat16: list[float] = field(default_factory=list)
+    # the same bfloat16 pair with the exact mode on (runners/exact.py), run only where the mode exists: a GPU
+    exact_ran: bool = False
+    exact_covered: bool = False  # both runs' forwards were in the mode (their settings' exact_forward)
+    exact_parted_at: int | None = None  # then, where the method parts from plain (None: equal)
 
     @property
     def margin_float32(self) -> float | None:
@@ -343,20 +350,31 @@ def in_dtype(target: LoadedModel, dtype: torch.dtype) -> LoadedModel:
 def rounding(target: LoadedModel, prompt: str | list[int], method: str = "eagle", max_new_tokens: int = 16,
              chat: bool = True, other: LoadedModel | None = None) -> Rounding:
     """Greedy decoding in float32 and in bfloat16 (the target in the other dtype, loaded here when not given),
-    plain and with the method; where bfloat16 plain parts from float32 plain, the two best logits of each."""
+    plain and with the method; where bfloat16 plain parts from float32 plain, the two best logits of each. On a
+    GPU the bfloat16 pair runs with the exact mode off (as engines ship it) and again with it on."""
     if other is None:
         other = in_dtype(target, torch.bfloat16 if target.dtype == torch.float32 else torch.float32)
     f32, b16 = (target, other) if target.dtype == torch.float32 else (other, target)
     settings = DecodeSettings(max_new_tokens=max_new_tokens, gamma=4, temperature=0.0, stop_at_eos=False).validate()
     ids = prompt_ids(f32, prompt, chat)
-    outputs = {(model.dtype, name): run_once(model, PlainProposer() if name == "plain" else make_proposer(method, model),
-                                             ids, settings, detail=False).token_ids
-               for model in (f32, b16) for name in ("plain", method)}
-    plain32, plain16 = outputs[f32.dtype, "plain"], outputs[b16.dtype, "plain"]
+    on_gpu = b16.device.type == "cuda"  # where the exact mode exists: bfloat16 runs once without it, once with it
+    environment = EngineOptions.from_environment()
+
+    def both(model: LoadedModel, options: EngineOptions | None) -> tuple[RunResult, RunResult]:
+        return tuple(run_once(model, PlainProposer() if name == "plain" else make_proposer(method, model, options=options),
+                              ids, settings, detail=False, options=options) for name in ("plain", method))
+
+    plain32, method32 = (r.token_ids for r in both(f32, None))
+    plain16, method16 = (r.token_ids for r in both(b16, replace(environment, exact=False) if on_gpu else None))
     parted = first_difference(plain32, plain16)
     texts = lambda model, tokens: [token_text(model, t) for t in tokens]  # noqa: E731
-    record = Rounding(prompt, method, texts(f32, plain32), texts(b16, plain16), outputs[f32.dtype, method] == plain32,
-                      parted, first_difference(plain16, outputs[b16.dtype, method]))
+    record = Rounding(prompt, method, texts(f32, plain32), texts(b16, plain16), method32 == plain32,
+                      parted, first_difference(plain16, method16))
+    if on_gpu:
+        exact_plain, exact_method = both(b16, replace(environment, exact=True))
+        record.exact_ran = True
+        record.exact_covered = all(r.settings.get("exact_forward") for r in (exact_plain, exact_method))
+        record.exact_parted_at = first_difference(exact_plain.token_ids, exact_method.token_ids)
     if parted is not None:
         prefix = ids + plain32[:parted]
         record.top_float32, record.logits_float32 = top_two(f32, prefix)
@@ -392,14 +410,31 @@ def rounding_sentence(r: Rounding | None) -> str:
     same = ("float32 with the method equals float32 plain token for token" if r.speculative_identical else
             "**float32 with the method differs from float32 plain: a bug**")
     if r.parted_at is None:
-        return f"Greedy: bfloat16 and float32 plain agree on all {len(r.float32)} tokens here; {same}."
-    b16 = ("in bfloat16 the method also equals bfloat16 plain" if r.bfloat16_speculative_parted_at is None else
-           f"in bfloat16 the method parts from bfloat16 plain at token {r.bfloat16_speculative_parted_at} (its verify "
-           "pass rounds K positions at once, a step one)")
+        return f"Greedy: bfloat16 and float32 plain agree on all {len(r.float32)} tokens here; {same}. {exact_sentence(r)}"
     return (f"Greedy, not a bug: bfloat16 plain parts from float32 plain at token {r.parted_at}, where float32's two best "
             f"tokens {code(r.top_float32[0])} and {code(r.top_float32[1])} are **{r.margin_float32:.3f}** apart in logit, "
             f"and bfloat16 spaces numbers near {r.logits_float32[0]:.1f} by {r.bfloat16_step:g}: rounding alone swaps a "
-            f"near-tie (bfloat16's margin there: {r.margin_bfloat16:+.3f}, {code(r.top_bfloat16[0])} first). {same}; {b16}.")
+            f"near-tie (bfloat16's margin there: {r.margin_bfloat16:+.3f}, {code(r.top_bfloat16[0])} first). {same}. "
+            f"{exact_sentence(r)}")
+
+
+def exact_sentence(r: Rounding) -> str:
+    """The method beside plain, both in bfloat16: where its verify pass rounds K positions at once and a plain step
+    one, and, on a GPU, the same pair in the exact mode, which computes each position as plain decoding does."""
+    parted = r.bfloat16_speculative_parted_at
+    off = ("the method equals bfloat16 plain token for token" if parted is None else
+           f"the method parts from bfloat16 plain at token {parted} (its verify pass rounds K positions at once, a "
+           "plain step one)")
+    if not r.exact_ran:
+        return (f"In bfloat16 {off}. The exact mode, which computes each position of a verify pass as plain decoding "
+                "does, is for GPUs: it did not run on this device.")
+    if not r.exact_covered:
+        return (f"In bfloat16 with the exact mode off, {off}; the exact mode could not cover these runs on this GPU "
+                "(docs/exactness.md says where it does not reach).")
+    on = ("**with it on, the method equals bfloat16 plain bit for bit**: each position computed as plain decoding "
+          "computes it" if r.exact_parted_at is None else
+          f"**with it on, the method still parts from plain at token {r.exact_parted_at}: a bug in the exact mode**")
+    return f"In bfloat16 with the exact mode off, {off}; {on}."
 
 
 def code(token: str) -> str:

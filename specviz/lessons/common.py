@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from ..engine import SpeculativeRun
 from ..models import LoadedModel
+from ..options import EngineOptions
 from ..proposers import Proposer
 from ..records import RunResult
 from ..settings import DecodeSettings
@@ -27,9 +28,10 @@ def finish(lesson: Iterable):
 
 
 def run_once(target: LoadedModel, proposer: Proposer, prompt_ids: list[int], settings: DecodeSettings,
-             prompt: str | list[int] = "", detail: bool = True, verifier=None) -> RunResult:
+             prompt: str | list[int] = "", detail: bool = True, verifier=None,
+             options: EngineOptions | None = None) -> RunResult:
     run = SpeculativeRun(target, proposer, prompt_ids, settings, prompt_text=prompt if isinstance(prompt, str) else "",
-                         detail=detail, verifier=verifier)
+                         detail=detail, verifier=verifier, options=options)
     for _ in run:
         pass
     return run.result

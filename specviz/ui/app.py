@@ -20,6 +20,7 @@ from starlette.middleware import Middleware
 from ..api import check_drafter
 from ..errors import MissingDrafterError, SpecvizError
 from ..models import DEFAULT_MODEL
+from ..options import EngineOptions
 from ..proposers import METHODS
 from ..proposers.distilled import DISTILLED
 from ..public import PRESETS, preset_bytes
@@ -77,7 +78,7 @@ PAIRS = {  # label: (target, drafter)
 }
 # the Run tab's widgets' values, in the order of its event's inputs (named as form.FIELDS and the /run API)
 RUN_FIELDS = ("prompt", "method", "target", "draft", "gamma", "temperature", "top_p", "max_new_tokens", "seed",
-              "compare_plain", "step_mode", "tree", "draft_stop")
+              "compare_plain", "step_mode", "tree", "draft_stop", "exact")
 
 
 def offered(choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -111,6 +112,8 @@ def example_prompts() -> list[str]:
     return [example["prompt"] for example in examples()]
 
 
+EXACT_INFO = ("on a GPU: each position of a verify pass computed as plain decoding computes it, so greedy output "
+              "equals plain bit for bit (docs/exactness.md); a CPU needs no such mode")
 READING_MODES = [("answer", "answer"), ("drafts", "drafts"), ("steps", "steps")]
 # the token view's reading mode and presentation mode are classes on the page: switching needs no server
 PAGE_JS = "() => { document.body.dataset.svMode = 'answer'; " + render.TIP_SCRIPT + " }"  # and the tips' placing
@@ -122,7 +125,8 @@ class SpecvizApp:
     def __init__(self):
         self.demo: gr.Blocks | None = None
         # the handlers as gradio calls them: their parameters are form fields, read at the boundary
-        self.on_run = form_handler(RUN_FIELDS, self.handle_run, self.show_error, defaults={"tree": 0, "draft_stop": 0})
+        self.on_run = form_handler(RUN_FIELDS, self.handle_run, self.show_error,
+                                   defaults={"tree": 0, "draft_stop": 0, "exact": None})
         self.on_resume = form_handler((), self.handle_resume, self.show_error)
         self.on_next = form_handler((), self.handle_next, self.show_error)
         self.on_replay = form_handler(("seconds_per_step",), self.handle_replay, self.show_error)
@@ -222,7 +226,7 @@ class SpecvizApp:
                                       "pair)" + ("" if live.PROFILE.public else ", or type a Hub id, a folder or a "
                                                  ".gguf file")) from None
         baseline = form.compare_plain and form.method != "plain"  # plain against itself would be no comparison
-        run_request = RunRequest(form.prompt, form.method, form.target, draft_name, form.settings, baseline)
+        run_request = RunRequest(form.prompt, form.method, form.target, draft_name, form.settings, baseline, form.exact)
         if forks():
             yield from self._run_recorded(run_request, state, cancel, form.step_mode)
             return
@@ -483,6 +487,8 @@ class SpecvizApp:
                             self.step_mode = gr.Checkbox(value=False, label="step mode (start paused)")
                             self.present = gr.Checkbox(value=False, label="presentation: large type, thick marks",
                                                        elem_id="sv-present")
+                            self.exact = gr.Checkbox(value=EngineOptions.from_environment().exact, elem_id="sv-exact",
+                                                     label="exact mode (GPU)", info=EXACT_INFO)
                             self.replay_speed = gr.Slider(0.1, 2, value=0.5, step=0.1, label="replay: seconds per step",
                                                           elem_id="sv-replay-speed", min_width=200)
                     with gr.Row(elem_id="sv-controls"):
@@ -521,7 +527,8 @@ class SpecvizApp:
                 self.fields = {"prompt": self.prompt, "method": self.method, "target": self.target, "draft": self.draft,
                                "gamma": self.gamma, "temperature": self.temperature, "top_p": self.top_p,
                                "max_new_tokens": self.max_new, "seed": self.seed, "compare_plain": self.compare_plain,
-                               "step_mode": self.step_mode, "tree": self.tree, "draft_stop": self.draft_stop}
+                               "step_mode": self.step_mode, "tree": self.tree, "draft_stop": self.draft_stop,
+                               "exact": self.exact}
                 with gr.Tab("Compare methods", id="compare"):
                     compare_event = CompareTab().build(self.fields, engine)
                 with gr.Tab("Cost curve", id="cost"):

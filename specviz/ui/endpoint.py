@@ -109,7 +109,9 @@ def api_help(url: str) -> str:
     return f"""### Use via API
 The endpoint `/speculate` runs one prompt with speculative decoding and plain decoding of the same prompt, and
 returns the same JSON object as `specviz generate --json --compare-plain`: `text`, `tokens`, `metrics`,
-`steps`, `plain`, `speedup`, `identical_to_plain`, `first_difference`, and `oracle`: the perfect drafter
+`steps`, `plain`, `speedup`, `identical_to_plain`, `first_difference` (and, where a greedy run differs,
+`first_difference_margin`: how far apart plain's two largest logits were there; a near-tie is rounding),
+`settings.exact_forward` (the runs were in the exact mode: bit for bit), and `oracle`: the perfect drafter
 beside this one (`oracle_tau`, `oracle_speedup`: every draft accepted, at this run's measured step costs),
 `verify_share` (verifying's share of the time) and `accepted_lengths` (steps that accepted 0, 1, … γ drafts).
 

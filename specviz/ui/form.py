@@ -32,6 +32,7 @@ class Form:
     settings: DecodeSettings = field(default_factory=DecodeSettings)
     compare_plain: bool = True
     step_mode: bool = False
+    exact: bool | None = None  # the target's forward in the exact mode (GPU); None: as the server's environment says
     methods: tuple[str, ...] = ()  # Compare
     runs: int = 150  # lesson 2, /distribution
     wrong: bool = True  # /distribution: the wrong verifier too
@@ -143,6 +144,7 @@ FIELDS: dict[str, Callable] = {  # (value, profile) -> the Form's value
     "draft_stop": lambda v, p: real("draft stop", v, 0.0, 1.0),
     "compare_plain": lambda v, p: flag("also run plain decoding", v),
     "step_mode": lambda v, p: flag("step mode", v),
+    "exact": lambda v, p: flag("exact mode", v),
     "methods": lambda v, p: _methods(v),
     "runs": lambda v, p: whole("runs", v, 10, 300 if p.public else 1000),
     "wrong": lambda v, p: flag("wrong", v),

@@ -23,7 +23,7 @@ import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -196,6 +196,13 @@ class RunRequest:
     draft: str | None = None
     settings: DecodeSettings = field(default_factory=DecodeSettings)
     compare_plain: bool = True
+    exact: bool | None = None  # the exact mode of the target's forward (a GPU's); None: as the environment says
+
+
+def engine_options(request: RunRequest) -> EngineOptions:
+    """The engine's switches for a request's runs: the environment's, with the request's exact mode."""
+    options = EngineOptions.from_environment()
+    return options if request.exact is None else replace(options, exact=request.exact)
 
 
 @dataclass
@@ -213,7 +220,7 @@ class RunSetup:
 
     @classmethod
     def make(cls, request: RunRequest, target: LoadedModel, draft: LoadedModel | None) -> "RunSetup":
-        options = EngineOptions.from_environment()
+        options = engine_options(request)
         proposer = make_proposer(request.method, target, draft, options=options)
         return cls(request, target, draft, options, proposer, encode(target, request.prompt))
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from gradio.components.plot import PlotData
 
-from ..api import first_difference
+from ..api import first_difference, logit_margin
 from ..models import DEFAULT_MODEL, default_source
 from ..plausibility import noise_note
 from ..proposers.distilled import DISTILLED
-from ..records import StepRecord, TokenRecord
+from ..records import RunResult, StepRecord, TokenRecord
 from . import render, view
 from .live import BASELINE, FAILED, PAUSED, READY, RUNNING, STOPPED, LiveRun, SteppedRun
 
@@ -88,18 +88,31 @@ def summary_of(run: LiveRun) -> str:
         return ""
     plain_metrics = engine_metrics(plain) if plain is not None and plain.done else None
     speedup = run.speedup
-    identical, difference = None, None
+    identical, difference, bit_for_bit = None, None, False
     sampling = not run.request.settings.greedy
     if spec.done and plain is not None and plain.done:
-        index = first_difference(spec.result.token_ids, plain.result.token_ids)
-        identical = index is None
-        emitted = lambda result: [t.text for t in result.tokens if t.kind.value != "rejected"]  # noqa: E731
-        difference = view.first_difference_texts(index, emitted(spec.result), emitted(plain.result))
+        identical, difference, bit_for_bit = compared(spec.result, plain.result)
     theory = view.theory(metrics, spec.steps, run.request.settings.gamma, speedup)
     idle = spec.idle_seconds + (plain.idle_seconds if plain is not None else 0.0)
     doubt = run.doubt
     return render.summary_html(metrics, run.request.method, plain_metrics, speedup, identical, difference,
-                               sampling, idle, spec.done, theory, noise_note(doubt) if doubt else None)
+                               sampling, idle, spec.done, theory, noise_note(doubt) if doubt else None, bit_for_bit)
+
+
+def compared(spec: RunResult, plain: RunResult) -> tuple[bool, view.FirstDifference | None, bool]:
+    """A finished run beside its plain baseline: (identical, the first difference, both runs' forwards in the
+    exact mode). The difference carries plain's logit margin there, the dtype and the mode, which say whether
+    it can be rounding (view.difference_cause)."""
+    index = first_difference(spec.token_ids, plain.token_ids)
+    exact = bool(spec.settings.get("exact_forward")) and bool(plain.settings.get("exact_forward"))
+    emitted = lambda result: [t.text for t in result.tokens if t.kind.value != "rejected"]  # noqa: E731
+    difference = view.first_difference_texts(index, emitted(spec), emitted(plain))
+    if difference is not None:
+        difference.margin = logit_margin(plain.steps, index)
+        difference.dtype = str(plain.settings.get("dtype", ""))
+        difference.exact = exact
+        difference.gpu = str(plain.settings.get("device", "")).startswith("cuda")
+    return index is None, difference, exact
 
 
 def headline(run: LiveRun) -> str:

@@ -9,7 +9,7 @@ import html
 from collections.abc import Collection
 
 from ..records import RunMetrics, TokenKind, TokenRecord
-from .view import FirstDifference, Theory
+from .view import FirstDifference, Theory, difference_cause
 
 SHOWN_KINDS = (TokenKind.ACCEPTED, TokenKind.REJECTED, TokenKind.RESAMPLED, TokenKind.BONUS, TokenKind.TARGET)
 KIND_HELP = {
@@ -230,6 +230,31 @@ EXPLAIN = {  # one line each, for a reader who has not met the letters
 }
 
 
+EXACT_NOTE = "the exact mode: each position computed as plain decoding computes it"
+
+
+def margin_text(margin: float) -> str:
+    return "more than 100" if margin > 100 else f"{margin:.2f}" if margin >= 1 else f"{margin:.3f}"
+
+
+def difference_note(difference: FirstDifference) -> str:
+    """One short sentence on a greedy run's first difference from plain: the two tokens, the margin of plain's
+    two largest logits there, and whether that is rounding (a near-tie, outside the exact mode) or not."""
+    d = difference
+    tokens = f"speculative {d.speculative!r}, plain {d.plain!r}"
+    apart = "" if d.margin is None else f"plain's top two logits {margin_text(d.margin)} apart"
+    cause = difference_cause(d)
+    if cause == "exact":
+        return (f"{tokens}: both runs in the exact mode, so not rounding: a real difference, worth reporting"
+                + (f" ({apart})" if apart else ""))
+    if cause == "rounding":
+        hint = " (the exact mode avoids it where it applies)" if d.gpu else ""
+        return f"{tokens}: {apart}, a near-tie: {d.dtype} rounding, not the method{hint}"
+    if cause == "wide":
+        return f"{tokens}: {apart}, NOT a near-tie, not rounding: a real difference, worth reporting"
+    return f"{tokens}: {apart}" if apart else tokens
+
+
 NOISY_TILE = "the machine was busy while it was measured: the status line says what does not add up"
 
 
@@ -248,10 +273,11 @@ def _tile(value: str, name: str, note: str, noisy: bool = False, title: str | No
 def summary_html(metrics: RunMetrics, method: str, plain: RunMetrics | None = None, speedup: float | None = None,
                  identical: bool | None = None, difference: FirstDifference | None = None,
                  sampling: bool = False, idle_seconds: float = 0.0, finished: bool = True,
-                 theory: Theory | None = None, noise: str | None = None) -> str:
+                 theory: Theory | None = None, noise: str | None = None, bit_for_bit: bool = False) -> str:
     """The measured numbers of a run as a card (speeds on engine time): the four that matter as tiles, each
     with a line that says what it means, then the details, the baseline and the theory beside them. noise: the
-    note a speedup that failed its plausibility check carries in place of its meaning (never stated as fact)."""
+    note a speedup that failed its plausibility check carries in place of its meaning (never stated as fact).
+    bit_for_bit: both runs' forwards were in the exact mode, so identical output is identical arithmetic."""
     m = metrics
     tiles = []
     if speedup is not None:
@@ -275,11 +301,13 @@ def summary_html(metrics: RunMetrics, method: str, plain: RunMetrics | None = No
     if sampling and plain is not None:
         rows.append(_row("same as plain?", "not expected",
                          "sampling: the output has the target's distribution, not the same text"))
+    elif identical is True and bit_for_bit:
+        rows.append(_row("same as plain?", "yes, bit for bit", EXACT_NOTE))
     elif identical is True:
         rows.append(_row("same as plain?", "yes, token for token"))
     elif identical is False and difference is not None:
         rows.append(_row("same as plain?", f"no: first difference at output token {difference.index}",
-                         f"speculative {difference.speculative!r}, plain {difference.plain!r}"))
+                         difference_note(difference)))
     if idle_seconds > 0.01:
         rows.append(_row("waits excluded", f"{idle_seconds:.2f} s", "pauses and other users' steps are not counted"))
     theory_html = ""

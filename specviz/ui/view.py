@@ -81,6 +81,10 @@ class FirstDifference:
     index: int  # output token index
     speculative: str | None  # that token's text in each output (None past the end)
     plain: str | None
+    margin: float | None = None  # plain's two largest logits there, how far apart (api.logit_margin); None: unknown
+    dtype: str = ""  # the runs' dtype ("bfloat16", ...)
+    exact: bool = False  # both runs' forwards were in the exact mode (settings["exact_forward"])
+    gpu: bool = False  # the runs ran on a GPU, where the exact mode exists
 
 
 def first_difference_texts(index: int | None, speculative_texts: list[str], plain_texts: list[str]) -> FirstDifference | None:
@@ -89,6 +93,34 @@ def first_difference_texts(index: int | None, speculative_texts: list[str], plai
     def at(texts):
         return texts[index] if index < len(texts) else None
     return FirstDifference(index, at(speculative_texts), at(plain_texts))
+
+
+# A greedy difference is put down to rounding only at a near-tie: plain's two largest logits closer than this, in
+# bfloat16. Why 0.5: a top logit of 16 to 32 (lesson 7 found the default model's near-tie at 18.3) is one of
+# bfloat16's numbers spaced 1/8 apart, and a forward over K positions and one over a single position round their
+# sums in other orders, so the two logits can land a few of those steps apart: 0.5 is four (lesson 7's swap was at
+# 0.033). Other dtypes scale it by their spacing (float16: 3 more significant bits, float32: 16 more); a dtype not
+# listed is never put down to rounding.
+NEAR_TIE_BFLOAT16 = 0.5
+SIGNIFICANT_BITS = {"bfloat16": 8, "float16": 11, "float32": 24}
+
+
+def near_tie_margin(dtype: str) -> float | None:
+    """The widest margin of the two largest logits that rounding in `dtype` plausibly flips; None: no claim."""
+    bits = SIGNIFICANT_BITS.get(dtype)
+    return None if bits is None else NEAR_TIE_BFLOAT16 * 2.0 ** (SIGNIFICANT_BITS["bfloat16"] - bits)
+
+
+def difference_cause(difference: FirstDifference) -> str:
+    """Why a greedy run differs from plain, as far as the records tell: "exact" (both runs in the exact mode,
+    which rules rounding out: worth reporting), "unknown" (the margin was not recorded, or a dtype with no
+    claim), "rounding" (a near-tie for the dtype) or "wide" (not a near-tie: a real difference)."""
+    if difference.exact:
+        return "exact"
+    limit = near_tie_margin(difference.dtype)
+    if difference.margin is None or limit is None:
+        return "unknown"
+    return "rounding" if difference.margin < limit else "wide"
 
 
 def step_of_token(steps: list[StepRecord], token_index: int) -> int | None:
