@@ -2,7 +2,7 @@
 GPU calls (specviz/zero_emulation.py: a worker forked from this process, kept and reused while its GPU stays idle,
 a new one when it is not), and then in this process (a dedicated GPU). The worker runs with SPACES_ZERO_GPU=1:
 CUDA graphs captured on its first call and kept (specviz/gpu_worker.py, preparing bounded by CAPTURE_SECONDS),
-compile off unless SPECVIZ_COMPILE=1. This process runs with the environment's options (a dedicated GPU's
+compiled unless SPECVIZ_COMPILE=0. This process runs with the environment's options (a dedicated GPU's
 defaults: graphs and compile).
 
 The calls, in order (every emulated one before this process touches CUDA: a forked worker cannot use a GPU its
@@ -18,7 +18,7 @@ the method, timed on their own (no stop at EOS unless --stop-at-eos). Figures po
 tokens over the runs' wall time, the speedup plain's wall time over the method's.
 
     python -m scripts.zero_gpu_bench --out $OUT/zero_gpu.json                            # on the GPU machine
-    SPECVIZ_COMPILE=1 python -m scripts.zero_gpu_bench --out $OUT/zero_gpu_compiled.json  # compile in the worker too
+    SPECVIZ_COMPILE=0 python -m scripts.zero_gpu_bench --out $OUT/zero_gpu_eager_layers.json  # no compile (graphs only)
     python -m scripts.zero_gpu_bench --target random:llama-tiny --per-category 1 --limit 2 \\
         --max-new-tokens 8 --big random:llama-tiny --big-prompts 1 --out /tmp/zero.json  # anywhere, to check it
 
