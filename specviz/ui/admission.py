@@ -1,50 +1,121 @@
-"""Fairness at the queue's door: a request for the engine is refused at once, before it takes a place in gradio's
-queue, when its session or its client address already has as many waiting or running as the public profile
-allows (public.admission_refusal). One student's flood then fills neither the queue nor the engine, and another's
-run starts as soon as a slot is free. The refusal is an HTTP 429 whose detail is the sentence a browser shows.
+"""Fairness at the queue's door: a request is refused at once, before it takes a place in gradio's queue, when
+it is over a share the public profile gives:
+- an engine request, when its session or its client address already has as many waiting or running as the
+  profile allows (public.admission_refusal), or when its address has taken its budget of engine seconds in the
+  profile's window while another address is waiting or running (public.budget_refusal, counted by LEDGER);
+- a Replay, when its session already has one going or REPLAYS are going on the server (public.replay_refusal).
+One student's flood then fills neither the queue, the engine nor the worker threads, and another's run starts as
+soon as a slot is free. The refusal is an HTTP 429 whose detail is the sentence a browser shows.
+
+A call that names no endpoint (an fn_index the app does not have) is answered 404 with where the endpoints are
+listed, not gradio's HTTP 500.
 
 The counts are read from gradio's queue (its waiting events and running jobs, each with its session and the
 request it came with): gradio offers no hook for this, so the queue's push is wrapped; the queue is gradio's,
 pinned in requirements.txt, and tests/test_ui_fairness.py floods a served app to check it still works."""
 from __future__ import annotations
 
+import collections
+import threading
+import time
+
 from fastapi import HTTPException
 
-from ..public import Profile, admission_refusal, client_address
+from ..public import Profile, admission_refusal, budget_refusal, client_address, replay_refusal
 
 ENGINE = "engine"  # the concurrency id of every event that runs the engine (app.py)
+REPLAY = "replay"  # the concurrency id of Replay (app.py)
+REPLAYS = 8  # replays going at once, all users together: each sends a frame a step
 
 
-def _address(request, profile: Profile) -> str:
+class Ledger:
+    """Engine seconds each client address took, over a sliding window (kept by the second)."""
+
+    def __init__(self, clock=time.monotonic):
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._spent: dict[str, collections.deque] = {}
+
+    def charge(self, address: str, seconds: float) -> None:
+        now = int(self._clock())
+        with self._lock:
+            entries = self._spent.setdefault(address, collections.deque())
+            if entries and entries[-1][0] == now:
+                entries[-1][1] += seconds
+            else:
+                entries.append([now, seconds])
+
+    def charger(self, address: str):
+        """What an engine request's time is charged to (live.metering)."""
+        return lambda seconds: self.charge(address, seconds)
+
+    def spent(self, address: str, window: float) -> float:
+        since = self._clock() - window
+        with self._lock:
+            entries = self._spent.get(address)
+            if entries is None:
+                return 0.0
+            while entries and entries[0][0] < since:
+                entries.popleft()
+            if not entries:
+                del self._spent[address]
+                return 0.0
+            return sum(seconds for _, seconds in entries)
+
+
+LEDGER = Ledger()
+
+
+def address_of(request, profile: Profile) -> str:
+    """The client address a request (gradio's or the queue's) counts against (public.client_address)."""
     client = getattr(request, "client", None)
     headers = getattr(request, "headers", None) or {}
     return client_address(getattr(client, "host", None), headers.get("x-forwarded-for"), profile)
 
 
-def engine_events(queue) -> list:
-    """Engine events waiting in the queue or running (and still wanted)."""
+def _events(queue, concurrency_id: str) -> list:
+    """Events of `concurrency_id` waiting in the queue or running (and still wanted)."""
     waiting = [e for q in list(queue.event_queue_per_concurrency_id.values()) for e in list(q.queue)]
     running = [e for job in list(queue.active_jobs) if job for e in job if e.alive]
-    return [e for e in waiting + running if e.concurrency_id == ENGINE]
+    return [e for e in waiting + running if e.concurrency_id == concurrency_id]
 
 
-def admit_fairly(blocks, profile: Profile) -> None:
-    """Wraps the queue of `blocks` (after blocks.queue()) so that engine requests over the profile's limits are
-    refused. Nothing changes for a profile without limits (a local user)."""
-    if profile.per_session is None and profile.per_client is None:
-        return
+def engine_events(queue) -> list:
+    """Engine events waiting in the queue or running (and still wanted)."""
+    return _events(queue, ENGINE)
+
+
+def refusal(fn, body, request, queue, profile: Profile, ledger: Ledger) -> str | None:
+    """Why the request for `fn` is refused at the door (None: admitted)."""
+    if fn.concurrency_id == ENGINE:
+        events = engine_events(queue)
+        address = address_of(request, profile)
+        addresses = [address_of(e.request, profile) for e in events]
+        return (admission_refusal(sum(e.session_hash == body.session_hash for e in events), addresses.count(address),
+                                  profile)
+                or budget_refusal(ledger.spent(address, profile.client_window),
+                                  any(other != address for other in addresses), profile))
+    if fn.concurrency_id == REPLAY:
+        events = _events(queue, REPLAY)
+        return replay_refusal(sum(e.session_hash == body.session_hash for e in events), len(events), REPLAYS)
+    return None
+
+
+def admit_fairly(blocks, profile: Profile, ledger: Ledger = LEDGER) -> None:
+    """Wraps the queue of `blocks` (after blocks.queue()) so that an unknown fn_index is answered 404 and, in
+    the public profile, requests over its shares are refused."""
     queue = blocks._queue
     push = queue.push
 
     async def push_fairly(body, request, username):
         fn = blocks.fns.get(body.fn_index) if body.fn_index is not None else None
-        if fn is not None and fn.concurrency_id == ENGINE:
-            events = engine_events(queue)
-            address = _address(request, profile)
-            refusal = admission_refusal(sum(e.session_hash == body.session_hash for e in events),
-                                        sum(_address(e.request, profile) == address for e in events), profile)
-            if refusal is not None:
-                raise HTTPException(status_code=429, detail=refusal)
+        if body.fn_index is not None and fn is None:
+            raise HTTPException(status_code=404, detail=f"this app has no endpoint number {body.fn_index!r}: its "
+                                                        "endpoints are listed at /gradio_api/info")
+        if profile.public and fn is not None:
+            refused = refusal(fn, body, request, queue, profile, ledger)
+            if refused is not None:
+                raise HTTPException(status_code=429, detail=refused)
         return await push(body, request, username)
 
     queue.push = push_fairly
