@@ -8,7 +8,8 @@ One student's flood then fills neither the queue, the engine nor the worker thre
 soon as a slot is free. The refusal is an HTTP 429 whose detail is the sentence a browser shows.
 
 A call that names no endpoint (an fn_index the app does not have) is answered 404 with where the endpoints are
-listed, not gradio's HTTP 500.
+listed, not gradio's HTTP 500; one with too few values in `data` is answered 422 with the values the endpoint
+takes, not gradio's list of component objects.
 
 The counts are read from gradio's queue (its waiting events and running jobs, each with its session and the
 request it came with): gradio offers no hook for this, so the queue's push is wrapped; the queue is gradio's,
@@ -16,6 +17,7 @@ pinned in requirements.txt, and tests/test_ui_fairness.py floods a served app to
 from __future__ import annotations
 
 import collections
+import inspect
 import threading
 import time
 
@@ -85,6 +87,26 @@ def engine_events(queue) -> list:
     return _events(queue, ENGINE)
 
 
+def parameter_names(fn) -> list[str]:
+    """The names of what an event's function takes from `data`, as the API lists them."""
+    try:
+        names = [name for name in inspect.signature(fn.fn).parameters if name != "request"]
+    except (TypeError, ValueError):
+        names = []
+    return names if len(names) == len(fn.inputs) else [f"value {i + 1}" for i in range(len(fn.inputs))]
+
+
+def missing_values(fn, body) -> str | None:
+    """Why a call's `data` cannot be given to its function (None: it can): fewer values than it takes."""
+    data = body.data if isinstance(body.data, list) else []
+    taken = {len(fn.inputs), sum(not getattr(block, "skip_api", False) for block in fn.inputs)}
+    if fn.fn is None or fn.cancels or len(data) >= min(taken):
+        return None
+    names = parameter_names(fn)
+    count = f"{len(fn.inputs)} value" + ("s" if len(fn.inputs) != 1 else "")
+    return f"this endpoint takes {count} in `data`, in this order: {', '.join(names)}; it got {len(data)}: see /gradio_api/info"
+
+
 def refusal(fn, body, request, queue, profile: Profile, ledger: Ledger) -> str | None:
     """Why the request for `fn` is refused at the door (None: admitted)."""
     if fn.concurrency_id == ENGINE:
@@ -112,6 +134,9 @@ def admit_fairly(blocks, profile: Profile, ledger: Ledger = LEDGER) -> None:
         if body.fn_index is not None and fn is None:
             raise HTTPException(status_code=404, detail=f"this app has no endpoint number {body.fn_index!r}: its "
                                                         "endpoints are listed at /gradio_api/info")
+        missing = missing_values(fn, body) if fn is not None else None
+        if missing is not None:
+            raise HTTPException(status_code=422, detail=missing)
         if profile.public and fn is not None:
             refused = refusal(fn, body, request, queue, profile, ledger)
             if refused is not None:
