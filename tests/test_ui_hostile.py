@@ -5,6 +5,7 @@ that made sessions and pushed a student's running session out, replays that held
 gradio's direct route, an endpoint number that does not exist, a call with too few values. One server for all."""
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import json
 import sys
@@ -234,3 +235,51 @@ def test_the_direct_route_is_closed_and_unknown_endpoints_are_404(url):
         assert "object at 0x" not in text
         status, text = raw_call(http, "replay", [])
         assert status == 422 and "takes 1 value in `data`, in this order: seconds_per_step" in text, text
+
+
+@pytest.mark.quick
+def test_the_ledger_counts_an_address_s_engine_seconds_over_its_window():
+    now = [1000.0]
+    ledger = admission.Ledger(clock=lambda: now[0])
+    charge = ledger.charger("10.2.0.1")
+    for _ in range(50):
+        charge(0.1)  # fifty steps of 0.1 s within one second
+    now[0] += 100
+    ledger.charge("10.2.0.1", 3.0)
+    ledger.charge("10.2.0.2", 7.0)
+    assert ledger.spent("10.2.0.1", 600) == pytest.approx(8.0)
+    assert ledger.spent("10.2.0.2", 600) == pytest.approx(7.0) and ledger.spent("10.2.0.3", 600) == 0
+    now[0] += 550  # the first second's five seconds are out of the window, the later three are not
+    assert ledger.spent("10.2.0.1", 600) == pytest.approx(3.0)
+    now[0] += 100
+    assert ledger.spent("10.2.0.1", 600) == 0 and "10.2.0.1" not in ledger._spent  # forgotten once empty
+
+
+def test_engine_time_is_charged_to_the_thread_s_meter(default_target):
+    """Each hold of the engine lock is charged to the meter of the thread that holds it, and a run's worker
+    takes its starter's meter."""
+    charged = []
+    with live.metering(charged.append):
+        run = live.LiveRun(live.RunRequest("Say hello.", "ngram", settings=DecodeSettings(max_new_tokens=8, gamma=4)),
+                           default_target, None)
+        run.start()
+    run.join(300)
+    assert run.phase == live.DONE
+    steps = len(run.speculative.steps) + len(run.plain.steps)
+    assert len(charged) >= steps and all(seconds >= 0 for seconds in charged)
+    before = len(charged)  # control: outside a meter nothing is charged
+    with live.ENGINE_LOCK:
+        pass
+    assert len(charged) == before
+
+
+@pytest.mark.quick
+def test_waiting_requests_take_slots_by_address_in_turn():
+    flood, other = "10.3.0.1", "10.3.0.2"
+    waiting = [flood] * 6 + [other, flood, other]
+    order = admission.fair_order(waiting, collections.Counter({flood: 4}))
+    assert [waiting[i] for i in order][:2] == [other, other]  # the flood has four running already
+    assert order[2:] == [0, 1, 2, 3, 4, 5, 7]  # then the flood's, in arrival order
+    assert admission.fair_order(waiting, collections.Counter()) == [0, 6, 1, 8, 2, 3, 4, 5, 7]  # in turn
+    # control: arrival order alone would put the other address seventh
+    assert waiting.index(other) == 6

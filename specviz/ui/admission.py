@@ -4,8 +4,10 @@ it is over a share the public profile gives:
   profile allows (public.admission_refusal), or when its address has taken its budget of engine seconds in the
   profile's window while another address is waiting or running (public.budget_refusal, counted by LEDGER);
 - a Replay, when its session already has one going or REPLAYS are going on the server (public.replay_refusal).
-One student's flood then fills neither the queue, the engine nor the worker threads, and another's run starts as
-soon as a slot is free. The refusal is an HTTP 429 whose detail is the sentence a browser shows.
+One student's flood then fills neither the queue, the engine nor the worker threads. Engine requests waiting for
+a slot are taken by address in turn, not in arrival order (fair_order): another address's run starts at the next
+free slot, ahead of a flood's places that arrived before it. The refusal is an HTTP 429 whose detail is the
+sentence a browser shows.
 
 A call that names no endpoint (an fn_index the app does not have) is answered 404 with where the endpoints are
 listed, not gradio's HTTP 500; one with too few values in `data` is answered 422 with the values the endpoint
@@ -87,6 +89,30 @@ def engine_events(queue) -> list:
     return _events(queue, ENGINE)
 
 
+def fair_order(waiting: list[str], running: collections.Counter) -> list[int]:
+    """The order in which waiting requests (their addresses, in arrival order) take the next free slots: by how
+    many requests their address already has running or waiting ahead of them, then by arrival. A flood's tenth
+    place then waits behind another address's first."""
+    seen = collections.Counter(running)
+    ranks = []
+    for index, address in enumerate(waiting):
+        ranks.append((seen[address], index))
+        seen[address] += 1
+    return [index for _, index in sorted(ranks)]
+
+
+def reorder_fairly(queue, profile: Profile) -> None:
+    """Puts the engine requests waiting in gradio's queue in fair_order (the queue takes its first)."""
+    event_queue = queue.event_queue_per_concurrency_id.get(ENGINE)
+    if event_queue is None or len(event_queue.queue) < 2:
+        return
+    waiting = list(event_queue.queue)
+    running = collections.Counter(address_of(e.request, profile) for job in list(queue.active_jobs) if job
+                                  for e in job if e.alive and e.concurrency_id == ENGINE)
+    order = fair_order([address_of(e.request, profile) for e in waiting], running)
+    event_queue.queue[:] = [waiting[i] for i in order]
+
+
 def parameter_names(fn) -> list[str]:
     """The names of what an event's function takes from `data`, as the API lists them."""
     try:
@@ -141,6 +167,9 @@ def admit_fairly(blocks, profile: Profile, ledger: Ledger = LEDGER) -> None:
             refused = refusal(fn, body, request, queue, profile, ledger)
             if refused is not None:
                 raise HTTPException(status_code=429, detail=refused)
-        return await push(body, request, username)
+        pushed = await push(body, request, username)
+        if profile.public and fn is not None and fn.concurrency_id == ENGINE:
+            reorder_fairly(queue, profile)  # in the event loop, as the queue takes events: no step between
+        return pushed
 
     queue.push = push_fairly
