@@ -336,6 +336,12 @@ def check_poisoned(http, log: Log) -> None:
 PROXY = "198.51.100.20"  # the address a trusted proxy appends after what the client wrote
 
 
+def idle_now(url: str) -> float:
+    """An 8-token run's time on the server with nothing else of this check running (median of 3): measured just
+    before each comparison, since a shared machine's load moves by several times within minutes."""
+    return sorted(timed_short(url)[0] for _ in range(3))[1]
+
+
 def admitted_and_refused(outcomes) -> tuple[int, int, set]:
     refused = [value for kind, value in outcomes if kind == "refused"]
     return sum(kind == "answered" for kind, _ in outcomes), len(refused), {str(r)[:90] for r in refused}
@@ -345,6 +351,7 @@ def check_forged(url: str, joins: int, per_client: int, log: Log) -> dict:
     log.section(f"forged addresses: {joins} joins, each with a new first X-Forwarded-For entry before {PROXY}")
     import random
 
+    idle_s = idle_now(url)
     clients = [client(url, f"{random.randrange(1, 255)}.{random.randrange(256)}.{i % 256}.7, {PROXY}")
                for i in range(joins)]
     jobs = [each.submit(**dict(SHORT, max_new_tokens=16), api_name="/speculate") for each in clients]
@@ -360,8 +367,9 @@ def check_forged(url: str, joins: int, per_client: int, log: Log) -> dict:
     log.line(f"{joins} forged joins (per-address share {per_client})",
              f"{admitted} admitted, {refused} refused ({sorted(messages)}), {errors} errors",
              errors == 0 and refused >= joins - 2 * per_client)
-    log.line("a normal client's 8-token run beside them", f"{normal[0]} in {normal_s:.1f} s", normal[0] == "answered")
-    return {"forged_admitted": admitted, "forged_refused": refused, "forged_normal_s": normal_s}
+    log.line("a normal client's 8-token run beside them", f"{normal[0]} in {normal_s:.1f} s (idle just before "
+             f"{idle_s:.1f} s: {normal_s / idle_s:.1f}x)", normal[0] == "answered")
+    return {"forged_admitted": admitted, "forged_refused": refused, "forged_normal_s": normal_s, "forged_idle_s": idle_s}
 
 
 RUN_VALUES = dict(prompt=LONG_PROMPT, method="ngram", target="default", draft="none", gamma=4, temperature=0, top_p=1,
@@ -381,22 +389,24 @@ def post_free(http, endpoint: str, data: list) -> int:
 def check_eviction(url: str, http, calls: int, log: Log) -> dict:
     log.section(f"eviction: {calls} free calls (each a new session) beside a Run-tab run")
     student = client(url, "203.0.113.60")
-    job = student.submit(**RUN_VALUES, api_name="/run")
+    job = student.submit(**dict(RUN_VALUES, max_new_tokens=192), api_name="/run")  # long enough to outlast the calls
     time.sleep(3)
     started = time.monotonic()
     free = [("pause", []), ("stop", []), ("replay", [0.1]), ("inspect", [3])]
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         statuses = list(pool.map(lambda i: post_free(http, *free[i % len(free)]), range(calls)))
     flood_s = time.monotonic() - started
+    going = not job.done()
     kind, value = answer(job)
     status = str(value[0]) if kind == "answered" else str(value)
-    log.line(f"{calls} free calls in {flood_s:.1f} s", f"HTTP {sorted(set(statuses))}", True)
+    log.line(f"{calls} free calls in {flood_s:.1f} s", f"HTTP {sorted(set(statuses))}; the run "
+             + ("still going at their end" if going else "over before their end"), True)
     done = kind == "answered" and "Done:" in status
     log.line("the Run-tab run", f"{kind}: {_text_of(status)[:70]!r}", done)
     inspected = answer(student.submit(step=1, api_name="/inspect"))
     found = inspected[0] == "answered" and "sv-tok" in str(inspected[1][0])
     log.line("/inspect of its step 1 afterwards", "the run's token view" if found else f"{inspected[0]}: no run", found)
-    return {"eviction_calls": calls, "eviction_run_done": done, "eviction_inspected": found}
+    return {"eviction_calls": calls, "eviction_run_going": going, "eviction_run_done": done, "eviction_inspected": found}
 
 
 def _text_of(html: str) -> str:
@@ -405,10 +415,11 @@ def _text_of(html: str) -> str:
     return re.sub(r"<[^>]+>", "", html).strip()
 
 
-def check_replays(url: str, replays: int, idle_s: float, log: Log) -> dict:
+def check_replays(url: str, replays: int, log: Log) -> dict:
     log.section(f"a replay flood: {replays} replays of one session's finished run, beside a normal /speculate")
     flooder = client(url, "203.0.113.70")
     answer(flooder.submit(**RUN_VALUES, api_name="/run"))
+    idle_s = idle_now(url)
     jobs = [flooder.submit(seconds_per_step=5.0, api_name="/replay") for _ in range(replays)]
     time.sleep(2)
     threads = max(_threads_in("handle_replay") for _ in range(10)) if _served() else None
@@ -422,15 +433,16 @@ def check_replays(url: str, replays: int, idle_s: float, log: Log) -> dict:
              + ("" if threads is None else f"; threads waiting inside a replay: {threads}"), admitted <= 2)
     log.line("a normal 8-token /speculate beside them", f"{kind} in {normal_s:.1f} s (idle {idle_s:.1f} s: "
              f"{normal_s / idle_s:.1f}x; goal 2x)", kind == "answered")
-    return {"replay_admitted": admitted, "replay_normal_s": normal_s, "replay_threads": threads}
+    return {"replay_admitted": admitted, "replay_normal_s": normal_s, "replay_idle_s": idle_s, "replay_threads": threads}
 
 
 MAXIMAL_PROMPT = " cat" * 990  # 3,960 characters, some 1,000 tokens: under the public limits of both
 
 
-def check_maximal(url: str, idle_s: float, log: Log) -> dict:
+def check_maximal(url: str, log: Log) -> dict:
     log.section("the longest request the profile takes (~1,000-token prompt, 512 tokens, temperature 2) beside "
                 "an 8-token run")
+    idle_s = idle_now(url)
     heavy = client(url, "203.0.113.80").submit(**dict(SHORT, prompt=MAXIMAL_PROMPT, max_new_tokens=512, temperature=2.0),
                                                api_name="/speculate")
     time.sleep(8)
@@ -441,7 +453,7 @@ def check_maximal(url: str, idle_s: float, log: Log) -> dict:
     heavy.cancel()
     log.line("the 8-token run beside it", f"{kind} in {short_s:.1f} s (idle {idle_s:.1f} s: {short_s / idle_s:.1f}x; "
              f"goal 3x); the long one {'still running' if still else 'over already'}", kind == "answered")
-    return {"maximal_short_s": short_s, "maximal_still_running": still}
+    return {"maximal_short_s": short_s, "maximal_idle_s": idle_s, "maximal_still_running": still}
 
 
 def check_edges(url: str, http, log: Log) -> None:
@@ -546,18 +558,16 @@ def check(url: str, args, httpx) -> int:
             check_fuzz(http, log)
             check_models(http, log)
             check_poisoned(http, log)
-        if sections & {"forged", "replay", "maximal"} and "idle_short_s" not in figures:
-            timed_short(url)  # the model loaded and warm: not part of the idle time
-            figures["idle_short_s"] = sorted(timed_short(url)[0] for _ in range(3))[1]
-            print(f"  an 8-token run on the idle server (median of 3): {figures['idle_short_s']:.2f} s")
+        if "class" not in sections:
+            timed_short(url)  # the model loaded and warm: not part of any idle time
         if "forged" in sections:
             figures.update(check_forged(url, args.forged, args.per_client, log))
         if "eviction" in sections:
             figures.update(check_eviction(url, http, args.free_calls, log))
         if "replay" in sections:
-            figures.update(check_replays(url, args.replays, figures["idle_short_s"], log))
+            figures.update(check_replays(url, args.replays, log))
         if "maximal" in sections:
-            figures.update(check_maximal(url, figures["idle_short_s"], log))
+            figures.update(check_maximal(url, log))
         if "edges" in sections:
             check_edges(url, http, log)
         log.section("the server after it all")
