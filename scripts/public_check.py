@@ -465,8 +465,11 @@ def check_edges(url: str, http, log: Log) -> None:
     for what, data in [("too few values", ["hi"]),
                        ("temperature 1e-300", ["hi", "ngram", 8, 4, 1e-300, 0, "default", ""]),
                        ("target 'distilled' (a drafter)", ["hi", "ngram", 8, 4, 0, 0, "distilled", ""])]:
-        event, got = raw_call(http, "speculate", data)
-        message = message_of(event, got)
+        try:
+            event, got = raw_call(http, "speculate", data)
+        except Exception as error:  # the server dropped the call: no message at all
+            event, got = "dropped", f"{type(error).__name__}: {error}"
+        message = message_of(event, got) if event != "dropped" else ""
         ok = bool(message) and "went wrong" not in message and "object at 0x" not in message
         log.line(what, f"{event}: {str(message or got)[:100]!r}", ok)
     from specviz.ui import learn
