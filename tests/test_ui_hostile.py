@@ -253,6 +253,9 @@ def test_the_ledger_counts_an_address_s_engine_seconds_over_its_window():
     assert ledger.spent("10.2.0.1", 600) == pytest.approx(3.0)
     now[0] += 100
     assert ledger.spent("10.2.0.1", 600) == 0 and "10.2.0.1" not in ledger._spent  # forgotten once empty
+    now[0] += 4000  # an address never asked about again is forgotten by a later charge's sweep
+    ledger.charge("10.2.0.4", 1.0)
+    assert "10.2.0.2" not in ledger._spent and ledger.spent("10.2.0.4", 600) == 1.0
 
 
 def test_engine_time_is_charged_to_the_thread_s_meter(default_target):

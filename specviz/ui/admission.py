@@ -33,12 +33,15 @@ REPLAYS = 8  # replays going at once, all users together: each sends a frame a s
 
 
 class Ledger:
-    """Engine seconds each client address took, over a sliding window (kept by the second)."""
+    """Engine seconds each client address took, over a sliding window (kept by the second, for at most `keep`
+    seconds: an address not seen for that long is forgotten, so that many addresses do not pile up)."""
 
-    def __init__(self, clock=time.monotonic):
+    def __init__(self, clock=time.monotonic, keep: float = 3600.0):
         self._clock = clock
+        self._keep = keep
         self._lock = threading.Lock()
         self._spent: dict[str, collections.deque] = {}
+        self._swept = clock()
 
     def charge(self, address: str, seconds: float) -> None:
         now = int(self._clock())
@@ -48,6 +51,13 @@ class Ledger:
                 entries[-1][1] += seconds
             else:
                 entries.append([now, seconds])
+            if now - self._swept > self._keep:
+                self._sweep(now)
+
+    def _sweep(self, now: float) -> None:
+        self._swept = now
+        for address in [a for a, entries in self._spent.items() if entries[-1][0] < now - self._keep]:
+            del self._spent[address]
 
     def charger(self, address: str):
         """What an engine request's time is charged to (live.metering)."""
