@@ -2,6 +2,7 @@
 
     python -m scripts.public_check URL [--pid PID] [--clients 8] [--flooders 4] [--joins 10] [--long 512]
     python -m scripts.public_check --serve      # the app served in its public profile in this process
+    python -m scripts.public_check --serve --only forged,eviction,replay,maximal,edges   # the hostile visitor
 
 In order: concurrent clients (/speculate, all at once: each must be answered with the solo run's text); a flood of
 quick joins from several sessions beside one normal client (the normal run must be answered; the flood is refused
@@ -13,6 +14,17 @@ models and server paths (each must be refused with a message that does not echo 
 lesson file (an image, a link and HTML in its strings: the upload goes to the server, and the page's renderer of
 this checkout must show them as text: the saved-run handler is not an API endpoint); and the server alive at the
 end. --pid (a server on this machine) adds its resident memory before and after, from /proc.
+
+Then a hostile visitor (each a hole that once took the server from a class): `forged`, joins each with a new forged
+first X-Forwarded-For entry before the address the proxy appends (admitted must stay within the per-address
+share; the server must trust the header, as on a Space: start it with SPACE_ID set, or --serve), and a normal
+client's 8-token run beside them; `eviction`, free calls (/pause, /stop, /replay, /inspect, each a new session)
+beside a Run-tab run (it must finish and be inspected); `replay`, a flood of replays of one finished run beside
+a normal /speculate (its time against the idle one); `maximal`, the longest request the profile takes (a prompt
+of ~1,000 tokens, 512 new tokens, the highest temperature) beside an 8-token run (its time against the idle
+one); `edges`, gradio's direct route, an endpoint number that does not exist, too few values, a temperature of
+1e-300, a drafter as the target, a deeply nested saved file. Each is bounded in requests and time; loopback or
+a server of your own only.
 
 Exit status 0 when every request was answered with a result or a clear message and the server is alive."""
 from __future__ import annotations
@@ -319,6 +331,172 @@ def check_poisoned(http, log: Log) -> None:
                  else f"live markup: {live_tags}", not live_tags and "&lt;img" in shown)
 
 
+# -- the hostile visitor ----------------------------------------------------------------------------------------
+
+PROXY = "198.51.100.20"  # the address a trusted proxy appends after what the client wrote
+
+
+def idle_now(url: str) -> float:
+    """An 8-token run's time on the server with nothing else of this check running (median of 3): measured just
+    before each comparison, since a shared machine's load moves by several times within minutes."""
+    return sorted(timed_short(url)[0] for _ in range(3))[1]
+
+
+def admitted_and_refused(outcomes) -> tuple[int, int, set]:
+    refused = [value for kind, value in outcomes if kind == "refused"]
+    return sum(kind == "answered" for kind, _ in outcomes), len(refused), {str(r)[:90] for r in refused}
+
+
+def check_forged(url: str, joins: int, per_client: int, log: Log) -> dict:
+    log.section(f"forged addresses: {joins} joins, each with a new first X-Forwarded-For entry before {PROXY}")
+    import random
+
+    idle_s = idle_now(url)
+    clients = [client(url, f"{random.randrange(1, 255)}.{random.randrange(256)}.{i % 256}.7, {PROXY}")
+               for i in range(joins)]
+    jobs = [each.submit(**dict(SHORT, max_new_tokens=16), api_name="/speculate") for each in clients]
+    time.sleep(0.5)
+    started = time.monotonic()
+    normal = answer(client(url, "203.0.113.50").submit(**SHORT, api_name="/speculate"))
+    normal_s = time.monotonic() - started
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(answer, jobs))
+    admitted, refused, messages = admitted_and_refused(outcomes)
+    errors = sum(kind == "error" for kind, _ in outcomes)
+    # each answered run frees a place while the joins arrive: a few more than the share may get in over time
+    log.line(f"{joins} forged joins (per-address share {per_client})",
+             f"{admitted} admitted, {refused} refused ({sorted(messages)}), {errors} errors",
+             errors == 0 and refused >= joins - 2 * per_client)
+    log.line("a normal client's 8-token run beside them", f"{normal[0]} in {normal_s:.1f} s (idle just before "
+             f"{idle_s:.1f} s: {normal_s / idle_s:.1f}x)", normal[0] == "answered")
+    return {"forged_admitted": admitted, "forged_refused": refused, "forged_normal_s": normal_s, "forged_idle_s": idle_s}
+
+
+RUN_VALUES = dict(prompt=LONG_PROMPT, method="ngram", target="default", draft="none", gamma=4, temperature=0, top_p=1,
+                  max_new_tokens=48, seed=0, compare_plain=True, step_mode=False, tree=0, draft_stop=0)
+
+
+def post_free(http, endpoint: str, data: list) -> int:
+    """One REST call of a free endpoint, as a new session; its join's HTTP status (its stream is read to its end)."""
+    started = http.post(f"/gradio_api/call/{endpoint}", json={"data": data})
+    if started.status_code == 200:
+        with http.stream("GET", f"/gradio_api/call/{endpoint}/{started.json()['event_id']}") as stream:
+            for _ in stream.iter_lines():
+                pass
+    return started.status_code
+
+
+def check_eviction(url: str, http, calls: int, log: Log) -> dict:
+    log.section(f"eviction: {calls} free calls (each a new session) beside a Run-tab run")
+    student = client(url, "203.0.113.60")
+    job = student.submit(**dict(RUN_VALUES, max_new_tokens=192), api_name="/run")  # long enough to outlast the calls
+    time.sleep(3)
+    started = time.monotonic()
+    free = [("pause", []), ("stop", []), ("replay", [0.1]), ("inspect", [3])]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        statuses = list(pool.map(lambda i: post_free(http, *free[i % len(free)]), range(calls)))
+    flood_s = time.monotonic() - started
+    going = not job.done()
+    kind, value = answer(job)
+    status = str(value[0]) if kind == "answered" else str(value)
+    log.line(f"{calls} free calls in {flood_s:.1f} s", f"HTTP {sorted(set(statuses))}; the run "
+             + ("still going at their end" if going else "over before their end"), True)
+    done = kind == "answered" and "Done:" in status
+    log.line("the Run-tab run", f"{kind}: {_text_of(status)[:70]!r}", done)
+    inspected = answer(student.submit(step=1, api_name="/inspect"))
+    found = inspected[0] == "answered" and "sv-tok" in str(inspected[1][0])
+    log.line("/inspect of its step 1 afterwards", "the run's token view" if found else f"{inspected[0]}: no run", found)
+    return {"eviction_calls": calls, "eviction_run_going": going, "eviction_run_done": done, "eviction_inspected": found}
+
+
+def _text_of(html: str) -> str:
+    import re
+
+    return re.sub(r"<[^>]+>", "", html).strip()
+
+
+def check_replays(url: str, replays: int, log: Log) -> dict:
+    log.section(f"a replay flood: {replays} replays of one session's finished run, beside a normal /speculate")
+    flooder = client(url, "203.0.113.70")
+    answer(flooder.submit(**RUN_VALUES, api_name="/run"))
+    idle_s = idle_now(url)
+    jobs = [flooder.submit(seconds_per_step=5.0, api_name="/replay") for _ in range(replays)]
+    time.sleep(2)
+    threads = max(_threads_in("handle_replay") for _ in range(10)) if _served() else None
+    started = time.monotonic()
+    kind, _ = answer(client(url, "203.0.113.71").submit(**SHORT, api_name="/speculate"))
+    normal_s = time.monotonic() - started
+    answer(flooder.submit(api_name="/stop"))
+    outcomes = [answer(job, timeout=120) for job in jobs]
+    admitted, refused, messages = admitted_and_refused(outcomes)
+    log.line(f"{replays} replays of one page", f"{admitted} admitted, {refused} refused ({sorted(messages)})"
+             + ("" if threads is None else f"; threads waiting inside a replay: {threads}"), admitted <= 2)
+    log.line("a normal 8-token /speculate beside them", f"{kind} in {normal_s:.1f} s (idle {idle_s:.1f} s: "
+             f"{normal_s / idle_s:.1f}x; goal 2x)", kind == "answered")
+    return {"replay_admitted": admitted, "replay_normal_s": normal_s, "replay_idle_s": idle_s, "replay_threads": threads}
+
+
+MAXIMAL_PROMPT = " cat" * 990  # 3,960 characters, some 1,000 tokens: under the public limits of both
+
+
+def check_maximal(url: str, log: Log) -> dict:
+    log.section("the longest request the profile takes (~1,000-token prompt, 512 tokens, temperature 2) beside "
+                "an 8-token run")
+    idle_s = idle_now(url)
+    heavy = client(url, "203.0.113.80").submit(**dict(SHORT, prompt=MAXIMAL_PROMPT, max_new_tokens=512, temperature=2.0),
+                                               api_name="/speculate")
+    time.sleep(8)
+    started = time.monotonic()
+    kind, _ = answer(client(url, "203.0.113.81").submit(**SHORT, api_name="/speculate"))
+    short_s = time.monotonic() - started
+    still = not heavy.done()
+    heavy.cancel()
+    log.line("the 8-token run beside it", f"{kind} in {short_s:.1f} s (idle {idle_s:.1f} s: {short_s / idle_s:.1f}x; "
+             f"goal 3x); the long one {'still running' if still else 'over already'}", kind == "answered")
+    return {"maximal_short_s": short_s, "maximal_idle_s": idle_s, "maximal_still_running": still}
+
+
+def check_edges(url: str, http, log: Log) -> None:
+    log.section("edges: the direct route, unknown endpoints, too few values, tiny temperature, a drafter as target")
+    direct = http.post("/gradio_api/run/speculate", json={"data": ["hi", "ngram", 8, 4, 0, 0, "default", ""]})
+    log.line("POST /gradio_api/run/speculate (skips the queue)", f"HTTP {direct.status_code}", direct.status_code == 404)
+    unknown = http.post("/gradio_api/queue/join", json={"data": [], "fn_index": 9999, "session_hash": "edge0001"})
+    log.line("fn_index 9999", f"HTTP {unknown.status_code}: {unknown.text[:90]}", unknown.status_code == 404)
+    for what, data in [("too few values", ["hi"]),
+                       ("temperature 1e-300", ["hi", "ngram", 8, 4, 1e-300, 0, "default", ""]),
+                       ("target 'distilled' (a drafter)", ["hi", "ngram", 8, 4, 0, 0, "distilled", ""])]:
+        try:
+            event, got = raw_call(http, "speculate", data)
+        except Exception as error:  # the server dropped the call: no message at all
+            event, got = "dropped", f"{type(error).__name__}: {error}"
+        message = message_of(event, got) if event != "dropped" else ""
+        ok = bool(message) and "went wrong" not in message and "object at 0x" not in message
+        log.line(what, f"{event}: {str(message or got)[:100]!r}", ok)
+    from specviz.ui import learn
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "deep.json"
+        path.write_text("[" * 100_000 + "]" * 100_000)
+        _, errors = learn.read_saved([str(path)])
+        log.line("a saved file nested 100,000 deep", repr(errors[0][:90]) if errors else "read",
+                 bool(errors) and "recursion" not in errors[0])
+
+
+def _threads_in(function: str) -> int:
+    """Threads of this process whose stack is inside `function` now (a served app's replay handler)."""
+    time.sleep(0.1)
+    count = 0
+    for frame in sys._current_frames().values():
+        while frame is not None and frame.f_code.co_name != function:
+            frame = frame.f_back
+        count += frame is not None
+    return count
+
+
+def _served() -> bool:
+    return "specviz.ui.app" in sys.modules
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scripts.public_check", description=__doc__.splitlines()[0],
                                      epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -331,6 +509,12 @@ def main(argv=None) -> int:
     parser.add_argument("--flooders", type=int, default=4, help="flooding sessions from one address (default 4)")
     parser.add_argument("--joins", type=int, default=10, help="quick joins per flooding session (default 10)")
     parser.add_argument("--long", type=int, default=512, help="new tokens of the run that is cancelled (default 512)")
+    parser.add_argument("--forged", type=int, default=40, help="joins with forged addresses (default 40)")
+    parser.add_argument("--free-calls", type=int, default=300, help="free calls beside a Run-tab run (default 300)")
+    parser.add_argument("--replays", type=int, default=45, help="replays of one page's run (default 45)")
+    parser.add_argument("--per-client", type=int, default=16, help="the server's SPECVIZ_PER_CLIENT (default 16)")
+    parser.add_argument("--only", help="comma-separated sections: class (the checks above the hostile visitor), "
+                        "forged, eviction, replay, maximal, edges (default: all)")
     args = parser.parse_args(argv)
 
     import httpx
@@ -349,12 +533,14 @@ def main(argv=None) -> int:
 
 
 def serve_public():
-    """The app in its public profile (SPECVIZ_PUBLIC=1), queue and limits as `python app.py` sets them."""
+    """The app in its public profile (SPECVIZ_PUBLIC=1), queue and limits as `python app.py` sets them; its
+    client address read from X-Forwarded-For as behind a Space's proxy (the profile is given SPACE_ID, gradio is
+    not: it serves as it does anywhere else)."""
     os.environ["SPECVIZ_PUBLIC"] = "1"
     from specviz.ui.app import build_demo, launch
     from specviz.ui.live import configure_profile, machine_profile
 
-    configure_profile(machine_profile())
+    configure_profile(machine_profile({**os.environ, "SPACE_ID": "public-check/local"}))
     demo = build_demo()
     launch(demo, server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
     return demo
@@ -365,13 +551,28 @@ def check(url: str, args, httpx) -> int:
     started = time.monotonic()
     before = rss_mib(args.pid)
     print(f"public check of {url}" + (f", server pid {args.pid}: {before:.0f} MiB resident" if before else ""))
+    sections = set((args.only or "class,forged,eviction,replay,maximal,edges").split(","))
+    figures = {}
     with httpx.Client(base_url=url, timeout=900) as http:
-        check_concurrent(url, args.clients, log)
-        check_flood(url, args.flooders, args.joins, log)
-        figures = check_cancels(url, args.long, log, args.serve)
-        check_fuzz(http, log)
-        check_models(http, log)
-        check_poisoned(http, log)
+        if "class" in sections:
+            check_concurrent(url, args.clients, log)
+            check_flood(url, args.flooders, args.joins, log)
+            figures.update(check_cancels(url, args.long, log, args.serve))
+            check_fuzz(http, log)
+            check_models(http, log)
+            check_poisoned(http, log)
+        if "class" not in sections:
+            timed_short(url)  # the model loaded and warm: not part of any idle time
+        if "forged" in sections:
+            figures.update(check_forged(url, args.forged, args.per_client, log))
+        if "eviction" in sections:
+            figures.update(check_eviction(url, http, args.free_calls, log))
+        if "replay" in sections:
+            figures.update(check_replays(url, args.replays, log))
+        if "maximal" in sections:
+            figures.update(check_maximal(url, log))
+        if "edges" in sections:
+            check_edges(url, http, log)
         log.section("the server after it all")
         seconds, kind, value = timed_short(url)
         log.line("an 8-token run", f"{kind} in {seconds:.2f} s", kind == "answered")
@@ -384,11 +585,13 @@ def check(url: str, args, httpx) -> int:
 
             budget = f" (its models' budget: {live.PROFILE.memory_budget / 2 ** 30:.1f} GiB)"
         print(f"server memory: {before:.0f} MiB before, {after:.0f} MiB after{budget}")
-    print("cancelled run: the next 8-token run took {after_cancel_s:.2f} s, after a killed client {after_kill_s:.2f} s, "
-          "on an idle server {idle_short_s:.2f} s".format(**figures))
-    if figures["freed_cancel_s"] is not None:
+    if "after_cancel_s" in figures:
+        print("cancelled run: the next 8-token run took {after_cancel_s:.2f} s, after a killed client {after_kill_s:.2f} "
+              "s, on an idle server {idle_short_s:.2f} s".format(**figures))
+    if figures.get("freed_cancel_s") is not None:
         print("the engine was free {freed_cancel_s:.2f} s after the cancel, {freed_kill_s:.2f} s after the kill"
               .format(**figures))
+    print("figures: " + json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in figures.items()}))
     for failure in log.failures:
         print(f"FAILED: {failure}")
     return 1 if log.failures else 0

@@ -12,6 +12,8 @@ turns it off). Its settings, all optional:
     SPECVIZ_PER_SESSION     engine requests a browser tab or API client may have waiting or running (default 2)
     SPECVIZ_PER_CLIENT      the same per client address (default 16: a class behind one school address shares it)
     SPECVIZ_RUN_SECONDS     the longest one request may compute (default 600)
+    SPECVIZ_CLIENT_SECONDS  engine seconds one client address may take in SPECVIZ_CLIENT_WINDOW seconds while
+                            another address is waiting or running (default 300 of 600)
 
 Everything here is a small pure function or a frozen record, tested without a server (tests/test_public.py);
 the app applies it (specviz/ui)."""
@@ -50,7 +52,9 @@ GATED = ("meta-llama/",)  # Hub owners whose models need an accepted licence and
 GiB = 1 << 30
 RESERVE = 3 * GiB  # left to Python, torch, gradio and activations when the budget is derived from the machine
 PACKED_LIMIT = 2 * GiB  # runners/onednn.py's MAX_PACKED_BYTES: float32 models up to it keep a packed copy
-KV_TOKENS = 2048  # a run's cache at most: the public prompt limit (4,000 characters, ~1,000 tokens), 512 new, a tree
+KV_TOKENS = 2048  # a run's cache at most: the public prompt limit (PUBLIC_PROMPT_TOKENS), 512 new, a tree
+PUBLIC_PROMPT_TOKENS = 1024  # a prompt's tokens in the public profile (4,000 characters of emoji are ~6,000)
+PUBLIC_MAX_TEMPERATURE = 2.0  # the page's slider's end; far above it every run is noise to its full length
 RUNS_AT_ONCE = 4  # the app's SPECVIZ_CONCURRENCY default: that many caches may be live at once
 
 
@@ -70,8 +74,12 @@ class Profile:
     per_session: int | None = None  # engine requests waiting or running per session; None: no limit
     per_client: int | None = None  # the same per client address
     run_seconds: float | None = None  # the longest one request may compute
-    trust_forwarded_for: bool = False  # the client's address is the first X-Forwarded-For entry (behind a proxy)
+    trust_forwarded_for: bool = False  # the client's address is the last X-Forwarded-For entry (behind a proxy)
     max_prompt_chars: int = 100_000  # longer prompts are refused at the boundary
+    max_prompt_tokens: int | None = None  # prompts of more tokens are refused once the target's tokenizer has read them
+    max_temperature: float = 100.0
+    client_seconds: float | None = None  # engine seconds an address may take in client_window while others wait
+    client_window: float = 600.0
     dtype_bytes: int = 4  # bytes a parameter takes on this server's device (float32 on a CPU, bfloat16 on a GPU)
 
     def offers(self, name: str) -> bool:
@@ -125,7 +133,9 @@ def profile_from_env(env=None, device_memory: int | None = None, dtype_bytes: in
     return Profile(public=True, extra_models=extra, memory_budget=budget,
                    per_session=_count(env, "SPECVIZ_PER_SESSION", 2), per_client=_count(env, "SPECVIZ_PER_CLIENT", 16),
                    run_seconds=seconds if seconds > 0 else None, trust_forwarded_for=bool(env.get("SPACE_ID")),
-                   max_prompt_chars=4000, dtype_bytes=dtype_bytes)
+                   max_prompt_chars=4000, max_prompt_tokens=PUBLIC_PROMPT_TOKENS,
+                   max_temperature=PUBLIC_MAX_TEMPERATURE, client_seconds=_count(env, "SPECVIZ_CLIENT_SECONDS", 300),
+                   client_window=float(_count(env, "SPECVIZ_CLIENT_WINDOW", 600) or 600), dtype_bytes=dtype_bytes)
 
 
 def host_memory(root: Path = Path("/")) -> int:
@@ -245,9 +255,37 @@ def admission_refusal(session_pending: int, client_pending: int, profile: Profil
     return None
 
 
+def replay_refusal(session_replays: int, all_replays: int, most: int) -> str | None:
+    """Why a Replay is refused (None: admitted): one at a time a page, `most` on the server."""
+    if session_replays >= 1:
+        return "A replay is already going in this page: wait for it to end or press Stop, then try again."
+    if all_replays >= most:
+        return "Too many replays are going on this server: try again in a minute."
+    return None
+
+
+def budget_refusal(spent: float, others_waiting: bool, profile: Profile) -> str | None:
+    """Why a new engine request from an address that took `spent` engine seconds in the profile's window is
+    refused (None: admitted). Only while another address has a request waiting or running: alone on the server,
+    a class behind one school address keeps all of it."""
+    if profile.client_seconds is None or spent < profile.client_seconds or not others_waiting:
+        return None
+    return (f"Your network has used its share of this server ({spent:.0f} s of computing in the last "
+            f"{profile.client_window / 60:.0f} minutes) while others are waiting: try again in a few minutes.")
+
+
+def check_prompt_tokens(count: int, profile: Profile) -> None:
+    """Refuse a prompt of more tokens than the profile takes (its characters were checked before loading)."""
+    if profile.max_prompt_tokens is not None and count > profile.max_prompt_tokens:
+        raise SpecvizError(f"the prompt is {count:,} tokens long; this server takes at most "
+                           f"{profile.max_prompt_tokens:,} tokens: shorten it")
+
+
 def client_address(host: str | None, forwarded_for: str | None, profile: Profile) -> str:
-    """The address a request counts against: the first X-Forwarded-For entry behind a trusted proxy (a Space),
-    else the connection's peer (a header anyone can set is not trusted on a server reached directly)."""
+    """The address a request counts against: behind a trusted proxy (a Space), the LAST X-Forwarded-For entry,
+    the one that proxy appended from the connection it received (the entries before it are whatever the client
+    wrote, and a forged first entry would make every request a new address); else the connection's peer (a
+    header anyone can set is not trusted on a server reached directly)."""
     if profile.trust_forwarded_for and forwarded_for:
-        return forwarded_for.split(",")[0].strip() or (host or "unknown")
+        return forwarded_for.split(",")[-1].strip() or (host or "unknown")
     return host or "unknown"

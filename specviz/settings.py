@@ -11,6 +11,9 @@ MAX_GAMMA = 32
 # which verifies many positions for little more than one (on a CPU every node costs); they raise Medusa's tau
 # most (docs/drafters.md, "Trained drafters")
 MAX_TREE = 1023
+# below it a temperature is greedy in all but rounding, and far below it (1e-300) logits / temperature overflow
+# float32 to inf and the sampler's probabilities to NaN
+MIN_TEMPERATURE = 0.01
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,9 @@ class DecodeSettings:
         temperature = _as_number("temperature", self.temperature)
         if temperature < 0:
             raise InvalidSettingError(f"temperature must be >= 0 (0 means greedy), got {self.temperature}")
+        if 0 < temperature < MIN_TEMPERATURE:
+            raise InvalidSettingError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got "
+                                      f"{self.temperature:g}: use 0 for the most probable token every time")
         top_p = _as_number("top-p", self.top_p)
         if not 0 < top_p <= 1:
             raise InvalidSettingError(f"top-p must be in (0, 1], got {self.top_p}")

@@ -129,3 +129,16 @@ def test_a_damaged_lesson_5_file_says_which_figure_is_wrong(tmp_path):
     damaged["record"]["costs"][0]["ratio"] = "fast"
     with pytest.raises(SavedLessonError, match=r"record.costs\[0\].ratio is 'fast'"):
         load_lesson(json.dumps(damaged), "lesson-5-batch.json")
+
+
+@pytest.mark.quick
+def test_a_deeply_nested_file_says_so_not_python_s_recursion_text(tmp_path):
+    """Lists inside lists, deeper than Python's stack: in the JSON itself, or under a lesson's record."""
+    record = "[" * 900 + "]" * 900  # parses, and is deeper than the reading of a record goes
+    lesson = {"format": "specviz-lesson", "version": 1, "key": "cost", "record": json.loads(record)}
+    for name, text in [("deep.json", "[" * 100_000 + "]" * 100_000), ("record.json", json.dumps(lesson))]:
+        (tmp_path / name).write_text(text)
+        found, errors = learn.read_saved([str(tmp_path / name)])
+        assert not found and len(errors) == 1, errors
+        assert errors[0].startswith(name) and "recursion" not in errors[0], errors
+    assert "nested too deeply" in learn.read_saved([str(tmp_path / "deep.json")])[1][0]

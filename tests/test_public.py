@@ -2,9 +2,11 @@
 which models make room, who may queue. Pure functions: no server, no model loaded."""
 import pytest
 
+from specviz.errors import SpecvizError
 from specviz.public import (GiB, MemoryBudgetError, NotOfferedError, PRESETS, Profile, admission_refusal,
-                            budget_for, check_model, client_address, evictions, host_memory, is_public,
-                            needed_bytes, parameters, parse_bytes, preset_bytes, profile_from_env)
+                            budget_for, budget_refusal, check_model, check_prompt_tokens, client_address, evictions,
+                            host_memory, is_public, needed_bytes, parameters, parse_bytes, preset_bytes,
+                            profile_from_env, replay_refusal)
 
 PUBLIC = profile_from_env({"SPECVIZ_PUBLIC": "1", "SPECVIZ_MEMORY_BUDGET": "12GiB"})
 LOCAL = profile_from_env({})
@@ -193,5 +195,46 @@ def test_a_session_and_a_client_get_a_share():
 
 def test_the_forwarded_address_counts_only_behind_a_trusted_proxy():
     space = Profile(public=True, trust_forwarded_for=True)
-    assert client_address("10.0.0.1", "203.0.113.7, 10.0.0.1", space) == "203.0.113.7"
+    assert client_address("10.0.0.1", "203.0.113.7", space) == "203.0.113.7"
     assert client_address("10.0.0.1", "203.0.113.7", Profile(public=True)) == "10.0.0.1"
+
+
+@pytest.mark.quick
+def test_the_address_is_the_entry_the_proxy_appended_not_a_forged_first_one():
+    """A client writes what it likes in X-Forwarded-For; the Space's proxy appends the address it was reached
+    from. Forty requests, each with a new forged first entry, are one address."""
+    space = Profile(public=True, trust_forwarded_for=True)
+    forged = {client_address("10.0.0.1", f"192.0.2.{i}, 198.51.100.{i % 7}, 203.0.113.7", space) for i in range(40)}
+    assert forged == {"203.0.113.7"}
+    # control: the first entry would have made them forty addresses, each with its own share
+    assert len({f"192.0.2.{i}, 203.0.113.7".split(",")[0] for i in range(40)}) == 40
+    assert client_address("10.0.0.1", " , ", space) == "10.0.0.1"  # an empty entry: the connection's peer
+
+
+@pytest.mark.quick
+def test_a_budget_of_engine_seconds_refuses_only_while_others_wait():
+    profile = profile_from_env({"SPECVIZ_PUBLIC": "1"}, device_memory=16 * GiB)
+    assert (profile.client_seconds, profile.client_window) == (300, 600)
+    refused = budget_refusal(301, True, profile)
+    assert "used its share" in refused and "301 s" in refused and "10 minutes" in refused
+    assert budget_refusal(299, True, profile) is None  # within its budget
+    assert budget_refusal(10_000, False, profile) is None  # alone on the server: all of it
+    assert budget_refusal(10_000, True, LOCAL) is None  # control: no budget locally
+    assert profile_from_env({"SPECVIZ_PUBLIC": "1", "SPECVIZ_CLIENT_SECONDS": "0"},
+                            device_memory=16 * GiB).client_seconds is None
+
+
+@pytest.mark.quick
+def test_one_replay_a_page_and_a_few_on_the_server():
+    assert replay_refusal(0, 3, 8) is None
+    assert "already going in this page" in replay_refusal(1, 1, 8)
+    assert "Too many replays" in replay_refusal(0, 8, 8)
+
+
+@pytest.mark.quick
+def test_prompts_are_limited_in_tokens_in_public():
+    assert PUBLIC.max_prompt_tokens == 1024 and LOCAL.max_prompt_tokens is None
+    check_prompt_tokens(1024, PUBLIC)
+    with pytest.raises(SpecvizError, match="1,025 tokens long; this server takes at most 1,024 tokens"):
+        check_prompt_tokens(1025, PUBLIC)
+    check_prompt_tokens(10 ** 6, LOCAL)  # control: a local user's prompt is as long as the model takes

@@ -19,7 +19,7 @@ RUN = dict(prompt="Say hello.", method="ngram", max_new_tokens=16, gamma=4, temp
 
 @pytest.fixture(scope="module")
 def public_url():
-    # behind a Space's proxy the address is the first X-Forwarded-For entry (SPACE_ID makes the profile trust it)
+    # behind a Space's proxy the address is the last X-Forwarded-For entry (SPACE_ID makes the profile trust it)
     live.configure_profile(profile_from_env({"SPECVIZ_PUBLIC": "1", "SPACE_ID": "owner/specviz",
                                              "SPECVIZ_PER_CLIENT": str(PER_CLIENT)}))
     try:

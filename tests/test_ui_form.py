@@ -5,7 +5,7 @@ import math
 import pytest
 
 from specviz.errors import InvalidSettingError
-from specviz.public import Profile
+from specviz.public import Profile, profile_from_env
 from specviz.ui.form import Form, message_of, read_form
 
 PUBLIC = Profile(public=True, memory_budget=12 << 30, max_prompt_chars=4000)
@@ -46,3 +46,28 @@ def test_only_a_request_s_mistake_is_shown_as_it_is():
     assert "seed" in message_of(InvalidSettingError("seed must be ..."))
     shown = message_of(KeyError("/srv/secret/path"))
     assert "secret" not in shown and "went wrong on the server" in shown
+
+
+def test_a_tiny_temperature_is_refused_before_the_sampler():
+    """1e-300 divides the logits into inf and the sampler's probabilities into NaN: refused at the boundary,
+    locally too, with what to send instead."""
+    for tiny in (1e-300, 5e-324, 0.001):
+        with pytest.raises(InvalidSettingError, match="temperature must be 0 \\(greedy\\) or at least 0.01"):
+            read_form({"temperature": tiny})
+    assert read_form({"temperature": 0.01}).settings.temperature == 0.01  # control: the smallest taken
+    assert read_form({"temperature": 0}).settings.greedy
+
+
+def test_the_public_profile_takes_temperatures_up_to_the_slider_s_end():
+    public = profile_from_env({"SPECVIZ_PUBLIC": "1"}, device_memory=16 << 30)
+    assert read_form({"temperature": 2.0}, public).settings.temperature == 2.0
+    with pytest.raises(InvalidSettingError, match="temperature must be between 0 and 2, got 100"):
+        read_form({"temperature": 100}, public)
+    assert read_form({"temperature": 100}).settings.temperature == 100  # control: a local user may
+
+
+def test_a_drafter_given_as_the_target_is_named_as_one():
+    for profile in (Profile(), PUBLIC):
+        with pytest.raises(InvalidSettingError, match="'distilled' is a drafter .* not a target"):
+            read_form({"target": "distilled"}, profile)
+    assert read_form({"draft": "distilled"}, PUBLIC).draft == "distilled"  # control: as the drafter it is taken

@@ -211,17 +211,69 @@ def test_form_values_from_widgets():
     assert live.model_name("  none ") is None and live.model_name(" Qwen/Qwen2.5-0.5B ") == "Qwen/Qwen2.5-0.5B"
 
 
-def test_sessions_track_models_in_use_and_evict_the_oldest(target, monkeypatch):
+def test_sessions_track_models_in_use_and_evict_the_oldest_idle_first(target, monkeypatch):
     monkeypatch.setattr(live, "MAX_SESSIONS", 3)
-    run = new_run(target, compare_plain=False)
+    run = new_run(target, compare_plain=False)  # made, not started: a run waiting in step mode
     live.session("test-a").run = run
     assert "default" in live.models_in_use()
     for key in ("test-b", "test-c", "test-d"):
         live.session(key)
-    assert run.phase == live.STOPPED  # evicted with its session, its run stopped
+    assert run.phase == live.READY and live.find_session("test-a") is not None  # the idle test-b went first
+    assert live.find_session("test-b") is None
+    handlers = [live.session(key).watch() for key in ("test-c", "test-d")]  # busy: handlers running
+    live.session("test-e")
+    assert run.phase == live.STOPPED  # no idle session left: the paused run's went, its run stopped
     assert "default" not in live.models_in_use()
-    for key in ("test-b", "test-c", "test-d"):
+    del handlers
+    for key in ("test-c", "test-d", "test-e"):
         live.end_session(key)
+
+
+def test_a_session_with_a_run_going_is_never_evicted(target, monkeypatch):
+    monkeypatch.setattr(live, "MAX_SESSIONS", 2)
+    going = new_run(target, max_new=512, compare_plain=False)
+    live.session("test-going").run = going
+    handler = live.session("test-handler").watch()  # a handler of this session is running (a replay, a tab)
+    going.start()
+    try:
+        for i in range(20):
+            live.session(f"test-flood-{i}")
+        assert going.active and going.phase == live.RUNNING  # not stopped by the flood
+        assert live.find_session("test-going") is not None and live.find_session("test-handler") is not None
+        # control: the same flood without the running worker and handler pushes them out
+        going.stop()
+        going.join(30)
+        del handler
+        for i in range(20, 24):
+            live.session(f"test-flood-{i}")
+        assert live.find_session("test-going") is None and live.find_session("test-handler") is None
+    finally:
+        going.stop()
+        for i in range(24):
+            live.end_session(f"test-flood-{i}")
+
+
+@pytest.mark.quick
+def test_the_session_cap_follows_memory_and_spares_busy_sessions():
+    idle, paused, busy = live.IDLE, live.PAUSED_RUN, live.BUSY
+    held = [(busy, 900), (idle, 100), (paused, 300), (idle, 50), (busy, 10)]  # least recently used first
+    assert live.sessions_to_drop(held, most=10, memory=1_000) == [1, 3, 2]  # idle ones, then the paused run
+    assert live.sessions_to_drop(held, most=10, memory=1_300) == [1]
+    assert live.sessions_to_drop(held, most=3, memory=10 ** 9) == [1, 3]  # the count alone
+    assert live.sessions_to_drop([(busy, 10 ** 9)] * 5, most=1, memory=1) == []  # busy ones never
+    # control: counted alone, five sessions under a cap of ten keep 1,360 units whatever the memory
+    assert live.sessions_to_drop(held, most=10, memory=10 ** 9) == []
+
+
+def test_a_call_with_nothing_to_act_on_makes_no_session():
+    before = len(live._sessions)
+    assert live.find_session("test-nobody") is None
+    blank = live.existing_session_of(type("Request", (), {"session_hash": "test-nobody"})())
+    assert blank.run is None and len(live._sessions) == before
+    live.remember_width("test-nobody", True)  # a page's width, told before its first run
+    assert len(live._sessions) == before
+    assert live.session("test-nobody").narrow  # its first run's session takes it
+    live.end_session("test-nobody")
 
 
 def test_an_app_run_warms_up_once(monkeypatch):

@@ -220,6 +220,14 @@ def load_lesson(text: str | bytes, name: str = "the file") -> SavedLesson:
 
 def load_lessons(text: str | bytes, name: str = "the file") -> list[SavedLesson]:
     """The lessons of a file: one (`learn --out`) or every lesson of a run (`learn --json`)."""
+    try:
+        return _load_lessons(text, name)
+    except RecursionError:  # lists in lists in lists: json, or the reading of a record, ran out of stack
+        raise SavedLessonError(f"{name} is nested too deeply to be a saved lesson (lists or objects inside each other "
+                               "thousands of levels down): open a file that `specviz learn --out` or --json wrote") from None
+
+
+def _load_lessons(text: str | bytes, name: str) -> list[SavedLesson]:
     data = _json(text, name)
     if isinstance(data, dict) and data.get("format") == MANY:
         _version(data, name)

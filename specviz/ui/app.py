@@ -7,6 +7,7 @@ through: a token update at most every TOKEN_INTERVAL, a chart update every CHART
 "Pitfalls")."""
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ from ..proposers import METHODS
 from ..proposers.distilled import DISTILLED
 from ..public import PRESETS, preset_bytes
 from . import charts, render, view
-from .admission import admit_fairly
+from .admission import REPLAY, REPLAYS, admit_fairly
 from .batch_tab import BatchTab
 from .cancel import Cancel
 from .endpoint import api_help, form_handler, page_url, speculate
@@ -35,8 +36,8 @@ from .gpu import CAPTURE_SECONDS, forks, gpu
 from .learn import RUN_TAB, SAVED_MAX_BYTES, LearnTab, bugs_api, distribution_api
 from . import live
 from .mcp import check_installed, only_these_tools
-from .live import (FAILED, LiveRun, RecordedRun, RunRequest, Session, drafter_for, end_session, load_models,
-                   model_name, run_records, session_key, session_of)
+from .live import (FAILED, LiveRun, RecordedRun, RunRequest, Session, drafter_for, end_session, existing_session_of,
+                   load_models, model_name, remember_width, run_records, session_key)
 from .pacing import Pacer
 from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, preparing_message, status_of, step_story,
                        summary_of, token_text, token_view, trace_file)
@@ -127,10 +128,11 @@ class SpecvizApp:
         # the handlers as gradio calls them: their parameters are form fields, read at the boundary
         self.on_run = form_handler(RUN_FIELDS, self.handle_run, self.show_error,
                                    defaults={"tree": 0, "draft_stop": 0, "exact": None})
-        self.on_resume = form_handler((), self.handle_resume, self.show_error)
-        self.on_next = form_handler((), self.handle_next, self.show_error)
-        self.on_replay = form_handler(("seconds_per_step",), self.handle_replay, self.show_error)
-        self.on_inspect = form_handler(("step",), self.handle_inspect, _raise)
+        # the controls start nothing new: they make no session (a flood of them pushes no one's out)
+        self.on_resume = form_handler((), self.handle_resume, self.show_error, creates=False)
+        self.on_next = form_handler((), self.handle_next, self.show_error, creates=False)
+        self.on_replay = form_handler(("seconds_per_step",), self.handle_replay, self.show_error, creates=False)
+        self.on_inspect = form_handler(("step",), self.handle_inspect, _raise, creates=False)
 
     # ---- frames: dicts {component: value}; components left out keep their value -------------------------
     def frame(self, run: LiveRun, cursor: int | None = None, upto: int | None = None,
@@ -310,7 +312,7 @@ class SpecvizApp:
                 run.stop()
 
     def on_stop(self, request: gr.Request):
-        state = session_of(request)
+        state = existing_session_of(request)
         state.replaying = False
         state.stop_all()
         run = state.run
@@ -321,7 +323,7 @@ class SpecvizApp:
         return self.frame(run, narrow=state.narrow)
 
     def on_pause(self, request: gr.Request):
-        state = session_of(request)
+        state = existing_session_of(request)
         state.replaying = False
         if state.run is not None and state.run.active:
             if isinstance(state.run, RecordedRun):
@@ -372,10 +374,12 @@ class SpecvizApp:
         state.cursor = 0 if state.cursor is None or state.cursor >= len(steps) - 1 else state.cursor + 1
         yield self.frame(run, cursor=state.cursor, upto=state.cursor, narrow=state.narrow)
 
-    def handle_replay(self, form: Form, state: Session, cancel: Cancel):
+    async def handle_replay(self, form: Form, state: Session, cancel: Cancel):
         """The finished run again, one step a frame: the token view and the step number every frame, the charts
         and the inspector at most every CHART_INTERVAL (a browser cannot redraw them every 0.1 s) and on the
-        last frame. No wait after the last frame, so that a Replay pressed as one ends starts a new one."""
+        last frame. No wait after the last frame, so that a Replay pressed as one ends starts a new one. It
+        waits between frames without holding a worker thread (a frame is built in one), and a page replays one
+        run at a time (the queue's door also bounds replays: admission.py)."""
         run = state.run
         if run is None or not run.speculative.steps:
             yield {self.status: render.status_html("Nothing to replay: press Run first.", "info")}
@@ -383,22 +387,30 @@ class SpecvizApp:
         if run.active:
             yield {self.status: render.status_html("The run is going: replay it when it is done.", "warn")}
             return
-        state.replaying = True
-        delay = min(max(form.seconds_per_step, 0.05), 5.0)
-        last = len(run.speculative.steps) - 1
-        charted = 0.0
-        for k in range(last + 1):
-            if not state.replaying or cancel.is_set():
-                break
-            state.cursor = k
-            parts = {"text", "slider"}
-            if k == last or time.monotonic() - charted >= CHART_INTERVAL:
-                parts |= {"charts", "race", "detail"}
-                charted = time.monotonic()
-            yield self.frame(run, cursor=k, upto=k, parts=frozenset(parts), narrow=state.narrow)
-            if k < last:
-                time.sleep(delay)
-        state.replaying = False
+        if state.replaying:
+            yield {self.status: render.status_html("A replay is already going in this page: wait for it to end or "
+                                                   "press Stop.", "warn")}
+            return
+        token = state.replaying = object()  # Stop (or a new run) clears it; this replay then ends
+        try:
+            delay = min(max(form.seconds_per_step, 0.05), 5.0)
+            last = len(run.speculative.steps) - 1
+            charted = 0.0
+            for k in range(last + 1):
+                if state.replaying is not token or cancel.is_set():
+                    break
+                state.cursor = k
+                parts = {"text", "slider"}
+                if k == last or time.monotonic() - charted >= CHART_INTERVAL:
+                    parts |= {"charts", "race", "detail"}
+                    charted = time.monotonic()
+                yield await asyncio.to_thread(self.frame, run, cursor=k, upto=k, parts=frozenset(parts),
+                                              narrow=state.narrow)
+                if k < last:
+                    await asyncio.sleep(delay)
+        finally:
+            if state.replaying is token:
+                state.replaying = False
 
     def handle_inspect(self, form: Form, state: Session, cancel: Cancel):
         run = state.run
@@ -419,7 +431,7 @@ class SpecvizApp:
     def on_width(self, width, request: gr.Request):
         """The page's width, sent once as it loads: a phone's page gets the step charts stacked (a 2x2 grid
         leaves ~120 px a panel at 400 px). A page resized later keeps the layout it loaded with."""
-        session_of(request).narrow = bool(width) and float(width) < NARROW_WIDTH
+        remember_width(session_key(request), bool(width) and float(width) < NARROW_WIDTH)
 
     def on_method(self, method, target, draft):
         """A drafter that is the target itself (the `draft` method's self-drafting demo) is dropped when the
@@ -561,7 +573,8 @@ class SpecvizApp:
             next_event = self.next_button.click(self.on_next, None, view_outputs, api_name="next_step",
                                                 show_progress="hidden", trigger_mode="multiple", **engine)
             replay_event = self.replay_button.click(self.on_replay, [self.replay_speed], view_outputs, api_name="replay",
-                                                    show_progress="hidden", preprocess=False, **free)
+                                                    show_progress="hidden", preprocess=False, concurrency_id=REPLAY,
+                                                    concurrency_limit=REPLAYS)
             self.stop_button.click(self.on_stop, None, view_outputs, api_name="stop", show_progress="hidden",
                                    cancels=[run_event, submit_event, resume_event, next_event, replay_event, compare_event, cost_event,
                                             batch_event, *learn_events],
@@ -616,7 +629,10 @@ def launch(demo: gr.Blocks | None = None, mcp: bool = False, **kwargs):
         check_installed()
         only_these_tools(demo)
     kwargs["mcp_server"] = mcp
-    demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
+    # a public server closes gradio's direct route (/gradio_api/run/<name>): it skips the queue, its admission
+    # and its cancels (gradio closes it by itself on a Space only, and the profile is offered for self-hosting)
+    demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE,
+               api_open=False if live.PROFILE.public else None)
     admit_fairly(demo, live.PROFILE)
     app_kwargs = dict(kwargs.pop("app_kwargs", None) or {})
     app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), Middleware(EarlyScript)]

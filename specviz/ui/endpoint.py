@@ -6,11 +6,16 @@
   connection, the public profile's time limit) and checks it between engine steps (pull).
 - Any error ends as a message for the person who asked: a caller's mistake as its own message, anything else
   as a fixed sentence (the traceback goes to the server's log only); never gradio's `error: null`.
+- A handler that starts nothing (Replay, Next step, Resume, the step slider) makes no session: without one it
+  acts on an empty session that is not kept, so that a flood of such calls pushes no one's session out.
+- The engine time a handler takes (each hold of the engine lock, in any thread it starts) is charged to its
+  client address (admission.LEDGER), the public profile's budget of engine seconds.
 
 And the `/speculate` endpoint: one prompt through a method and plain decoding, as the JSON of
 `specviz generate --json --compare-plain`."""
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import logging
@@ -24,10 +29,12 @@ from ..errors import SpecvizError
 from ..models import DEFAULT_MODEL
 from ..proposers import PlainProposer
 from . import live
+from .admission import LEDGER, address_of
 from .cancel import Cancel
 from .form import Form, message_of, read_form
 from .gpu import gpu
-from .live import ENGINE_LOCK, RunRequest, RunSetup, capture_bound, drafter_for, load_models, session_of
+from .live import (RunRequest, RunSetup, SteppedRun, capture_bound, drafter_for, engine_result,
+                   existing_session_of, load_models, metering, session_of)
 
 log = logging.getLogger(__name__)
 
@@ -39,44 +46,75 @@ def _signature(fields: Sequence[str], defaults: dict) -> inspect.Signature:
     return inspect.Signature([*params, inspect.Parameter("request", kind, default=None)])
 
 
+def charge_of(request):
+    """Where a request's engine time is charged: its client address's share of LEDGER."""
+    return LEDGER.charger(address_of(request, live.PROFILE))
+
+
 def form_handler(fields: Sequence[str], handle: Callable, show_error: Callable[[str], object],
-                 defaults: dict | None = None):
+                 defaults: dict | None = None, creates: bool = True):
     """A gradio handler whose parameters are `fields` (in the order of the event's inputs, named as the API
-    names them): it reads them into a Form and calls handle(form, session, cancel), a generator of frames (or a
-    function, for a handler that returns one frame). Errors become show_error(message)."""
+    names them): it reads them into a Form and calls handle(form, session, cancel), a generator of frames (an
+    async one for a handler that mostly waits: it then holds no worker thread), or a function for a handler
+    that returns one frame. Errors become show_error(message). creates=False: a handler that starts nothing,
+    and makes no session (existing_session_of)."""
     signature = _signature(fields, defaults or {})
-    streaming = inspect.isgeneratorfunction(handle)
+    find = session_of if creates else existing_session_of
 
     def begin(args, kwargs):
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         values = dict(bound.arguments)
         request = values.pop("request")
-        state = session_of(request)
-        return values, state, state.watch()
+        state = find(request)
+        return values, state, state.watch(), charge_of(request)
 
     def fail(error: Exception):
         if not isinstance(error, SpecvizError):
             log.error("%s failed", handle.__name__, exc_info=error)
         return show_error(message_of(error))
 
-    if streaming:
-        def handler(*args, **kwargs):
-            values, state, cancel = begin(args, kwargs)
+    if inspect.isasyncgenfunction(handle):
+        async def handler(*args, **kwargs):
+            values, state, cancel, _ = begin(args, kwargs)
             try:
                 form = read_form(values, live.PROFILE)
-                yield from handle(form, state, cancel)
+                async for frame in handle(form, state, cancel):
+                    yield frame
+            except (GeneratorExit, asyncio.CancelledError):
+                raise
+            except Exception as error:
+                yield fail(error)
+            finally:
+                cancel.set()
+    elif inspect.isgeneratorfunction(handle):
+        def handler(*args, **kwargs):
+            values, state, cancel, charge = begin(args, kwargs)
+            frames = None
+            try:
+                form = read_form(values, live.PROFILE)
+                frames = handle(form, state, cancel)
+                while True:  # each resumption may run in another of gradio's threads: each is metered
+                    with metering(charge):
+                        frame = next(frames, _DONE)
+                    if frame is _DONE:
+                        return
+                    yield frame
             except GeneratorExit:
                 raise
             except Exception as error:  # a request's mistake or the server's fault: a message, the app stays up
                 yield fail(error)
             finally:
+                if frames is not None:
+                    with metering(charge):
+                        frames.close()
                 cancel.set()  # closed (a cancel, a lost caller) or done: whatever it started stops
     else:
         def handler(*args, **kwargs):
-            values, state, cancel = begin(args, kwargs)
+            values, state, cancel, charge = begin(args, kwargs)
             try:
-                return handle(read_form(values, live.PROFILE), state, cancel)
+                with metering(charge):
+                    return handle(read_form(values, live.PROFILE), state, cancel)
             except Exception as error:
                 return fail(error)
 
@@ -84,6 +122,9 @@ def form_handler(fields: Sequence[str], handle: Callable, show_error: Callable[[
     handler.__annotations__ = {"request": gr.Request}
     handler.__name__ = handler.__qualname__ = handle.__name__
     return handler
+
+
+_DONE = object()
 
 
 def pull(records: Iterator, cancel: Cancel) -> Iterator:
@@ -144,22 +185,27 @@ def page_url(request) -> str:
 
 
 def speculate_records(request: RunRequest) -> Iterator[tuple]:
-    """Plain decoding, then the method, of one prompt, under the engine lock from start to end (the timings see
-    no other user's steps): ("step",) after every step, then ("report", the JSON), or ("failed", message). A GPU
-    call: it runs where gpu() puts it, and closing it ends it at its next step."""
+    """Plain decoding, then the method, of one prompt, a step at a time under the engine lock (as the Run tab's
+    runs: other users' steps interleave, so a long request slows the others by a share, not by its length; its
+    times are on engine time, live.engine_result): ("step",) after every step, then ("report", the JSON), or
+    ("failed", message). A GPU call: it runs where gpu() puts it, and closing it ends it at its next step."""
     try:
         with live.POOL.using(request.target, request.draft):
             target, draft = load_models(request)
             setup = RunSetup.make(dataclasses.replace(request, compare_plain=False), target, draft)  # one at a time
             setup.prepare(capture_bound())  # within a ZeroGPU call's bound, else it goes on without graphs
             prompt_ids, settings = setup.prompt_ids, request.settings
-            with ENGINE_LOCK:
-                results = []
-                for each in (PlainProposer(), setup.proposer):
-                    run = SpeculativeRun(target, each, prompt_ids, settings, request.prompt, options=setup.options)
-                    for _ in run:
+            results = []
+            for each in (PlainProposer(), setup.proposer):
+                stepped = SteppedRun(SpeculativeRun(target, each, prompt_ids, settings, request.prompt,
+                                                    options=setup.options))
+                try:
+                    while not stepped.done:
+                        stepped.advance()
                         yield ("step",)
-                    results.append(run.result)
+                finally:
+                    stepped.close()
+                results.append(engine_result(stepped))
         yield ("report", api.Report(results[1], results[0]).to_dict())
     except Exception as error:
         if not isinstance(error, SpecvizError):
@@ -194,11 +240,12 @@ def speculate(prompt: str, method: str = "ngram", max_new_tokens: int = 64, gamm
         api.check_drafter(form.method, draft_name)
         run_request = RunRequest(form.prompt, form.method, form.target, draft_name, form.settings)
         report = None
-        for record in pull(gpu(speculate_records)(run_request), cancel):  # to its end: the call finishes
-            if record[0] == "failed":
-                raise SpecvizError(record[1])
-            if record[0] == "report":
-                report = record[1]
+        with metering(charge_of(request)):
+            for record in pull(gpu(speculate_records)(run_request), cancel):  # to its end: the call finishes
+                if record[0] == "failed":
+                    raise SpecvizError(record[1])
+                if record[0] == "report":
+                    report = record[1]
         if report is None:
             raise SpecvizError(stopped_message(cancel))
         return report

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ..errors import InvalidSettingError, SpecvizError
 from ..models import DEFAULT_MODEL
 from ..proposers import METHODS
-from ..public import Profile, check_model
+from ..public import SHIPPED_DRAFTERS, Profile, check_model
 from ..settings import DecodeSettings, check_prompt_text
 
 MAX_NEW_TOKENS = 512  # the app's and the API's limit: a shared machine serves several users
@@ -133,11 +133,11 @@ DECODING = ("max_new_tokens", "gamma", "temperature", "top_p", "seed", "tree", "
 FIELDS: dict[str, Callable] = {  # (value, profile) -> the Form's value
     "prompt": lambda v, p: text("the prompt", v, p.max_prompt_chars),
     "method": lambda v, p: choice("method", v, METHODS),
-    "target": lambda v, p: model("target", v, p, "target model") or DEFAULT_MODEL,
+    "target": lambda v, p: _target(model("target", v, p, "target model")),
     "draft": lambda v, p: model("drafter", v, p, "drafter"),
     "max_new_tokens": lambda v, p: _max_new(v),
     "gamma": lambda v, p: whole("gamma", v, 1, 32),
-    "temperature": lambda v, p: real("temperature", v, 0.0, 100.0),
+    "temperature": lambda v, p: real("temperature", v, 0.0, p.max_temperature),
     "top_p": lambda v, p: real("top-p", v, 0.0, 1.0),
     "seed": lambda v, p: _seed(v),
     "tree": lambda v, p: whole("draft tree", v, 0, PUBLIC_MAX_TREE if p.public else 1023),
@@ -158,6 +158,14 @@ FIELDS: dict[str, Callable] = {  # (value, profile) -> the Form's value
     "what_if_gamma": lambda v, p: whole("γ", v, 1, 12),
     "cost": lambda v, p: real("c", v, 0.0, 1.0),
 }
+
+
+def _target(name: str | None) -> str:
+    """A target field: a shipped drafter is no target (its files hold a few layers that draft for the default)."""
+    if name in SHIPPED_DRAFTERS:
+        raise FormError(f"target: {name!r} is a drafter (a few layers trained to draft for the default target), not "
+                        f"a target: choose it as the drafter of the draft method, and a target such as 'default'")
+    return name or DEFAULT_MODEL
 
 
 def _max_new(value) -> int:

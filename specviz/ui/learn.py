@@ -24,10 +24,10 @@ from ..lessons.saved import SavedLesson, SavedLessonError, load_lessons
 from ..models import DEFAULT_MODEL
 from ..theory import expected_speedup
 from . import charts, live, render
-from .endpoint import form_handler, pull, stopped_message
+from .endpoint import charge_of, form_handler, pull, stopped_message
 from .form import message_of, read_form
 from .gpu import gpu
-from .live import ENGINE_LOCK, load_target, session_of
+from .live import ENGINE_LOCK, encode_prompt, load_target, metering, session_of
 from .batch_tab import BatchTab, batch_lesson_figure
 from .readouts import plot
 from .tabs import stop_tab
@@ -255,13 +255,15 @@ LESSONS = lessons.SETTINGS  # the settings each lesson runs with; "Open in the R
 RUN_TAB = "run"  # the Run tab's id in the app's gr.Tabs: "Open in the Run tab" selects it by id, not by its label
 
 
-def lesson_records(name: str, start: Callable) -> Iterator[tuple]:
+def lesson_records(name: str, start: Callable, prompt: str | None = None) -> Iterator[tuple]:
     """A lesson measured on the target `name`: ("loaded",), then ("record", record) for each record start(model)
     yields (one at a time under the engine lock, so that other users' steps interleave), or ("failed", message).
     A GPU call: `start` must pickle (a module-level function, or a functools.partial of one)."""
     try:
         with live.POOL.using(name):
             model = load_target(name)
+            if prompt is not None:  # a caller's prompt: its tokens within the profile's limit
+                encode_prompt(model, prompt)
             yield ("loaded",)
             records = start(model)
             try:
@@ -283,11 +285,11 @@ def exact_records(model, prompt: str, method: str, max_new: int, runs: int, temp
     yield from lessons.distribution(model, prompt, method, runs, temperature)
 
 
-def last_record(target: str, start: Callable, cancel) -> object:
+def last_record(target: str, start: Callable, cancel, prompt: str | None = None) -> object:
     """A lesson run to its end in a GPU call, as an endpoint answers it: its last record, or SpecvizError with
     the lesson's failure or, when the caller cancelled, the stopped message."""
     record = None
-    for item in pull(gpu(lesson_records)(target, start), cancel):
+    for item in pull(gpu(lesson_records)(target, start, prompt), cancel):
         if item[0] == "failed":
             raise SpecvizError(item[1])
         if item[0] == "record":
@@ -320,7 +322,8 @@ def distribution_api(prompt: str = LESSONS["exact"]["prompt"], method: str = "me
         start = functools.partial(lessons.distribution, prompt=form.prompt, method=form.method, runs=form.runs,
                                   temperature=form.settings.temperature, first_seed=form.settings.seed or 0,
                                   wrong=form.wrong)
-        record = last_record(form.target, start, cancel)
+        with metering(charge_of(request)):
+            record = last_record(form.target, start, cancel, form.prompt)
         return record.to_dict()
     except Exception as error:
         raise gr.Error(message_of(error), print_exception=False) from None
@@ -352,7 +355,8 @@ def bugs_api(prompt: str = lessons.bugs.PROMPT, method: str = lessons.bugs.METHO
         start = functools.partial(lessons.bugs.bugs, prompt=form.prompt, method=form.method, runs=form.runs,
                                   temperature=form.settings.temperature, most=min(3000, 20 * form.runs),
                                   rounding_tokens=16 if form.rounding else 0)
-        record = last_record(form.target, start, cancel)
+        with metering(charge_of(request)):
+            record = last_record(form.target, start, cancel, form.prompt)
         return plain_record(record) | {"rows": lessons.bugs.bug_rows(record),
                                        "sentence": lessons.bugs.bug_sentence(record)}
     except Exception as error:

@@ -15,6 +15,8 @@ draws it between steps rather than during one; and the speedup is checked agains
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -39,7 +41,8 @@ from ..plausibility import speedup_doubt, step_durations
 from ..proposers import PlainProposer
 from ..proposers.checkpoints import load_draft_model
 from ..proposers.distilled import DISTILLED
-from ..public import Profile, profile_from_env
+from ..metrics import summarize
+from ..public import Profile, check_prompt_tokens, profile_from_env
 from ..records import RunResult, StepRecord
 from ..runners.graphs import graph_span
 from ..settings import DecodeSettings
@@ -50,26 +53,53 @@ from .gpu import CAPTURE_SECONDS, forks
 log = logging.getLogger(__name__)
 
 
+_meter = threading.local()  # what the engine time this thread takes is charged to (metering)
+
+
+@contextlib.contextmanager
+def metering(charge):
+    """Charge the engine time this thread holds ENGINE_LOCK for, until the block ends, to charge(seconds) (the
+    public profile's budget of engine seconds per client address); None charges nothing."""
+    previous = getattr(_meter, "charge", None)
+    _meter.charge = charge
+    try:
+        yield
+    finally:
+        _meter.charge = previous
+
+
+def current_charge():
+    """The charge this thread's engine time goes to now (a worker thread takes its starter's)."""
+    return getattr(_meter, "charge", None)
+
+
 class FairLock:
     """A lock that is handed out in arrival order (threading.Lock is not fair: a thread that releases and
-    re-acquires at once would keep it, and one user's run would starve the others)."""
+    re-acquires at once would keep it, and one user's run would starve the others). The time each holder keeps
+    it is charged to the holder's thread's meter (metering)."""
 
     def __init__(self):
         self._condition = threading.Condition()
         self._next_ticket = 0
         self._serving = 0
+        self._held_since = 0.0  # one holder at a time: when the present one got it
 
     def __enter__(self):
         with self._condition:
             ticket = self._next_ticket
             self._next_ticket += 1
             self._condition.wait_for(lambda: self._serving == ticket)
+        self._held_since = time.perf_counter()
         return self
 
     def __exit__(self, *exc):
+        held = time.perf_counter() - self._held_since
         with self._condition:
             self._serving += 1
             self._condition.notify_all()
+        charge = current_charge()
+        if charge is not None:
+            charge(held)
 
     @property
     def waiting(self) -> int:
@@ -133,6 +163,15 @@ class StepLog:
     def engine_tokens_per_second(self) -> float | None:
         wall = self.engine_wall
         return None if wall is None else self.result.metrics.new_tokens / wall
+
+
+def engine_result(log: StepLog) -> RunResult:
+    """A finished run's result with its times on engine time: each step's elapsed time and the run's wall time
+    without the time it spent suspended while other users' steps ran (its speeds then are its own)."""
+    result = log.result
+    steps = [dataclasses.replace(step, elapsed_s=log.engine_elapsed(i)) for i, step in enumerate(log.steps)]
+    metrics = summarize(steps, result.metrics.new_tokens, log.engine_wall, result.metrics.prefill_seconds)
+    return dataclasses.replace(result, steps=steps, metrics=metrics)
 
 
 class SteppedRun(StepLog):
@@ -222,7 +261,7 @@ class RunSetup:
     def make(cls, request: RunRequest, target: LoadedModel, draft: LoadedModel | None) -> "RunSetup":
         options = engine_options(request)
         proposer = make_proposer(request.method, target, draft, options=options)
-        return cls(request, target, draft, options, proposer, encode(target, request.prompt))
+        return cls(request, target, draft, options, proposer, encode_prompt(target, request.prompt))
 
     @property
     def runs(self) -> int:
@@ -286,6 +325,7 @@ class LiveRun:
         self._budget: int | None = None  # speculative steps this worker takes (None: to the end)
         self._ending = False  # the worker has taken its last step and is on its way out
         self._held_until = 0.0  # time.monotonic() before which no step starts: the page is drawing
+        self._charge = None  # where the worker's engine time is charged (metering)
 
     # -- control ------------------------------------------------------------------------------------------
     @property
@@ -317,6 +357,7 @@ class LiveRun:
             if self.finished:
                 return None
             self._budget, self._ending = count, False
+            self._charge = current_charge()  # the worker's engine time is its starter's
             self._pause.clear()
             self._thread = threading.Thread(target=self._work, name=f"specviz-run-{self.id}", daemon=True)
             self.phase = RUNNING if not self.speculative.done else BASELINE
@@ -344,7 +385,7 @@ class LiveRun:
 
     # -- the worker ---------------------------------------------------------------------------------------
     def _work(self) -> None:
-        with self._mutex:
+        with self._mutex, metering(self._charge):
             try:
                 taken, slice_start = 0, None
                 while not self.speculative.done and not self._stop.is_set():
@@ -698,6 +739,14 @@ def load_models(request: RunRequest) -> tuple[LoadedModel, LoadedModel | None]:
     return target, draft
 
 
+def encode_prompt(target: LoadedModel, prompt: str) -> list[int]:
+    """A prompt's token ids, refused when the profile takes fewer tokens (its characters were checked at the
+    boundary; tokens are known only once the target's tokenizer has read them)."""
+    ids = encode(target, prompt)
+    check_prompt_tokens(len(ids), PROFILE)
+    return ids
+
+
 def shape_key(target: LoadedModel, proposer, prompt_ids: list[int], settings: DecodeSettings, runs: int,
               options: EngineOptions) -> tuple:
     """What the graphs a run replays depend on besides the target: its proposer (and the models it drafts
@@ -750,26 +799,94 @@ class Session:
 
 
 MAX_SESSIONS = 256
+# what the sessions' finished runs may hold in all: a step's records take 2.5 to 6.5 KB in memory (a plain step,
+# a tree's), so a run of 512 tokens and its baseline some 8 MB; part of the reserve the models' budget leaves
+SESSION_MEMORY = 512 * 2 ** 20
+STEP_BYTES = 8 * 2 ** 10
 _sessions: OrderedDict[str, Session] = OrderedDict()
 _sessions_lock = threading.Lock()
 _sessions_pid = os.getpid()  # the process that serves the sessions: a GPU worker forked from it holds a stale copy
+_widths: OrderedDict[str, bool] = OrderedDict()  # a page's layout, told before its first run made its session
+
+
+def held_bytes(state: Session) -> int:
+    """What a session's run holds in memory (its steps' records), about."""
+    run = state.run
+    if run is None:
+        return 0
+    return STEP_BYTES * (len(run.speculative.steps) + (len(run.plain.steps) if run.plain is not None else 0))
+
+
+IDLE, PAUSED_RUN, BUSY = 0, 1, 2  # what a session is doing, in the order sessions go (BUSY ones never)
+
+
+def standing(state: Session) -> int:
+    """BUSY: its run is going or a handler of it is running; PAUSED_RUN: its run waits in step mode (it holds
+    its caches); IDLE: nothing in progress."""
+    run = state.run
+    if (run is not None and run.active) or len(state.cancels) > 0:
+        return BUSY
+    return PAUSED_RUN if run is not None and not run.finished else IDLE
+
+
+def sessions_to_drop(held: list[tuple[int, int]], most: int, memory: int) -> list[int]:
+    """Which sessions go, given (standing, bytes) of each from the least to the most recently used: idle ones
+    first, then those paused in step mode, each kind least recently used first, until at most `most` remain and
+    they hold at most `memory` bytes. A BUSY session never goes: a run in progress is someone's (and runs in
+    progress are bounded by the queue's admission)."""
+    count, total = len(held), sum(size for _, size in held)
+    dropped = []
+    for kind in (IDLE, PAUSED_RUN):
+        for index, (standing_, size) in enumerate(held):
+            if count <= most and total <= memory:
+                return dropped
+            if standing_ != kind:
+                continue
+            dropped.append(index)
+            count -= 1
+            total -= size
+    return dropped
 
 
 def session(key: str) -> Session:
-    """The state of one browser tab or API client (gradio's session hash); the oldest are dropped past
-    MAX_SESSIONS, stopping their runs."""
+    """The state of one browser tab or API client (gradio's session hash), made on its first engine request;
+    past MAX_SESSIONS or SESSION_MEMORY, the least recently used idle sessions go (sessions_to_drop)."""
     with _sessions_lock:
         state = _sessions.get(key)
         if state is None:
-            state = _sessions[key] = Session()
+            state = _sessions[key] = Session(narrow=_widths.pop(key, False))
         _sessions.move_to_end(key)
-        evicted = []
-        while len(_sessions) > MAX_SESSIONS:
-            evicted.append(_sessions.popitem(last=False)[1])
+        keys = list(_sessions)
+        # the session asked for stays, as busy: its request is starting now
+        drop = sessions_to_drop([(BUSY if k == key else standing(_sessions[k]), held_bytes(_sessions[k]))
+                                 for k in keys], MAX_SESSIONS, SESSION_MEMORY)
+        evicted = [_sessions.pop(keys[i]) for i in drop]
     for old in evicted:
         if old.run is not None:
             old.run.stop()
     return state
+
+
+def find_session(key: str) -> Session | None:
+    """A session that exists (None otherwise): what a call with nothing to start (Stop, Pause, Replay, the step
+    slider) acts on. Such a call makes no session, so that it can push no one's out."""
+    with _sessions_lock:
+        state = _sessions.get(key)
+        if state is not None:
+            _sessions.move_to_end(key)
+        return state
+
+
+def remember_width(key: str, narrow: bool) -> None:
+    """A page's layout (told once as it loads): kept on its session, or until its first run makes one."""
+    state = find_session(key)
+    if state is not None:
+        state.narrow = narrow
+        return
+    with _sessions_lock:
+        _widths[key] = narrow
+        while len(_widths) > 4 * MAX_SESSIONS:
+            _widths.popitem(last=False)
 
 
 def live_runs() -> list:
@@ -785,6 +902,11 @@ def session_key(request) -> str:
 
 def session_of(request) -> Session:
     return session(session_key(request))
+
+
+def existing_session_of(request) -> Session:
+    """The request's session if it has one, else an empty one that is not kept (nothing to act on)."""
+    return find_session(session_key(request)) or Session()
 
 
 def end_session(key: str) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import gradio as gr
 
-from ..api import check_drafter, encode, first_difference
+from ..api import check_drafter, first_difference
 from ..cost_curve import latest_points, measure_cost_curve
 from ..lessons.forward_cost import curve_sentence
 from ..engine import SpeculativeRun
@@ -21,8 +21,8 @@ from . import charts, live, render, view
 from .endpoint import form_handler, pull, stopped_message
 from .form import message_of
 from .gpu import gpu
-from .live import (ENGINE_LOCK, RunRequest, RunSetup, SteppedRun, capture_bound, drafter_for, load_models, load_target,
-                   session_of)
+from .live import (ENGINE_LOCK, RunRequest, RunSetup, SteppedRun, capture_bound, drafter_for, encode_prompt,
+                   existing_session_of, load_models, load_target)
 from .readouts import plot
 
 COMPARE_FIELDS = ("prompt", "methods", "target", "draft", "gamma", "temperature", "top_p", "max_new_tokens", "seed",
@@ -41,7 +41,7 @@ COMPARE_HEADERS = ["method", "new tokens", "steps", "τ", "α", "c", "tok/s", "s
 
 
 def stop_tab(request: gr.Request):
-    session_of(request).stop_all()
+    existing_session_of(request).stop_all()
     return render.status_html("Stopped.", "warn")
 
 
@@ -52,7 +52,7 @@ def compare_records(request: RunRequest, methods: tuple[str, ...]) -> Iterator[t
     try:
         with live.POOL.using(request.target, request.draft):
             target, draft = load_models(request)
-            encode(target, request.prompt)  # a prompt it cannot take fails the comparison, before any method
+            encode_prompt(target, request.prompt)  # a prompt it cannot take fails the comparison, before any method
             settings = request.settings
             plain_result, plain_wall = None, None
             for method in ("plain", *methods):
