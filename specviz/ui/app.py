@@ -36,8 +36,8 @@ from . import live
 from .live import (FAILED, LiveRun, RecordedRun, RunRequest, Session, drafter_for, end_session, load_models,
                    model_name, run_records, session_key, session_of)
 from .pacing import Pacer
-from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, status_of, step_story, summary_of,
-                       token_text, token_view, trace_file)
+from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, replay_status, status_of, step_story,
+                       summary_of, token_text, token_view, trace_file)
 from .tabs import CompareTab, CostTab
 
 log = logging.getLogger(__name__)
@@ -246,8 +246,9 @@ class SpecvizApp:
             while job.is_alive() and not cancel.is_set():
                 job.join(0.5)
                 if job.is_alive():  # a load that ends within the wait sends no update: each costs the browser
+                    models = loaded.get("models")
                     message = loading_message([run_request.target, run_request.draft], time.monotonic() - started,
-                                              "models" in loaded)
+                                              models is not None, models[0].device.type if models else None)
                     yield {self.status: render.status_html(message, "info")}
             if cancel.is_set() and "run" not in loaded:
                 yield self.blank(render.status_html(cancel.reason or "Stopped while the models loaded.", "warn"))
@@ -385,7 +386,8 @@ class SpecvizApp:
             if k == last or time.monotonic() - charted >= CHART_INTERVAL:
                 parts |= {"charts", "race", "detail"}
                 charted = time.monotonic()
-            yield self.frame(run, cursor=k, upto=k, parts=frozenset(parts), narrow=state.narrow)
+            yield self.frame(run, cursor=k, upto=k, parts=frozenset(parts), narrow=state.narrow) | {
+                self.status: replay_status(run, k)}
             if k < last:
                 time.sleep(delay)
         state.replaying = False

@@ -248,7 +248,7 @@ def _tile(value: str, name: str, note: str, noisy: bool = False, title: str | No
 def summary_html(metrics: RunMetrics, method: str, plain: RunMetrics | None = None, speedup: float | None = None,
                  identical: bool | None = None, difference: FirstDifference | None = None,
                  sampling: bool = False, idle_seconds: float = 0.0, finished: bool = True,
-                 theory: Theory | None = None, noise: str | None = None) -> str:
+                 theory: Theory | None = None, noise: str | None = None, idle_why: str = "") -> str:
     """The measured numbers of a run as a card (speeds on engine time): the four that matter as tiles, each
     with a line that says what it means, then the details, the baseline and the theory beside them. noise: the
     note a speedup that failed its plausibility check carries in place of its meaning (never stated as fact)."""
@@ -281,7 +281,8 @@ def summary_html(metrics: RunMetrics, method: str, plain: RunMetrics | None = No
         rows.append(_row("same as plain?", f"no: first difference at output token {difference.index}",
                          f"speculative {difference.speculative!r}, plain {difference.plain!r}"))
     if idle_seconds > 0.01:
-        rows.append(_row("waits excluded", f"{idle_seconds:.2f} s", "pauses and other users' steps are not counted"))
+        rows.append(_row("waits excluded", f"{idle_seconds:.2f} s", idle_why or "time between a run's own steps is "
+                         "not counted"))
     theory_html = ""
     if theory is not None:
         gamma = f"γ = {theory.gamma:g}" if theory.gamma_fixed else f"mean γ = {theory.gamma:.2f}"
