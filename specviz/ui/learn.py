@@ -9,6 +9,7 @@ import functools
 import html
 import os
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 
@@ -20,6 +21,7 @@ from ..lessons import (acceptance_rows, acceptance_sentence, distribution_senten
                        mechanic_rows, mechanic_sentence, side_by_side_sentence, verify_cost_sentence)
 from ..lessons.catalogue import plain as plain_record
 from ..lessons.common import megabytes as _mb
+from ..lessons.progress import Progress, left_text, progress_of, time_left
 from ..lessons.saved import SavedLesson, SavedLessonError, load_lessons
 from ..models import DEFAULT_MODEL
 from ..theory import expected_speedup
@@ -499,7 +501,7 @@ class LearnTab:
         def handler(form, state, cancel):
             yield from self._stream(cancel, status, form.target, lessons.verify_cost,
                                     lambda r, done: {figure: plot(verify_cost_figure(r)),
-                                                     sentence: sentence_text(verify_cost_sentence, r)})
+                                                     sentence: sentence_text(verify_cost_sentence, r) if done else ""})
 
         self._wire(run, stop, status, handler, [self.target], [figure, sentence])
         self.saved_draws["cost"] = (lambda r, _: {figure: plot(verify_cost_figure(r)),
@@ -578,19 +580,44 @@ class LearnTab:
 
     def _stream(self, cancel, status, target: str, start: Callable, draw: Callable) -> Iterator[dict]:
         """Loads the target, then runs the lesson one record at a time (other users' steps in between), in a GPU
-        call (lesson_records: `start` must pickle), stopping between records when Stop is pressed."""
+        call (lesson_records: `start` must pickle), stopping between records when Stop is pressed. The status line
+        says how far it has come and the time left; what is drawn before the end is partial, and says so."""
         yield {status: render.status_html(f"Loading {target}…", "info")}
-        last = None
+        last, began, samples = None, time.monotonic(), []
         for item in pull(gpu(lesson_records)(target, start), cancel):
             if item[0] == "failed":
                 yield {status: render.status_html(item[1], "error")}
                 return
             if item[0] == "record":
                 last = item[1]
-                yield {status: render.status_html("Measuring…", "info"), **draw(last, False)}
+                done = progress_of(last)
+                if done is not None:
+                    samples.append((time.monotonic(), done.done))
+                yield {status: measuring_html(done, samples, time.monotonic() - began), **draw(last, False)}
             else:
-                yield {status: render.status_html("Measuring…", "info")}
+                began = time.monotonic()
+                yield {status: measuring_html(None, [], 0.0)}
         if cancel.is_set():
-            yield {status: render.status_html(stopped_message(cancel), "warn")}
+            yield {status: render.status_html(stopped_message(cancel) + partial_note(last), "warn")}
         elif last is not None:
-            yield {status: render.status_html("Done: measured just now on this machine.", "ok"), **draw(last, True)}
+            yield {status: render.status_html(f"Done in {elapsed_text(time.monotonic() - began)}: measured just now "
+                                              "on this machine.", "ok"), **draw(last, True)}
+
+
+def elapsed_text(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def measuring_html(done: Progress | None, samples: list[tuple[float, int]], elapsed: float) -> str:
+    """The status line while a lesson runs: "n of N" in its unit, the time so far and the time left at the
+    recent pace, and that what is drawn is partial."""
+    if done is None:
+        return render.status_html(f"Measuring… {elapsed_text(elapsed)}", "info")
+    left = left_text(time_left(samples, done.total))
+    return render.status_html(f"Measuring: {done}; {elapsed_text(elapsed)} so far" + (f", {left}" if left else "")
+                              + ". Partial results below until it is done.", "info")
+
+
+def partial_note(record) -> str:
+    done = progress_of(record) if record is not None else None
+    return f" What is shown is partial: {done}." if done is not None and not done.finished else ""
