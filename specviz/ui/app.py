@@ -112,7 +112,14 @@ def example_prompts() -> list[str]:
 
 READING_MODES = [("answer", "answer"), ("drafts", "drafts"), ("steps", "steps")]
 # the token view's reading mode and presentation mode are classes on the page: switching needs no server
-PAGE_JS = "() => { document.body.dataset.svMode = 'answer'; " + render.TIP_SCRIPT + " }"  # and the tips' placing
+# the run controls' state (assets/specviz.css): the latest status line that names one; a line that names none
+# (a note such as "Pausing after the current step…") leaves it as it was
+RUN_STATE_SCRIPT = ("new MutationObserver(() => { const line = document.querySelector('#sv-status [data-sv-run]'); "
+                    "if (line && document.body.dataset.svRun !== line.dataset.svRun) "
+                    "document.body.dataset.svRun = line.dataset.svRun; })"
+                    ".observe(document.body, {childList: true, subtree: true});")
+PAGE_JS = ("() => { document.body.dataset.svMode = 'answer'; " + RUN_STATE_SCRIPT + render.TIP_SCRIPT
+           + " }")  # and the tips' placing
 
 
 class SpecvizApp:
@@ -204,10 +211,10 @@ class SpecvizApp:
     # signal; an error it raises is shown in the status line
     def on_clear(self):
         """The view emptied for a new run (the run itself follows, in its own event)."""
-        return self.blank(render.status_html("Starting…", "info"))
+        return self.blank(render.status_html("Starting…", "info", "loading"))
 
     def show_error(self, message: str) -> dict:
-        return self.blank(render.status_html(message, "error"))
+        return self.blank(render.status_html(message, "error", "none"))
 
     def handle_run(self, form: Form, state: Session, cancel: Cancel):
         if state.run is not None:
@@ -249,9 +256,9 @@ class SpecvizApp:
                     models = loaded.get("models")
                     message = loading_message([run_request.target, run_request.draft], time.monotonic() - started,
                                               models is not None, models[0].device.type if models else None)
-                    yield {self.status: render.status_html(message, "info")}
+                    yield {self.status: render.status_html(message, "info", "loading")}
             if cancel.is_set() and "run" not in loaded:
-                yield self.blank(render.status_html(cancel.reason or "Stopped while the models loaded.", "warn"))
+                yield self.blank(render.status_html(cancel.reason or "Stopped while the models loaded.", "warn", "none"))
                 return
             if "error" in loaded:
                 raise loaded["error"]
@@ -283,7 +290,7 @@ class SpecvizApp:
                     run.stop()
                     break
                 message = loading_message([run_request.target, run_request.draft], time.monotonic() - started, False)
-                yield {self.status: render.status_html(message, "info")}
+                yield {self.status: render.status_html(message, "info", "loading")}
             if run.phase == FAILED and not run.speculative.steps:
                 state.run = None
                 raise SpecvizError(run.error or "the run could not start")
@@ -306,7 +313,7 @@ class SpecvizApp:
         state.stop_all()
         run = state.run
         if run is None:
-            return {self.status: render.status_html("Stopped.", "warn")}
+            return {self.status: render.status_html("Stopped.", "warn", "none")}
         run.stop()
         run.join(timeout=10)
         return self.frame(run, narrow=state.narrow)

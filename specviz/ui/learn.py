@@ -352,6 +352,25 @@ def bugs_api(prompt: str = lessons.bugs.PROMPT, method: str = lessons.bugs.METHO
         cancel.set()
 
 
+TAB_NAMES = {"mechanic": "Mechanic", "exact": "Same output", "cost": "Cost of K", "acceptance": "Acceptance",
+             "batch": "Batch size", "drafters": "Drafters", "bugs": "Bugs"}  # the lessons' tabs, in order
+
+
+def tab_title(key: str) -> str:
+    return f"{list(TAB_NAMES).index(key) + 1} · {TAB_NAMES[key]}"
+
+
+def lesson_heading(key: str) -> str:
+    """A lesson's number and full title (specviz.lessons.catalogue), at the head of its tab."""
+    lesson = next(lesson for lesson in lessons.LESSONS if lesson.key == key)
+    return f"{lesson.number} · {lesson.title}"
+
+
+def picked(event: gr.SelectData) -> str:
+    """The lesson picker follows a tab chosen in the bar."""
+    return list(TAB_NAMES)[event.index]
+
+
 class LearnTab:
     """Seven short lessons."""
 
@@ -374,23 +393,31 @@ class LearnTab:
                             elem_id="sv-learn-saved")
             saved_status = gr.HTML(elem_id="sv-learn-saved-status")
         self.saved_status = saved_status
-        with gr.Tabs():
-            with gr.Tab("1 · The mechanic"):
+        # short tab titles (the lesson's full title heads it), so that all seven fit a 1280 px bar; a phone's
+        # bar shows two or three, so the picker above lists them all (assets/specviz.css shows it there)
+        picker = gr.Radio([(f"{number} · {name}", key) for number, (key, name) in enumerate(TAB_NAMES.items(), 1)],
+                          value="mechanic", show_label=False, container=False, elem_id="sv-learn-pick")
+        with gr.Tabs(elem_id="sv-lessons") as lesson_tabs:
+            with gr.Tab(tab_title("mechanic"), id="mechanic"):
                 self._mechanic()
-            with gr.Tab("2 · The output does not change"):
+            with gr.Tab(tab_title("exact"), id="exact"):
                 self._exact()
-            with gr.Tab("3 · Checking K costs about one"):
+            with gr.Tab(tab_title("cost"), id="cost"):
                 self._cost()
-            with gr.Tab("4 · Acceptance decides the win"):
+            with gr.Tab(tab_title("acceptance"), id="acceptance"):
                 self._acceptance()
-            with gr.Tab("5 · Where it stops paying: batch size"):
-                gr.Markdown(f"**Claim.** {lessons.batch_size.CLAIM}")
+            with gr.Tab(tab_title("batch"), id="batch"):
+                gr.Markdown(f"**{lesson_heading('batch')}.** {lessons.batch_size.CLAIM}")
                 batch = BatchTab("sv-learn-batch", api_name=None)
                 self.events.append(batch.build(target, batch_prompts, engine))
-            with gr.Tab("6 · What each drafter costs"):
+            with gr.Tab(tab_title("drafters"), id="drafters"):
                 self._drafters()
-            with gr.Tab("7 · How speculative decoding goes wrong"):
+            with gr.Tab(tab_title("bugs"), id="bugs"):
                 self._bugs()
+        picker.change(lambda key: gr.Tabs(selected=key), [picker], [lesson_tabs], api_visibility="private",
+                      concurrency_limit=None, show_progress="hidden")
+        lesson_tabs.select(picked, None, [picker], api_visibility="private", concurrency_limit=None,
+                           show_progress="hidden")
         self._saved_batch(batch)
         drawn = dict.fromkeys(w for _, status, widgets in self.saved_draws.values() for w in (status, *widgets))
         saved.upload(self.on_saved, [saved, *self.what_if_inputs], [saved_status, *drawn], api_visibility="private",
@@ -418,7 +445,7 @@ class LearnTab:
 
     # layout shared by every lesson
     def _frame(self, key: str, claim: str):
-        gr.Markdown(f"**Claim.** {claim}")
+        gr.Markdown(f"**{lesson_heading(key)}.** {claim}")
         with gr.Row():
             run = gr.Button("Run lesson", variant="primary", elem_id=f"sv-learn-{key}")
             stop = gr.Button("Stop", variant="stop", elem_id=f"sv-learn-{key}-stop")
@@ -614,7 +641,7 @@ def measuring_html(done: Progress | None, samples: list[tuple[float, int]], elap
     if done is None:
         return render.status_html(f"Measuring… {elapsed_text(elapsed)}", "info")
     left = left_text(time_left(samples, done.total))
-    return render.status_html(f"Measuring: {done}; {elapsed_text(elapsed)} so far" + (f", {left}" if left else "")
+    return render.status_html(f"Measuring: {done} · {elapsed_text(elapsed)}" + (f" · {left}" if left else "")
                               + ". Partial results below until it is done.", "info")
 
 

@@ -239,6 +239,11 @@ class LiveRun:
         return self._thread is not None and self._thread.is_alive()
 
     @property
+    def stepping(self) -> bool:
+        """A worker takes a counted number of steps (Next step), then pauses."""
+        return self.active and self._budget is not None
+
+    @property
     def pausing(self) -> bool:
         """The worker has taken its last speculative step and is on its way to a pause (plain decoding catching
         up to the same point first)."""

@@ -153,30 +153,36 @@ def running_text(run) -> str:
     return f"Running: step {n}…"
 
 
+def running_state(run) -> str:
+    """A going run's state for the page's controls: "stepping" under Next step (Next clicked again queues a
+    step), else "running"."""
+    return "stepping" if getattr(run, "stepping", False) else "running"
+
+
 def status_of(run: LiveRun, session_cursor: int | None = None) -> str:
     n = len(run.speculative.steps)
     if run.phase == FAILED:
-        return render.status_html(f"The run failed: {run.error}", "error")
+        return render.status_html(f"The run failed: {run.error}", "error", "none")
     if run.phase == STOPPED:
-        return render.status_html(f"Stopped after {plural(n, 'step')}. Press Run to start again.", "warn")
+        return render.status_html(f"Stopped after {plural(n, 'step')}. Press Run to start again.", "warn", "stopped")
     if run.phase == READY:
         return render.status_html("Step mode: paused before the first step. Press Next step to run one "
-                                  "draft-verify-accept step, Resume to run the rest.", "info")
+                                  "draft-verify-accept step, Resume to run the rest.", "info", "paused")
     if run.phase == PAUSED:
         return render.status_html(f"Paused after step {n - 1}. Next step runs one more; Resume runs the rest; "
-                                  "Stop ends the run.", "info")
+                                  "Stop ends the run.", "info", "paused")
     if run.phase == BASELINE:
         done = len(run.plain.steps) if run.plain is not None else 0
         return render.status_html(f"Speculative run done; now plain decoding of the same prompt for the baseline "
-                                  f"({plural(done, 'token')} so far).", "info")
+                                  f"({plural(done, 'token')} so far).", "info", running_state(run))
     if run.phase == RUNNING:
-        return render.status_html(running_text(run), "info")
+        return render.status_html(running_text(run), "info", running_state(run))
     result = headline(run)
     result = f" · {result}" if result else ""
     if session_cursor is not None:
         return render.status_html(f"Showing step {session_cursor} ({steps_span(n)}, {plural(n, 'step')} in all)"
-                                  f"{result}", "ok")
-    return render.status_html(f"Done: {plural(n, 'step')}{result}", "ok")
+                                  f"{result}", "ok", "done")
+    return render.status_html(f"Done: {plural(n, 'step')}{result}", "ok", "done")
 
 
 def replay_status(run: LiveRun, k: int) -> str:
@@ -185,8 +191,8 @@ def replay_status(run: LiveRun, k: int) -> str:
     result = headline(run)
     result = f" · {result}" if result else ""
     if k < n - 1:
-        return render.status_html(f"Replaying: step {k} ({steps_span(n)})…", "info")
-    return render.status_html(f"Replay done: all {plural(n, 'step')} shown ({steps_span(n)}){result}", "ok")
+        return render.status_html(f"Replaying: step {k} ({steps_span(n)})…", "info", "replaying")
+    return render.status_html(f"Replay done: all {plural(n, 'step')} shown ({steps_span(n)}){result}", "ok", "done")
 
 
 TRACE_FOLDER = Path(tempfile.gettempdir()) / "specviz-traces"

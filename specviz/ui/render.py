@@ -216,10 +216,16 @@ def legend_html() -> str:
     return f'<div class="sv-legend" aria-label="token kinds">{items}</div>'
 
 
-def status_html(message: str, level: str = "info") -> str:
-    """A one-line status box; level info, ok, warn or error (errors are announced to screen readers)."""
+RUN_STATES = ("none", "loading", "running", "stepping", "paused", "replaying", "done", "stopped")
+
+
+def status_html(message: str, level: str = "info", run_state: str | None = None) -> str:
+    """A one-line status box; level info, ok, warn or error (errors are announced to screen readers). run_state
+    (one of RUN_STATES): where the Run tab's run is, which decides the run controls the page shows (the
+    stylesheet, from the page's latest status that names one); None leaves them as they are."""
     role = ' role="alert"' if level == "error" else ""
-    return f'<div class="sv-status sv-{level}"{role}>{escape_text(message)}</div>'
+    state = f' data-sv-run="{run_state}"' if run_state in RUN_STATES else ""
+    return f'<div class="sv-status sv-{level}"{role}{state}>{escape_text(message)}</div>'
 
 
 EXPLAIN = {  # one line each, for a reader who has not met the letters
