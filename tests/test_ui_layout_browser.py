@@ -65,6 +65,8 @@ def test_the_run_controls_show_only_when_they_mean_something(browser, url):
     tab.wait_for_selector("#sv-status .sv-ok", timeout=240_000)
     tab.wait_for_timeout(300)
     assert shown(tab) == {"#sv-next", "#sv-replay"}  # done: walk it step by step, or replay it
+    tab.locator("#sv-inspector .gtitle").wait_for(timeout=30_000)
+    assert inspector_title_clear_of_its_label(tab)
     tab.context.close()
 
 
@@ -120,3 +122,11 @@ def test_example_labels_are_whole(browser, url):
             .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.innerText)""")
         assert cut == [], (width, cut)
         tab.context.close()
+
+
+def inspector_title_clear_of_its_label(tab) -> bool:
+    """The inspector's chart title starts below the page's label on the chart's corner."""
+    return tab.evaluate("""() => { const el = document.querySelector('#sv-inspector');
+        const label = el.querySelector('[data-testid=block-label]').getBoundingClientRect();
+        const title = el.querySelector('.gtitle').getBoundingClientRect();
+        return title.top >= label.bottom - 1 || title.left >= label.right; }""")
