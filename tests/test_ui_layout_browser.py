@@ -78,9 +78,12 @@ def test_every_lesson_is_in_the_bar_at_1280_px_and_in_the_picker_on_a_phone(brow
     assert not tab.locator("#sv-learn-pick").is_visible()  # the bar is enough here
     tab.context.close()
     phone = open_page(browser, url, 390, 844)
-    phone.get_by_role("tab", name="Learn").click()
+    tabs = phone.locator("#sv-tab-pick")  # the bar shows two tabs there: the row lists every one
+    for title in ("Run", "Compare methods", "Cost curve", "Batch", "Learn", "API"):
+        assert tabs.get_by_text(title, exact=True).is_visible(), title
+    tabs.get_by_text("Learn", exact=True).click()
     picker = phone.locator("#sv-learn-pick")
-    assert picker.is_visible()
+    picker.wait_for(state="visible", timeout=30_000)
     for key in TAB_NAMES:
         assert picker.get_by_text(tab_title(key)).is_visible(), key
     picker.get_by_text(tab_title("bugs")).click()
@@ -102,10 +105,8 @@ def test_lesson_1_lanes_are_every_step_its_table_lists_and_the_status_counts(bro
     assert any(re.search(r"Measuring: \d+ steps so far", text) for text in said), said
     assert re.search(r"Done in \d+", tab.inner_text("#sv-learn-mechanic-status"))
     lanes = tab.locator("#sv-learn-mechanic-view .sv-step")
-    rows = tab.locator("#sv-learn-mechanic-view ~ * table tbody tr, .sv-learn-mechanic-table tbody tr")
-    table_steps = tab.evaluate("""() => { const grid = [...document.querySelectorAll('table')].find(t =>
-        t.innerText.includes("target's own token")); return grid ? [...grid.querySelectorAll('tbody tr')].length : -1; }""")
-    assert lanes.count() == table_steps > 2, (lanes.count(), table_steps, rows.count())
+    forwards = re.search(r"(\d+) forwards of the target", tab.inner_text("#sv-learn-mechanic-sentence")).group(1)
+    assert lanes.count() == int(forwards) > 2  # a lane a step, as the table has a row a step
     output = tab.locator("#sv-learn-mechanic-view .sv-output")
     # every lane is on the page, none hidden behind a scroll bar of the output box
     assert output.evaluate("el => el.scrollHeight <= el.clientHeight + 1")
@@ -113,14 +114,19 @@ def test_lesson_1_lanes_are_every_step_its_table_lists_and_the_status_counts(bro
 
 
 def test_example_labels_are_whole(browser, url):
+    """Gradio cuts an example's label past 60 characters ("..."): every label is shown as written, and not
+    clipped by the page either."""
+    from specviz.ui.app import examples
+
+    labels = [example["label"] for example in examples()]
     for width in (1280, 390):
         tab = open_page(browser, url, width, 844)
         tab.get_by_text("Settings: models").click()
-        tab.get_by_text("Example prompts").first.wait_for(state="visible")
-        cut = tab.evaluate("""() => [...document.querySelectorAll('#sv-settings button *, #sv-settings button')]
-            .filter(e => e.children.length === 0 && e.innerText && e.innerText.includes('('))
-            .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.innerText)""")
-        assert cut == [], (width, cut)
+        tab.locator("#sv-settings button.gallery-item").first.wait_for(state="visible")
+        shown_labels = tab.evaluate("""() => [...document.querySelectorAll('#sv-settings button.gallery-item')]
+            .map(b => [b.innerText.trim(), b.scrollWidth <= b.clientWidth + 1])""")
+        assert [text for text, _ in shown_labels] == labels, width
+        assert all(whole for _, whole in shown_labels), (width, shown_labels)
         tab.context.close()
 
 

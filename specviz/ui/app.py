@@ -74,6 +74,8 @@ PAIRS = {  # label: (target, drafter)
     "Qwen2.5-0.5B drafts for Qwen2.5-7B": ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
     "Llama-3.2-1B drafts for Llama-3.1-8B": ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct"),
 }
+TAB_TITLES = {RUN_TAB: "Run", "compare": "Compare methods", "cost": "Cost curve", "batch": "Batch", "learn": "Learn",
+              "api": "API"}  # the app's tabs by id, in order
 # the Run tab's widgets' values, in the order of its event's inputs (named as form.FIELDS and the /run API)
 RUN_FIELDS = ("prompt", "method", "target", "draft", "gamma", "temperature", "top_p", "max_new_tokens", "seed",
               "compare_plain", "step_mode", "tree", "draft_stop")
@@ -440,9 +442,13 @@ class SpecvizApp:
             gr.HTML('<div class="sv-intro"><h1>specviz</h1><span>A drafter guesses the next few tokens; the target '
                     'model checks them all in one pass, keeps what it agrees with and writes the next one itself. '
                     'Measured live, on this machine.</span></div>')
+            # a phone's tab bar shows two tabs and hides the rest behind "...": this row, shown there only
+            # (assets/specviz.css), lists them all
+            tab_pick = gr.Radio([(title, key) for key, title in TAB_TITLES.items()], value=RUN_TAB, show_label=False,
+                                container=False, elem_id="sv-tab-pick")
             # tabs by id: a button elsewhere selects one (gr.Tabs(selected=...)) whatever its label says
             with gr.Tabs(elem_id="sv-tabs") as self.tabs:
-                with gr.Tab("Run", id=RUN_TAB):
+                with gr.Tab(TAB_TITLES[RUN_TAB], id=RUN_TAB):
                     with gr.Row(elem_id="sv-top"):
                         self.prompt = gr.Textbox(label="Prompt", lines=2, max_lines=6, value=example_prompts()[0],
                                                  elem_id="sv-prompt", scale=6, min_width=240)
@@ -525,17 +531,17 @@ class SpecvizApp:
                                "gamma": self.gamma, "temperature": self.temperature, "top_p": self.top_p,
                                "max_new_tokens": self.max_new, "seed": self.seed, "compare_plain": self.compare_plain,
                                "step_mode": self.step_mode, "tree": self.tree, "draft_stop": self.draft_stop}
-                with gr.Tab("Compare methods", id="compare"):
+                with gr.Tab(TAB_TITLES["compare"], id="compare"):
                     compare_event = CompareTab().build(self.fields, engine)
-                with gr.Tab("Cost curve", id="cost"):
+                with gr.Tab(TAB_TITLES["cost"], id="cost"):
                     cost_event = CostTab().build(self.target, engine)
-                with gr.Tab("Batch", id="batch"):
+                with gr.Tab(TAB_TITLES["batch"], id="batch"):
                     batch_event = BatchTab().build(self.target, example_prompts(), engine)
-                with gr.Tab("Learn", id="learn"):
+                with gr.Tab(TAB_TITLES["learn"], id="learn"):
                     learn_events = LearnTab().build(self.target, [self.prompt, self.method, self.gamma, self.temperature,
                                                                   self.max_new, self.seed], engine, example_prompts(),
                                                     self.tabs)
-                with gr.Tab("API", id="api"):
+                with gr.Tab(TAB_TITLES["api"], id="api"):
                     api_text = gr.Markdown(api_help("http://127.0.0.1:7860/"), elem_id="sv-api-help")
 
             view_outputs = [self.status, self.tokens, self.summary, self.step_plot, self.race_plot, self.theory_plot,
@@ -580,10 +586,19 @@ class SpecvizApp:
             demo.load(_api_text, None, [api_text], api_visibility="private", **free)
             demo.load(self.on_width, [self.page_width], None, js="() => window.innerWidth", api_visibility="private",
                       show_progress="hidden", **free)
+            tab_pick.change(lambda key: gr.Tabs(selected=key), [tab_pick], [self.tabs], api_visibility="private",
+                            show_progress="hidden", **free)
+            self.tabs.select(picked_tab, None, [tab_pick], api_visibility="private",
+                             show_progress="hidden", **free)
             demo.unload(_end_session)
         self.demo = demo
         return demo
 
+
+
+def picked_tab(event: gr.SelectData) -> str:
+    """The phone's tab row follows a tab chosen in the bar."""
+    return list(TAB_TITLES)[event.index]
 
 
 def _raise(message: str):

@@ -383,8 +383,9 @@ class LearnTab:
         self.events = []
         self.saved_draws = {}  # lesson key -> (draw(record, what-if sliders) -> {widget: value}, status, widgets)
         gr.Markdown("Short lessons, each a claim, a measurement made now on this machine and model, and one "
-                    "sentence on what it showed. Lessons 1 to 6 each run in about a minute on a 2-core CPU, lesson 7 "
-                    "in about two.")
+                    "sentence on what it showed. On a quiet 2-core CPU lessons 1 to 6 each take under a minute, "
+                    "lesson 7 about two; a machine busy with other work takes several times as long. While one "
+                    "runs, its status line counts what is done and estimates the time left.")
         with gr.Accordion("Open a saved run (measured elsewhere, for instance on a GPU)", open=False):
             gr.Markdown("`python -m specviz learn all --out DIR` measures every lesson on the machine it runs on and "
                         "writes one `lesson-N-KEY.json` a lesson; open one or several here to draw them as a live run "
