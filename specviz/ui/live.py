@@ -264,7 +264,7 @@ class LiveRun:
         quick clicks each count; None: it cannot (advancing to the end already, or over)."""
         with self._control:
             if self.active and not self._ending:
-                if count is not None and self._budget is None and self._pause.is_set():
+                if count is not None and self._pause.is_set():
                     self._after_pause += count  # taken once the worker reaches the pause (_last_step_taken)
                     return "queued"
                 if count is None or self._budget is None:
