@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from scripts.screenshots import chosen, served_app
 from specviz.lessons.catalogue import LESSONS
+from specviz.ui.learn import tab_title
 
 LESSON_KEYS = tuple(lesson.key for lesson in LESSONS)  # every lesson the tab has, in its order
 
@@ -84,7 +85,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    titles = {lesson.key: f"{lesson.number} · {lesson.title}" for lesson in LESSONS}
+    titles = {lesson.key: tab_title(lesson.key) for lesson in LESSONS}  # as the tab bar names them
     files = {}
     if args.saved:
         from specviz.lessons.saved import file_name

@@ -141,3 +141,45 @@ def test_open_in_the_run_tab_selects_the_run_tab_by_its_id():
     assert len(selectors) == 6  # one "Open in the Run tab" a lesson with a frame (lesson 5 has the Batch tab's)
     assert all(fn.fn().selected == learn.RUN_TAB for fn in selectors)
     assert _selects_a_tab(False) == []  # control: without the app's tabs, nothing selects one
+
+
+@pytest.mark.quick
+def test_a_lesson_midway_says_it_is_partial_and_gives_no_verdict():
+    """Midway through lesson 2 the wrong verifier is often not caught yet: the sentence must read as partial,
+    not as the result ("not caught at this many runs")."""
+    record = _distribution(Counter({1: 119, 2: 81}))  # an uncaught wrong verifier
+    midway = learn.distribution_sentence(record, False)
+    assert midway.startswith("**Partial") and "not caught at this many runs" not in midway
+    assert "no difference found" not in midway and "not caught yet" in midway
+    final = learn.distribution_sentence(record, True)  # control: the finished lesson gives its verdict
+    assert "Partial" not in final and "not caught at this many runs" in final
+
+
+@pytest.mark.quick
+def test_the_status_line_counts_n_of_n_and_the_time_left():
+    from specviz.lessons.progress import progress_of, time_left
+
+    record = _distribution(Counter({1: 20, 2: 10}))  # 200 seeds planned: 200 plain, 200 medusa, 30 wrong so far
+    done = progress_of(record)
+    assert (done.done, done.total) == (430, 600) and "200 seeds each" in str(done)
+    # 30 runs in the last 10 s: 170 left take about 57 s, at the pace of the last half minute (not of the start)
+    samples = [(0.0, 0), (60.0, 400), (90.0, 400), (100.0, 430)]
+    assert time_left(samples, done.total) == pytest.approx(170 / (30 / 10), rel=0.01)
+    assert time_left(samples[:1], done.total) is None and time_left(samples, None) is None
+    html = learn.measuring_html(done, samples, 100.0)
+    assert "430 of 600 runs" in html and "s left" in html and "Partial" in html
+    assert learn.partial_note(record).startswith(" What is shown is partial")
+
+
+@pytest.mark.quick
+def test_every_lesson_record_has_a_count():
+    from specviz.lessons.progress import progress_of
+
+    cost = lessons.VerifyCost("cpu (x)", [lessons.CostPoint("positions", 1, 10.0, 128)], 1, 1.0, "assumed", 7)
+    assert (progress_of(cost).done, progress_of(cost).total) == (1, 7)
+    row = lessons.AcceptanceRow("code", "ngram", 4, 0.5, 2.0, 0.0, 1.5, 1.6, 32)
+    assert progress_of([row]).total == 15 and progress_of([row]).done == 1
+    bugs = lessons.bugs.Bugs("p", "eagle", 1.0, 150, {}, [], seeds=60)
+    assert (progress_of(bugs).done, progress_of(bugs).total) == (60, 150)
+    bugs.seeds = 400  # past the verdict's seeds while a wrong verifier is not caught: no total to promise
+    assert progress_of(bugs).total is None and "400 seeds so far" in str(progress_of(bugs))

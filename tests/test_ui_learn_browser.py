@@ -33,7 +33,7 @@ def run_lesson(page, key, subtab, timeout=120_000):
 
 
 def test_the_mechanic_lays_each_forward_out_as_a_lane(page):
-    run_lesson(page, "mechanic", "1 · The mechanic")
+    run_lesson(page, "mechanic", "1 · Mechanic")
     lanes = page.locator("#sv-learn-mechanic-view .sv-lesson-steps .sv-step")
     assert lanes.count() >= 2
     assert lanes.first.evaluate("el => getComputedStyle(el).display") == "flex"
@@ -43,20 +43,20 @@ def test_the_mechanic_lays_each_forward_out_as_a_lane(page):
 
 
 def test_the_verify_cost_chart_has_data_and_its_sentence_the_ratio(page):
-    run_lesson(page, "cost", "3 · Checking K costs about one")
+    run_lesson(page, "cost", "3 · Cost of K")
     page.wait_for_selector("#sv-learn-cost-plot .js-plotly-plot .scatterlayer .trace", timeout=30_000)
     assert re.search(r"[\d.]+× the time of one", page.inner_text("#sv-learn-cost-sentence"))
 
 
 def test_the_exactness_lesson_draws_three_histograms_and_quotes_its_p_values(page):
-    open_tab(page, "2 · The output does not change")
+    open_tab(page, "2 · Same output")
     fields = page.get_by_label("seeds per histogram (more: more power, longer)")
     fields.first.fill("30")
     fields.first.press("Tab")
     # the slider's number box and its range both say 30 before Run is pressed: the value reached the app
     page.wait_for_function("""() => [...document.querySelectorAll('#sv-learn-exact-runs input')]
                                      .every(input => input.value === '30')""", timeout=10_000)
-    run_lesson(page, "exact", "2 · The output does not change", timeout=170_000)
+    run_lesson(page, "exact", "2 · Same output", timeout=170_000)
     assert "identical" in page.inner_text("#sv-learn-exact-greedy")
     assert page.locator("#sv-learn-exact-plot .js-plotly-plot .bars .point").count() >= 3
     assert "30 seeds each" in page.inner_text("#sv-learn-exact-plot")  # the slider reached the lesson
@@ -66,15 +66,15 @@ def test_the_exactness_lesson_draws_three_histograms_and_quotes_its_p_values(pag
 
 
 def test_the_acceptance_and_drafter_lessons_fill_their_tables(page):
-    run_lesson(page, "acceptance", "4 · Acceptance decides the win", timeout=170_000)
+    run_lesson(page, "acceptance", "4 · Acceptance", timeout=170_000)
     assert re.search(r"gave [\d.]+× \(", page.inner_text("#sv-learn-acceptance-sentence"))
     page.wait_for_selector("#sv-learn-acceptance-plot .js-plotly-plot .scatterlayer .trace", timeout=30_000)
-    run_lesson(page, "drafters", "6 · What each drafter costs")
+    run_lesson(page, "drafters", "6 · Drafters")
     assert re.search(r"Most tokens per forward: \S+ \(τ [\d.]+\)", page.inner_text("#sv-learn-drafters-sentence"))
 
 
 def test_the_batch_lesson_plots_speedup_against_batch_size_with_a_draft_model(page):
-    open_tab(page, "5 · Where it stops paying: batch size")
+    open_tab(page, "5 · Batch size")
     page.click("#sv-learn-batch-method input")
     page.get_by_role("option", name="draft", exact=True).click()
     for field, value in (("#sv-learn-batch-sizes textarea, #sv-learn-batch-sizes input", "1,2"),
@@ -92,7 +92,7 @@ def test_the_batch_lesson_plots_speedup_against_batch_size_with_a_draft_model(pa
 
 
 def test_stop_ends_a_lesson(page):
-    open_tab(page, "2 · The output does not change")
+    open_tab(page, "2 · Same output")
     page.click("#sv-learn-exact")
     page.wait_for_selector("#sv-learn-exact-greedy:has-text('Greedy')", timeout=60_000)
     page.click("#sv-learn-exact-stop")
@@ -101,7 +101,7 @@ def test_stop_ends_a_lesson(page):
 
 
 def test_open_in_the_run_tab_fills_it_in(page):
-    open_tab(page, "1 · The mechanic")
+    open_tab(page, "1 · Mechanic")
     page.click("#sv-learn-mechanic-link")
     prompt = page.locator("#sv-prompt textarea")
     prompt.wait_for(state="visible", timeout=10_000)
@@ -128,7 +128,7 @@ def test_a_saved_run_is_drawn_and_says_where_it_was_measured(page, tmp_path):
     summary = page.inner_text("#sv-learn-saved-status")
     assert "broken.json is not JSON" in summary  # the bad file is named; the good one still drawn
     label = "measured on NVIDIA H100 80GB HBM3, 2026-11-27 22:00 UTC, commit abc1234"
-    open_tab(page, "3 · Checking K costs about one")
+    open_tab(page, "3 · Cost of K")
     assert label in page.inner_text("#sv-learn-cost-status") and "not measured here" in page.inner_text("#sv-learn-cost-status")
     page.wait_for_selector("#sv-learn-cost-plot .js-plotly-plot .scatterlayer .trace", timeout=30_000)
     assert "1.18× the time of one" in page.inner_text("#sv-learn-cost-sentence")  # 21.0 / 17.8: the file's figure
@@ -166,8 +166,8 @@ def test_every_string_of_a_saved_file_is_shown_as_text(page, tmp_path, default_t
     page.wait_for_function("() => document.querySelector('#sv-learn-saved-status').innerText.includes('What each')",
                            timeout=30_000)
     shown = [page.inner_text("#sv-learn-saved-status")]
-    for subtab, key in (("1 · The mechanic", "mechanic"), ("4 · Acceptance decides the win", "acceptance"),
-                        ("6 · What each drafter costs", "drafters")):
+    for subtab, key in (("1 · Mechanic", "mechanic"), ("4 · Acceptance", "acceptance"),
+                        ("6 · Drafters", "drafters")):
         open_tab(page, subtab)
         page.wait_for_function(f"() => document.querySelector('#sv-learn-{key}-status').innerText.includes('Saved run')",
                                timeout=30_000)

@@ -294,3 +294,54 @@ def test_the_draft_method_on_the_default_target_drafts_with_its_distilled_model(
     assert live.drafter_for("draft", "HuggingFaceTB/SmolLM2-1.7B-Instruct", "none") is None  # nothing ships for it
     assert live.drafter_for("adaptive", "default", "none") is None  # adaptive drafts with EAGLE then
     assert live.drafter_for("ngram", "default", "default") is None  # a method without a drafter ignores the field
+
+
+def test_next_step_clicked_after_pause_before_the_pause_lands_each_take_a_step(target):
+    """Pause lands after the current step (and plain decoding's catch-up): Next step clicked in between is not
+    lost (it used to answer "press Pause first"); each click is one more step after the pause's."""
+    run = new_run(target, max_new=48, compare_plain=False)
+    assert run.start()
+    while len(run.speculative.steps) < 2:
+        time.sleep(0.01)
+    run.hold(0.5)  # the next step waits: Pause and the clicks come while the worker is between steps
+    at_pause = len(run.speculative.steps)
+    run.pause()
+    assert [run.take_steps(1) for _ in range(3)] == ["queued"] * 3
+    run.join(60)
+    assert run.phase == live.PAUSED
+    # the step in flight when Pause came (held, then taken), then one a click
+    assert len(run.speculative.steps) - at_pause in (3, 4)
+
+
+def test_the_status_line_says_what_the_worker_does_in_step_mode(target):
+    """After step 0, plain decoding catches up before the pause: the status line says so, not "step 1"."""
+    from specviz.ui.readouts import status_of
+
+    run = new_run(target)
+    said = []
+    original = run.plain.advance
+
+    def advance():
+        said.append(status_of(run))
+        return original()
+
+    run.plain.advance = advance
+    assert run.start(max_steps=1)
+    run.join(60)
+    assert said and run.phase == live.PAUSED and len(run.speculative.steps) == 1
+    assert all("step 1" not in text and "Step 0 done" in text for text in said), said
+    assert "Paused after step 0" in status_of(run)
+
+
+def test_replay_says_where_it_is_and_that_it_is_done(target):
+    from specviz.ui.readouts import replay_status, status_of
+
+    run = new_run(target, max_new=16, compare_plain=False)
+    assert run.start()
+    run.join(60)
+    n = len(run.speculative.steps)
+    assert n > 2
+    assert f"steps 0 to {n - 1}" in replay_status(run, 1) and "Replaying: step 1" in replay_status(run, 1)
+    last = replay_status(run, n - 1)
+    assert "Replay done" in last and f"all {n} steps" in last
+    assert f"{n} steps in all" in status_of(run, session_cursor=1)

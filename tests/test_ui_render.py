@@ -9,7 +9,7 @@ from specviz.cost_curve import CostPoint
 from specviz.metrics import summarize
 from specviz.records import DraftPosition, StepRecord, TokenKind, TokenRecord, TopTokens
 from specviz.theory import expected_speedup, expected_tokens_per_step
-from specviz.ui import charts, render, view
+from specviz.ui import charts, readouts, render, view
 
 pytestmark = pytest.mark.quick
 
@@ -525,3 +525,24 @@ def test_the_batch_chart_marks_where_speculation_stops_paying():
     paying = summary[:3] + [entry("ngram", 8, 1.2)]
     assert not [a for a in charts.batch_figure(paying, "cpu", "ngram")["layout"]["annotations"] if "stops" in a["text"]]
     assert "still pays at batch 8" in verdict_line(paying, "ngram")
+
+
+def test_the_waits_a_run_excludes_are_named_as_what_happened():
+    first = readouts.waits_note(raced=True, paused=False, drawn_here=True)
+    assert "turns in the race" in first and "pauses" not in first
+    assert "pauses" in readouts.waits_note(raced=True, paused=True, drawn_here=True)
+    alone = readouts.waits_note(raced=False, paused=False, drawn_here=False)
+    assert "turns" not in alone and "pauses" not in alone
+    html = render.summary_html(view.running_metrics([], 1.0), "ngram", idle_seconds=2.0, idle_why=first)
+    assert "turns in the race" in html and "pauses and other users" not in html
+
+
+def test_preparing_a_run_speaks_of_cuda_graphs_only_on_a_gpu():
+    cpu = readouts.loading_message(["default", None], 2.0, True, "cpu")
+    gpu = readouts.loading_message(["default", None], 2.0, True, "cuda")
+    assert "CUDA" not in cpu and "GPU" not in cpu and "CUDA graphs" in gpu
+
+
+def test_counts_agree_with_their_noun():
+    assert readouts.plural(1, "token") == "1 token" and readouts.plural(2, "token") == "2 tokens"
+    assert readouts.plural(0, "step") == "0 steps"

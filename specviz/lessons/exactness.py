@@ -232,20 +232,29 @@ def distribution_rows(record: Distribution, most: int = HISTOGRAM_ROWS) -> list[
 
 
 def distribution_sentence(record: Distribution | None, done: bool = True) -> str:
+    """What the tests found; while the lesson runs (done=False), labelled partial, with no verdict the remaining
+    seeds could change."""
     if record is None or not record.speculative.runs:
         return ""
     alpha = SIGNIFICANCE
-    text = (f"With {record.method}: two-sample p = **{p_text(record.p_value)}** against plain decoding, "
-            f"p = {p_text(record.exact_p_value)} against the exact probabilities: "
-            + ("no difference found" if record.passed else f"**below {alpha}: a difference**") + ".")
+    partial = (f"**Partial, {record.speculative.runs} of {record.runs} seeds so far** (the verdict comes with all "
+               f"{record.runs}): " if not done else "")
+    verdict = ("no difference found" if record.passed else f"**below {alpha}: a difference**") if done else \
+        ("no difference so far" if record.passed else f"below {alpha} so far")
+    text = (f"{partial}With {record.method}: two-sample p = **{p_text(record.p_value)}** against plain decoding, "
+            f"p = {p_text(record.exact_p_value)} against the exact probabilities: {verdict}.")
     if record.wrong is not None and record.wrong.runs:
-        text += (f" The wrong verifier: p = **{p_text(record.wrong_p_value)}** and {p_text(record.wrong_exact_p_value)}: "
-                 + (f"**caught** (below {alpha})" if record.caught else
-                    "not caught at this many runs (more runs give the test more power)") + ".")
+        if done:
+            caught = (f"**caught** (below {alpha})" if record.caught else
+                      "not caught at this many runs (more runs give the test more power)")
+        else:
+            caught = (f"caught already at {record.wrong.runs} seeds (below {alpha})" if record.caught else
+                      f"not caught yet at {record.wrong.runs} seeds")
+        text += f" The wrong verifier: p = **{p_text(record.wrong_p_value)}** and {p_text(record.wrong_exact_p_value)}: {caught}."
         text += (" The second p-value sees more: it compares the runs with the target's probabilities, computed "
                  "rather than sampled, so only one side is noisy; the first compares two samples, and plain "
                  "decoding's own noise hides a small difference unless there are many more runs.")
-    return text if done else text + " (still running)"
+    return text
 
 
 @dataclass

@@ -23,6 +23,7 @@ class VerifyCost:
     weight_bytes: int
     bandwidth_gbs: float
     bandwidth_source: str
+    planned: int = 0  # forward widths the lesson measures (its progress: n of planned)
 
     @property
     def floor_ms(self) -> float:
@@ -42,7 +43,10 @@ class VerifyCost:
         return by[k] / by[1] if k in by and by.get(1) else None
 
 
-def verify_cost(target: LoadedModel, positions: Sequence[int] = (1, 2, 3, 5, 8, 12, 16), context: int = 128,
+POSITIONS = (1, 2, 3, 5, 8, 12, 16)  # K, the forward widths the lesson times
+
+
+def verify_cost(target: LoadedModel, positions: Sequence[int] = POSITIONS, context: int = 128,
                 repeats: int = 3, bandwidth: float | None = None) -> Iterator[VerifyCost]:
     """The target's forward time against K new positions (specviz.cost_curve), beside the weight-read floor."""
     if bandwidth:
@@ -51,7 +55,7 @@ def verify_cost(target: LoadedModel, positions: Sequence[int] = (1, 2, 3, 5, 8, 
         bytes_per_second, source = memory_bandwidth(target.device)
         gbs = bytes_per_second / 1e9
     record = VerifyCost(f"{target.device.type} ({target.describe()}, {str(target.dtype).replace('torch.', '')})", [],
-                        weight_bytes(target.model), gbs, source)
+                        weight_bytes(target.model), gbs, source, len(set(positions)))
     for point in measure_positions(target, positions, context=context, repeats=repeats):
         record.points = latest_points([*record.points, point])  # a point measured again replaces its first
         yield record

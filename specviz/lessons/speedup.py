@@ -47,7 +47,10 @@ def expected_curve(alpha: float, c: float, gammas: Sequence[int] = tuple(range(0
     return [(g, expected_speedup(alpha, g, c)) for g in gammas]
 
 
-def acceptance(target: LoadedModel, methods: Sequence[str] = ("ngram", "retrieval", "early-exit", "medusa", "eagle"),
+METHODS = ("ngram", "retrieval", "early-exit", "medusa", "eagle")  # what the lesson compares, on each of PROMPTS
+
+
+def acceptance(target: LoadedModel, methods: Sequence[str] = METHODS,
                prompts: dict[str, str] | None = None, gamma: int = 4, max_new_tokens: int = 32,
                make: Callable[[str], Proposer] | None = None) -> Iterator[list[AcceptanceRow]]:
     """Each method on each prompt, greedy, beside plain decoding of the same prompt; yields the table so far. A

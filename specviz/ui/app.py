@@ -39,8 +39,8 @@ from .mcp import check_installed, only_these_tools
 from .live import (FAILED, LiveRun, RecordedRun, RunRequest, Session, drafter_for, end_session, existing_session_of,
                    load_models, model_name, remember_width, run_records, session_key)
 from .pacing import Pacer
-from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, preparing_message, status_of, step_story,
-                       summary_of, token_text, token_view, trace_file)
+from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, preparing_message, replay_status,
+                       status_of, step_story, summary_of, token_text, token_view, trace_file)
 from .tabs import CompareTab, CostTab
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,8 @@ PAIRS = {  # label: (target, drafter)
     "Qwen2.5-0.5B drafts for Qwen2.5-7B": ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
     "Llama-3.2-1B drafts for Llama-3.1-8B": ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct"),
 }
+TAB_TITLES = {RUN_TAB: "Run", "compare": "Compare methods", "cost": "Cost curve", "batch": "Batch", "learn": "Learn",
+              "api": "API"}  # the app's tabs by id, in order
 # the Run tab's widgets' values, in the order of its event's inputs (named as form.FIELDS and the /run API)
 RUN_FIELDS = ("prompt", "method", "target", "draft", "gamma", "temperature", "top_p", "max_new_tokens", "seed",
               "compare_plain", "step_mode", "tree", "draft_stop", "exact")
@@ -117,7 +119,14 @@ EXACT_INFO = ("on a GPU: each position of a verify pass computed as plain decodi
               "equals plain bit for bit (docs/exactness.md); a CPU needs no such mode")
 READING_MODES = [("answer", "answer"), ("drafts", "drafts"), ("steps", "steps")]
 # the token view's reading mode and presentation mode are classes on the page: switching needs no server
-PAGE_JS = "() => { document.body.dataset.svMode = 'answer'; " + render.TIP_SCRIPT + " }"  # and the tips' placing
+# the run controls' state (assets/specviz.css): the latest status line that names one; a line that names none
+# (a note such as "Pausing after the current step…") leaves it as it was
+RUN_STATE_SCRIPT = ("new MutationObserver(() => { const line = document.querySelector('#sv-status [data-sv-run]'); "
+                    "if (line && document.body.dataset.svRun !== line.dataset.svRun) "
+                    "document.body.dataset.svRun = line.dataset.svRun; })"
+                    ".observe(document.body, {childList: true, subtree: true});")
+PAGE_JS = ("() => { document.body.dataset.svMode = 'answer'; " + RUN_STATE_SCRIPT + render.TIP_SCRIPT
+           + " }")  # and the tips' placing
 
 
 class SpecvizApp:
@@ -211,10 +220,10 @@ class SpecvizApp:
     # signal; an error it raises is shown in the status line
     def on_clear(self):
         """The view emptied for a new run (the run itself follows, in its own event)."""
-        return self.blank(render.status_html("Starting…", "info"))
+        return self.blank(render.status_html("Starting…", "info", "loading"))
 
     def show_error(self, message: str) -> dict:
-        return self.blank(render.status_html(message, "error"))
+        return self.blank(render.status_html(message, "error", "none"))
 
     def handle_run(self, form: Form, state: Session, cancel: Cancel):
         if state.run is not None:
@@ -253,11 +262,12 @@ class SpecvizApp:
             while job.is_alive() and not cancel.is_set():
                 job.join(0.5)
                 if job.is_alive():  # a load that ends within the wait sends no update: each costs the browser
+                    models = loaded.get("models")
                     message = loading_message([run_request.target, run_request.draft], time.monotonic() - started,
-                                              "models" in loaded)
-                    yield {self.status: render.status_html(message, "info")}
+                                              models is not None, models[0].device.type if models else None)
+                    yield {self.status: render.status_html(message, "info", "loading")}
             if cancel.is_set() and "run" not in loaded:
-                yield self.blank(render.status_html(cancel.reason or "Stopped while the models loaded.", "warn"))
+                yield self.blank(render.status_html(cancel.reason or "Stopped while the models loaded.", "warn", "none"))
                 return
             if "error" in loaded:
                 raise loaded["error"]
@@ -294,7 +304,7 @@ class SpecvizApp:
                 else:
                     message = loading_message([run_request.target, run_request.draft], time.monotonic() - started,
                                               False)
-                yield {self.status: render.status_html(message, "info")}
+                yield {self.status: render.status_html(message, "info", "loading")}
             if run.phase == FAILED and not run.speculative.steps:
                 state.run = None
                 raise SpecvizError(run.error or "the run could not start")
@@ -317,7 +327,7 @@ class SpecvizApp:
         state.stop_all()
         run = state.run
         if run is None:
-            return {self.status: render.status_html("Stopped.", "warn")}
+            return {self.status: render.status_html("Stopped.", "warn", "none")}
         run.stop()
         run.join(timeout=10)
         return self.frame(run, narrow=state.narrow)
@@ -404,8 +414,9 @@ class SpecvizApp:
                 if k == last or time.monotonic() - charted >= CHART_INTERVAL:
                     parts |= {"charts", "race", "detail"}
                     charted = time.monotonic()
-                yield await asyncio.to_thread(self.frame, run, cursor=k, upto=k, parts=frozenset(parts),
-                                              narrow=state.narrow)
+                frame = await asyncio.to_thread(self.frame, run, cursor=k, upto=k, parts=frozenset(parts),
+                                                narrow=state.narrow)
+                yield frame | {self.status: replay_status(run, k)}
                 if k < last:
                     await asyncio.sleep(delay)
         finally:
@@ -453,9 +464,13 @@ class SpecvizApp:
             gr.HTML('<div class="sv-intro"><h1>specviz</h1><span>A drafter guesses the next few tokens; the target '
                     'model checks them all in one pass, keeps what it agrees with and writes the next one itself. '
                     'Measured live, on this machine.</span></div>')
+            # a phone's tab bar shows two tabs and hides the rest behind "...": this row, shown there only
+            # (assets/specviz.css), lists them all
+            tab_pick = gr.Radio([(title, key) for key, title in TAB_TITLES.items()], value=RUN_TAB, show_label=False,
+                                container=False, elem_id="sv-tab-pick")
             # tabs by id: a button elsewhere selects one (gr.Tabs(selected=...)) whatever its label says
             with gr.Tabs(elem_id="sv-tabs") as self.tabs:
-                with gr.Tab("Run", id=RUN_TAB):
+                with gr.Tab(TAB_TITLES[RUN_TAB], id=RUN_TAB):
                     with gr.Row(elem_id="sv-top"):
                         self.prompt = gr.Textbox(label="Prompt", lines=2, max_lines=6, value=example_prompts()[0],
                                                  elem_id="sv-prompt", scale=6, min_width=240)
@@ -541,17 +556,17 @@ class SpecvizApp:
                                "max_new_tokens": self.max_new, "seed": self.seed, "compare_plain": self.compare_plain,
                                "step_mode": self.step_mode, "tree": self.tree, "draft_stop": self.draft_stop,
                                "exact": self.exact}
-                with gr.Tab("Compare methods", id="compare"):
+                with gr.Tab(TAB_TITLES["compare"], id="compare"):
                     compare_event = CompareTab().build(self.fields, engine)
-                with gr.Tab("Cost curve", id="cost"):
+                with gr.Tab(TAB_TITLES["cost"], id="cost"):
                     cost_event = CostTab().build(self.target, engine)
-                with gr.Tab("Batch", id="batch"):
+                with gr.Tab(TAB_TITLES["batch"], id="batch"):
                     batch_event = BatchTab().build(self.target, example_prompts(), engine)
-                with gr.Tab("Learn", id="learn"):
+                with gr.Tab(TAB_TITLES["learn"], id="learn"):
                     learn_events = LearnTab().build(self.target, [self.prompt, self.method, self.gamma, self.temperature,
                                                                   self.max_new, self.seed], engine, example_prompts(),
                                                     self.tabs)
-                with gr.Tab("API", id="api"):
+                with gr.Tab(TAB_TITLES["api"], id="api"):
                     api_text = gr.Markdown(api_help("http://127.0.0.1:7860/"), elem_id="sv-api-help")
 
             view_outputs = [self.status, self.tokens, self.summary, self.step_plot, self.race_plot, self.theory_plot,
@@ -597,10 +612,19 @@ class SpecvizApp:
             demo.load(_api_text, None, [api_text], api_visibility="private", **free)
             demo.load(self.on_width, [self.page_width], None, js="() => window.innerWidth", api_visibility="private",
                       show_progress="hidden", **free)
+            tab_pick.change(lambda key: gr.Tabs(selected=key), [tab_pick], [self.tabs], api_visibility="private",
+                            show_progress="hidden", **free)
+            self.tabs.select(picked_tab, None, [tab_pick], api_visibility="private",
+                             show_progress="hidden", **free)
             demo.unload(_end_session)
         self.demo = demo
         return demo
 
+
+
+def picked_tab(event: gr.SelectData) -> str:
+    """The phone's tab row follows a tab chosen in the bar."""
+    return list(TAB_TITLES)[event.index]
 
 
 def _raise(message: str):

@@ -212,6 +212,9 @@ def _token_name(text: str, token_id: int, token_text: Callable[[int], str]) -> s
     return token_label(text or token_text(token_id))
 
 
+LABEL_PX = 22  # the page's label over a chart's top left corner ("Inspector"): the title starts below it
+
+
 def inspector_figure(step: StepRecord | None, token_text: Callable[[int], str], sampling: bool,
                      narrow: bool = False) -> dict:
     """For each drafted position the verifier reached: the top tokens' p against q, the drafted token marked;
@@ -271,10 +274,10 @@ def inspector_figure(step: StepRecord | None, token_text: Callable[[int], str], 
     # the top margin (the figure's title, the first arrow band and title)
     title_lines, panel_title_lines = title.count("<br>") + 1, 2 if narrow else 1
     panel_px, gap_px = 150, 40 + 30 + 16 * panel_title_lines
-    top = 24 + 18 * title_lines + 30 + 16 * panel_title_lines
+    top = LABEL_PX + 24 + 18 * title_lines + 30 + 16 * panel_title_lines
     plot_px = panels * panel_px + (panels - 1) * gap_px
     fig = _figure(data, title, plot_px + top + 100, panels, 1, titles, vgap=gap_px / plot_px)
-    fig["layout"]["title"].update({"yref": "container", "y": 1, "yanchor": "top", "pad": {"t": 16}})
+    fig["layout"]["title"].update({"yref": "container", "y": 1, "yanchor": "top", "pad": {"t": 16 + LABEL_PX}})
     fig["layout"]["margin"] = {**fig["layout"]["margin"], "t": top}
     for annotation in fig["layout"]["annotations"]:
         annotation["yshift"] = 30  # above the arrow band, where "drafted" and "drawn" stand

@@ -9,6 +9,7 @@ import functools
 import html
 import os
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 
@@ -20,6 +21,7 @@ from ..lessons import (acceptance_rows, acceptance_sentence, distribution_senten
                        mechanic_rows, mechanic_sentence, side_by_side_sentence, verify_cost_sentence)
 from ..lessons.catalogue import plain as plain_record
 from ..lessons.common import megabytes as _mb
+from ..lessons.progress import Progress, left_text, progress_of, time_left
 from ..lessons.saved import SavedLesson, SavedLessonError, load_lessons
 from ..models import DEFAULT_MODEL
 from ..theory import expected_speedup
@@ -365,6 +367,25 @@ def bugs_api(prompt: str = lessons.bugs.PROMPT, method: str = lessons.bugs.METHO
         cancel.set()
 
 
+TAB_NAMES = {"mechanic": "Mechanic", "exact": "Same output", "cost": "Cost of K", "acceptance": "Acceptance",
+             "batch": "Batch size", "drafters": "Drafters", "bugs": "Bugs"}  # the lessons' tabs, in order
+
+
+def tab_title(key: str) -> str:
+    return f"{list(TAB_NAMES).index(key) + 1} · {TAB_NAMES[key]}"
+
+
+def lesson_heading(key: str) -> str:
+    """A lesson's number and full title (specviz.lessons.catalogue), at the head of its tab."""
+    lesson = next(lesson for lesson in lessons.LESSONS if lesson.key == key)
+    return f"{lesson.number} · {lesson.title}"
+
+
+def picked(event: gr.SelectData) -> str:
+    """The lesson picker follows a tab chosen in the bar."""
+    return list(TAB_NAMES)[event.index]
+
+
 class LearnTab:
     """Seven short lessons."""
 
@@ -377,8 +398,9 @@ class LearnTab:
         self.events = []
         self.saved_draws = {}  # lesson key -> (draw(record, what-if sliders) -> {widget: value}, status, widgets)
         gr.Markdown("Short lessons, each a claim, a measurement made now on this machine and model, and one "
-                    "sentence on what it showed. Lessons 1 to 6 each run in about a minute on a 2-core CPU, lesson 7 "
-                    "in about two.")
+                    "sentence on what it showed. On a quiet 2-core CPU lessons 1 to 6 each take under a minute, "
+                    "lesson 7 about two; a machine busy with other work takes several times as long. While one "
+                    "runs, its status line counts what is done and estimates the time left.")
         with gr.Accordion("Open a saved run (measured elsewhere, for instance on a GPU)", open=False):
             gr.Markdown("`python -m specviz learn all --out DIR` measures every lesson on the machine it runs on and "
                         "writes one `lesson-N-KEY.json` a lesson; open one or several here to draw them as a live run "
@@ -387,23 +409,31 @@ class LearnTab:
                             elem_id="sv-learn-saved")
             saved_status = gr.HTML(elem_id="sv-learn-saved-status")
         self.saved_status = saved_status
-        with gr.Tabs():
-            with gr.Tab("1 · The mechanic"):
+        # short tab titles (the lesson's full title heads it), so that all seven fit a 1280 px bar; a phone's
+        # bar shows two or three, so the picker above lists them all (assets/specviz.css shows it there)
+        picker = gr.Radio([(f"{number} · {name}", key) for number, (key, name) in enumerate(TAB_NAMES.items(), 1)],
+                          value="mechanic", show_label=False, container=False, elem_id="sv-learn-pick")
+        with gr.Tabs(elem_id="sv-lessons") as lesson_tabs:
+            with gr.Tab(tab_title("mechanic"), id="mechanic"):
                 self._mechanic()
-            with gr.Tab("2 · The output does not change"):
+            with gr.Tab(tab_title("exact"), id="exact"):
                 self._exact()
-            with gr.Tab("3 · Checking K costs about one"):
+            with gr.Tab(tab_title("cost"), id="cost"):
                 self._cost()
-            with gr.Tab("4 · Acceptance decides the win"):
+            with gr.Tab(tab_title("acceptance"), id="acceptance"):
                 self._acceptance()
-            with gr.Tab("5 · Where it stops paying: batch size"):
-                gr.Markdown(f"**Claim.** {lessons.batch_size.CLAIM}")
+            with gr.Tab(tab_title("batch"), id="batch"):
+                gr.Markdown(f"**{lesson_heading('batch')}.** {lessons.batch_size.CLAIM}")
                 batch = BatchTab("sv-learn-batch", api_name=None)
                 self.events.append(batch.build(target, batch_prompts, engine))
-            with gr.Tab("6 · What each drafter costs"):
+            with gr.Tab(tab_title("drafters"), id="drafters"):
                 self._drafters()
-            with gr.Tab("7 · How speculative decoding goes wrong"):
+            with gr.Tab(tab_title("bugs"), id="bugs"):
                 self._bugs()
+        picker.change(lambda key: gr.Tabs(selected=key), [picker], [lesson_tabs], api_visibility="private",
+                      concurrency_limit=None, show_progress="hidden")
+        lesson_tabs.select(picked, None, [picker], api_visibility="private", concurrency_limit=None,
+                           show_progress="hidden")
         self._saved_batch(batch)
         drawn = dict.fromkeys(w for _, status, widgets in self.saved_draws.values() for w in (status, *widgets))
         saved.upload(self.on_saved, [saved, *self.what_if_inputs], [saved_status, *drawn], api_visibility="private",
@@ -431,7 +461,7 @@ class LearnTab:
 
     # layout shared by every lesson
     def _frame(self, key: str, claim: str):
-        gr.Markdown(f"**Claim.** {claim}")
+        gr.Markdown(f"**{lesson_heading(key)}.** {claim}")
         with gr.Row():
             run = gr.Button("Run lesson", variant="primary", elem_id=f"sv-learn-{key}")
             stop = gr.Button("Stop", variant="stop", elem_id=f"sv-learn-{key}-stop")
@@ -514,7 +544,7 @@ class LearnTab:
         def handler(form, state, cancel):
             yield from self._stream(cancel, status, form.target, lessons.verify_cost,
                                     lambda r, done: {figure: plot(verify_cost_figure(r)),
-                                                     sentence: sentence_text(verify_cost_sentence, r)})
+                                                     sentence: sentence_text(verify_cost_sentence, r) if done else ""})
 
         self._wire(run, stop, status, handler, [self.target], [figure, sentence])
         self.saved_draws["cost"] = (lambda r, _: {figure: plot(verify_cost_figure(r)),
@@ -593,19 +623,44 @@ class LearnTab:
 
     def _stream(self, cancel, status, target: str, start: Callable, draw: Callable) -> Iterator[dict]:
         """Loads the target, then runs the lesson one record at a time (other users' steps in between), in a GPU
-        call (lesson_records: `start` must pickle), stopping between records when Stop is pressed."""
+        call (lesson_records: `start` must pickle), stopping between records when Stop is pressed. The status line
+        says how far it has come and the time left; what is drawn before the end is partial, and says so."""
         yield {status: render.status_html(f"Loading {target}…", "info")}
-        last = None
+        last, began, samples = None, time.monotonic(), []
         for item in pull(gpu(lesson_records)(target, start), cancel):
             if item[0] == "failed":
                 yield {status: render.status_html(item[1], "error")}
                 return
             if item[0] == "record":
                 last = item[1]
-                yield {status: render.status_html("Measuring…", "info"), **draw(last, False)}
+                done = progress_of(last)
+                if done is not None:
+                    samples.append((time.monotonic(), done.done))
+                yield {status: measuring_html(done, samples, time.monotonic() - began), **draw(last, False)}
             else:
-                yield {status: render.status_html("Measuring…", "info")}
+                began = time.monotonic()
+                yield {status: measuring_html(None, [], 0.0)}
         if cancel.is_set():
-            yield {status: render.status_html(stopped_message(cancel), "warn")}
+            yield {status: render.status_html(stopped_message(cancel) + partial_note(last), "warn")}
         elif last is not None:
-            yield {status: render.status_html("Done: measured just now on this machine.", "ok"), **draw(last, True)}
+            yield {status: render.status_html(f"Done in {elapsed_text(time.monotonic() - began)}: measured just now "
+                                              "on this machine.", "ok"), **draw(last, True)}
+
+
+def elapsed_text(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def measuring_html(done: Progress | None, samples: list[tuple[float, int]], elapsed: float) -> str:
+    """The status line while a lesson runs: "n of N" in its unit, the time so far and the time left at the
+    recent pace, and that what is drawn is partial."""
+    if done is None:
+        return render.status_html(f"Measuring… {elapsed_text(elapsed)}", "info")
+    left = left_text(time_left(samples, done.total))
+    return render.status_html(f"Measuring: {done} · {elapsed_text(elapsed)}" + (f" · {left}" if left else "")
+                              + ". Partial results below until it is done.", "info")
+
+
+def partial_note(record) -> str:
+    done = progress_of(record) if record is not None else None
+    return f" What is shown is partial: {done}." if done is not None and not done.finished else ""

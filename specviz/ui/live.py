@@ -323,6 +323,8 @@ class LiveRun:
         self._thread: threading.Thread | None = None
         self._control = threading.Lock()  # the step budget, between the worker and Next step's clicks
         self._budget: int | None = None  # speculative steps this worker takes (None: to the end)
+        self._after_pause = 0  # Next step clicks that came after Pause, before the worker reached the pause
+        self.turn = "speculative"  # whose step the worker takes now (the race's turns): "speculative" or "plain"
         self._ending = False  # the worker has taken its last step and is on its way out
         self._held_until = 0.0  # time.monotonic() before which no step starts: the page is drawing
         self._charge = None  # where the worker's engine time is charged (metering)
@@ -332,6 +334,17 @@ class LiveRun:
     def active(self) -> bool:
         """A worker is advancing the run."""
         return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def stepping(self) -> bool:
+        """A worker takes a counted number of steps (Next step), then pauses."""
+        return self.active and self._budget is not None
+
+    @property
+    def pausing(self) -> bool:
+        """The worker has taken its last speculative step and is on its way to a pause (plain decoding catching
+        up to the same point first)."""
+        return self.active and self._ending and self.phase == RUNNING
 
     @property
     def finished(self) -> bool:
@@ -348,6 +361,9 @@ class LiveRun:
         quick clicks each count; None: it cannot (advancing to the end already, or over)."""
         with self._control:
             if self.active and not self._ending:
+                if count is not None and self._pause.is_set():
+                    self._after_pause += count  # taken once the worker reaches the pause (_last_step_taken)
+                    return "queued"
                 if count is None or self._budget is None:
                     return None
                 self._budget += count
@@ -356,7 +372,7 @@ class LiveRun:
                 self._thread.join()  # a worker past its last step: it only has to return
             if self.finished:
                 return None
-            self._budget, self._ending = count, False
+            self._budget, self._ending, self._after_pause = count, False, 0
             self._charge = current_charge()  # the worker's engine time is its starter's
             self._pause.clear()
             self._thread = threading.Thread(target=self._work, name=f"specviz-run-{self.id}", daemon=True)
@@ -416,8 +432,14 @@ class LiveRun:
 
     def _last_step_taken(self, taken: int) -> bool:
         """Whether the worker stops here (Pause, or its step budget spent); decided under the control lock, so
-        that a Next step clicked meanwhile either extends the budget or starts a new worker, never neither."""
+        that a Next step clicked meanwhile either extends the budget or starts a new worker, never neither. Next
+        step clicked after Pause, before the worker got here, takes its steps from here on: the pause's step, then
+        one more a click."""
         with self._control:
+            if self._pause.is_set() and self._after_pause:
+                self._pause.clear()
+                self._budget, self._after_pause = taken + self._after_pause, 0
+                self.paused_ever = True
             if self._pause.is_set() or (self._budget is not None and taken >= self._budget):
                 self._ending = True
             return self._ending
@@ -436,6 +458,7 @@ class LiveRun:
         wait = self._held_until - time.monotonic()
         if wait > 0:
             time.sleep(wait)
+        self.turn = "plain" if stepped is self.plain else "speculative"
         stepped.advance()
         self.version += 1
 

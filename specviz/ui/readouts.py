@@ -96,7 +96,8 @@ def summary_of(run: LiveRun) -> str:
     idle = spec.idle_seconds + (plain.idle_seconds if plain is not None else 0.0)
     doubt = run.doubt
     return render.summary_html(metrics, run.request.method, plain_metrics, speedup, identical, difference,
-                               sampling, idle, spec.done, theory, noise_note(doubt) if doubt else None, bit_for_bit)
+                               sampling, idle, spec.done, theory, noise_note(doubt) if doubt else None, bit_for_bit,
+                               waits_note(plain is not None, run.paused_ever, isinstance(run, LiveRun)))
 
 
 def compared(spec: RunResult, plain: RunResult) -> tuple[bool, view.FirstDifference | None, bool]:
@@ -115,6 +116,18 @@ def compared(spec: RunResult, plain: RunResult) -> tuple[bool, view.FirstDiffere
     return index is None, difference, exact
 
 
+def waits_note(raced: bool, paused: bool, drawn_here: bool) -> str:
+    """What the excluded waits were: each run's time between its own steps. raced: the two runs took turns;
+    paused: the run was paused (step mode, Pause); drawn_here: the page's updates held the engine (LiveRun.hold:
+    a run computed in a GPU call is not held)."""
+    causes = [cause for cause, happened in (("the other run's turns in the race", raced),
+                                            ("the page drawing its updates", drawn_here), ("pauses", paused)) if happened]
+    listed = ", ".join(causes[:-1]) + " and " + causes[-1] if len(causes) > 1 else "".join(causes)
+    if not listed:
+        return "each run's time between its own steps (other users' steps)"
+    return f"each run's time between its own steps ({listed}; other users' steps, if any)"
+
+
 def headline(run: LiveRun) -> str:
     """The finished run's result in one line, for the status line in the first screen (the summary card is
     below the fold on a projector): the speedup and tau, and on a second line the note when the speedup failed
@@ -131,32 +144,71 @@ def headline(run: LiveRun) -> str:
     return text + (f"\n{noise_note(doubt)}" if doubt else "")
 
 
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def steps_span(n: int) -> str:
+    """A run's n steps as the page numbers them (from 0, as the slider, the charts and the step sentences do)."""
+    return "step 0" if n == 1 else f"steps 0 to {n - 1}"
+
+
+def running_text(run) -> str:
+    """What the worker does now: a speculative step, plain decoding's turn in the race, or (step mode) plain
+    decoding catching up before the pause."""
+    n = len(run.speculative.steps)
+    if getattr(run, "pausing", False) and n:
+        return (f"Step {n - 1} done; plain decoding catches up to the same point (the race), then the run pauses "
+                f"after step {n - 1}…")
+    if getattr(run, "turn", "speculative") == "plain" and run.plain is not None and n:
+        return (f"Running: {plural(n, 'step')} done; plain decoding's turn in the race "
+                f"({plural(run.plain.emitted, 'token')} of {run.speculative.emitted})…")
+    return f"Running: step {n}…"
+
+
+def running_state(run) -> str:
+    """A going run's state for the page's controls: "stepping" under Next step (Next clicked again queues a
+    step), else "running"."""
+    return "stepping" if getattr(run, "stepping", False) else "running"
+
+
 def status_of(run: LiveRun, session_cursor: int | None = None) -> str:
     n = len(run.speculative.steps)
     if run.phase == FAILED:
-        return render.status_html(f"The run failed: {run.error}", "error")
+        return render.status_html(f"The run failed: {run.error}", "error", "none")
     if run.phase == STOPPED:
-        return render.status_html(f"Stopped after {n} steps. Press Run to start again.", "warn")
+        return render.status_html(f"Stopped after {plural(n, 'step')}. Press Run to start again.", "warn", "stopped")
     if run.phase == READY:
         return render.status_html("Step mode: paused before the first step. Press Next step to run one "
-                                  "draft-verify-accept step, Resume to run the rest.", "info")
+                                  "draft-verify-accept step, Resume to run the rest.", "info", "paused")
     if run.phase == PAUSED:
         return render.status_html(f"Paused after step {n - 1}. Next step runs one more; Resume runs the rest; "
-                                  "Stop ends the run.", "info")
+                                  "Stop ends the run.", "info", "paused")
     if run.phase == BASELINE:
         done = len(run.plain.steps) if run.plain is not None else 0
         return render.status_html(f"Speculative run done; now plain decoding of the same prompt for the baseline "
-                                  f"({done} tokens so far).", "info")
+                                  f"({plural(done, 'token')} so far).", "info", running_state(run))
     if run.phase == RUNNING:
         eager = preparation_note(run, eager_only=True)
-        return render.status_html(f"Running: step {n}…" + (f" It {eager}." if eager else ""), "info")
+        return render.status_html(running_text(run) + (f" It {eager}." if eager else ""), "info", running_state(run))
     result = headline(run)
     result = f" · {result}" if result else ""
     note = preparation_note(run)
     note = f"\n{note[0].upper()}{note[1:]}." if note else ""
     if session_cursor is not None:
-        return render.status_html(f"Showing step {session_cursor} of {n - 1}{result}{note}", "ok")
-    return render.status_html(f"Done: {n} steps{result}{note}", "ok")
+        return render.status_html(f"Showing step {session_cursor} ({steps_span(n)}, {plural(n, 'step')} in all)"
+                                  f"{result}{note}", "ok", "done")
+    return render.status_html(f"Done: {plural(n, 'step')}{result}{note}", "ok", "done")
+
+
+def replay_status(run: LiveRun, k: int) -> str:
+    """The status line while Replay shows step k, and once it has shown the last one."""
+    n = len(run.speculative.steps)
+    result = headline(run)
+    result = f" · {result}" if result else ""
+    if k < n - 1:
+        return render.status_html(f"Replaying: step {k} ({steps_span(n)})…", "info", "replaying")
+    return render.status_html(f"Replay done: all {plural(n, 'step')} shown ({steps_span(n)}){result}", "ok", "done")
 
 
 TRACE_FOLDER = Path(tempfile.gettempdir()) / "specviz-traces"
@@ -209,12 +261,15 @@ def may_download(name: str) -> bool:
     return not Path(source).exists()
 
 
-def loading_message(names: list[str | None], seconds: float, preparing: bool) -> str:
+def loading_message(names: list[str | None], seconds: float, preparing: bool, device: str | None = None) -> str:
     """The status line while a run's models load (names: the target and the drafter or None), then while the
-    run warms up."""
+    run warms up on `device` (its type: "cuda", "cpu"...; None: not known here)."""
     if preparing:
-        return (f"Preparing the run… {seconds:.0f} s (on a GPU the first run of a method captures CUDA graphs and "
-                "compiles: up to a minute)")
+        if device == "cuda":
+            why = "on a GPU the first run of a method captures CUDA graphs and compiles: up to a minute"
+        else:
+            why = "a first short run of the model, untimed, so that the measured run does not start cold"
+        return f"Preparing the run… {seconds:.0f} s ({why})"
     names = [n for n in names if n]
     hub = [n for n in names if may_download(n)]
     note = f" ({' and '.join(hub)}: a first load downloads it from the Hub)" if hub else ""

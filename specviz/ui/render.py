@@ -216,10 +216,16 @@ def legend_html() -> str:
     return f'<div class="sv-legend" aria-label="token kinds">{items}</div>'
 
 
-def status_html(message: str, level: str = "info") -> str:
-    """A one-line status box; level info, ok, warn or error (errors are announced to screen readers)."""
+RUN_STATES = ("none", "loading", "running", "stepping", "paused", "replaying", "done", "stopped")
+
+
+def status_html(message: str, level: str = "info", run_state: str | None = None) -> str:
+    """A one-line status box; level info, ok, warn or error (errors are announced to screen readers). run_state
+    (one of RUN_STATES): where the Run tab's run is, which decides the run controls the page shows (the
+    stylesheet, from the page's latest status that names one); None leaves them as they are."""
     role = ' role="alert"' if level == "error" else ""
-    return f'<div class="sv-status sv-{level}"{role}>{escape_text(message)}</div>'
+    state = f' data-sv-run="{run_state}"' if run_state in RUN_STATES else ""
+    return f'<div class="sv-status sv-{level}"{role}{state}>{escape_text(message)}</div>'
 
 
 EXPLAIN = {  # one line each, for a reader who has not met the letters
@@ -273,7 +279,8 @@ def _tile(value: str, name: str, note: str, noisy: bool = False, title: str | No
 def summary_html(metrics: RunMetrics, method: str, plain: RunMetrics | None = None, speedup: float | None = None,
                  identical: bool | None = None, difference: FirstDifference | None = None,
                  sampling: bool = False, idle_seconds: float = 0.0, finished: bool = True,
-                 theory: Theory | None = None, noise: str | None = None, bit_for_bit: bool = False) -> str:
+                 theory: Theory | None = None, noise: str | None = None, bit_for_bit: bool = False,
+                 idle_why: str = "") -> str:
     """The measured numbers of a run as a card (speeds on engine time): the four that matter as tiles, each
     with a line that says what it means, then the details, the baseline and the theory beside them. noise: the
     note a speedup that failed its plausibility check carries in place of its meaning (never stated as fact).
@@ -309,7 +316,8 @@ def summary_html(metrics: RunMetrics, method: str, plain: RunMetrics | None = No
         rows.append(_row("same as plain?", f"no: first difference at output token {difference.index}",
                          difference_note(difference)))
     if idle_seconds > 0.01:
-        rows.append(_row("waits excluded", f"{idle_seconds:.2f} s", "pauses and other users' steps are not counted"))
+        rows.append(_row("waits excluded", f"{idle_seconds:.2f} s", idle_why or "time between a run's own steps is "
+                         "not counted"))
     theory_html = ""
     if theory is not None:
         gamma = f"γ = {theory.gamma:g}" if theory.gamma_fixed else f"mean γ = {theory.gamma:.2f}"

@@ -23,7 +23,7 @@ from .form import message_of
 from .gpu import gpu
 from .live import (ENGINE_LOCK, RunRequest, RunSetup, SteppedRun, capture_bound, drafter_for, encode_prompt,
                    existing_session_of, load_models, load_target)
-from .readouts import plot
+from .readouts import plot, plural
 
 COMPARE_FIELDS = ("prompt", "methods", "target", "draft", "gamma", "temperature", "top_p", "max_new_tokens", "seed",
                   "tree", "draft_stop")
@@ -193,7 +193,7 @@ class CompareTab:
                 yield out("")
             elif kind == "progress" and time.monotonic() - last > 0.5:
                 last = time.monotonic()
-                yield {self.status: render.status_html(f"Running {record[1]}: {record[2]} tokens…", "info")}
+                yield {self.status: render.status_html(f"Running {record[1]}: {plural(record[2], 'token')}…", "info")}
             elif kind == "row":
                 rows.append(record[1])
                 yield out(f"{record[1]['method']} done.")
