@@ -46,3 +46,16 @@ def test_the_batch_line_says_what_binds_a_forward_here_from_its_measurement():
     assert "reading the weights binds" in gpu and "arithmetic" not in gpu
     assert bound_sentence([{"batch_size": 1, "ratio": 0.5}], {1: "noisy"}) == ""  # a noisy figure tells nothing
     assert "which holds on this device" in BATCH_CLAIM
+
+
+def test_lesson_4_explains_a_speedup_far_below_the_expected_one_in_its_row():
+    from specviz.lessons.speedup import AcceptanceRow, acceptance_rows, acceptance_sentence
+
+    rows = [AcceptanceRow("code", "medusa", 4, 0.45, 1.9, 0.03, 0.22, 1.17, 32),
+            AcceptanceRow("code", "ngram", 4, 0.6, 2.4, 0.01, 1.3, 1.5, 32)]
+    cells = acceptance_rows(rows)
+    assert cells[0][5] == "0.22× (far below: see the note)" and cells[1][5] == "1.30×"  # the control: near its expected
+    sentence = acceptance_sentence(rows)
+    assert "medusa on code: 0.22× against 1.17×" in sentence and "hidden states" in sentence
+    noisy = AcceptanceRow("code", "medusa", 4, 0.45, 1.9, 0.03, 0.22, 1.17, 32, doubt="plain was slowed")
+    assert acceptance_rows([noisy])[0][5] == "0.22× (noisy)"  # a noisy figure carries its own note, not this one
