@@ -36,6 +36,7 @@ def quoted_prompt(prompt: str, most: int = 80) -> str:
 
 COMPARE_HEADERS = ["method", "new tokens", "steps", "τ", "α", "c", "tok/s", "speedup", "oracle τ", "oracle speedup",
                    "verifying", "steps accepting 0…γ", "same as plain"]
+COMPARE_WIDTHS = ["9%", "7%", "6%", "5%", "5%", "5%", "6%", "10%", "6%", "10%", "7%", "16%", "8%"]
 
 
 def stop_tab(request: gr.Request):
@@ -168,7 +169,8 @@ class CompareTab:
             self.button = gr.Button("Compare", variant="primary", elem_id="sv-compare")
             self.stop = gr.Button("Stop", variant="stop", elem_id="sv-compare-stop")
         self.status = gr.HTML(label="compare status")
-        self.table = gr.Dataframe(headers=COMPARE_HEADERS, interactive=False)
+        self.table = gr.Dataframe(headers=COMPARE_HEADERS, interactive=False, elem_id="sv-compare-table", wrap=True,
+                                  column_widths=COMPARE_WIDTHS)  # every column in sight at 1280 px
         self.plot = gr.Plot(label="compare chart")
         if runs:
             with gr.Accordion("Every drafter measured on Spec-Bench", open=False, elem_id="sv-measured"):
