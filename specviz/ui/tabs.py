@@ -36,7 +36,7 @@ def quoted_prompt(prompt: str, most: int = 80) -> str:
 
 COMPARE_HEADERS = ["method", "new tokens", "steps", "τ", "α", "c", "tok/s", "speedup", "oracle τ", "oracle speedup",
                    "verifying", "steps accepting 0…γ", "same as plain"]
-COMPARE_WIDTHS = ["9%", "7%", "6%", "5%", "5%", "5%", "6%", "10%", "6%", "10%", "7%", "16%", "8%"]
+COMPARE_WIDTHS = ["8%", "6%", "6%", "5%", "5%", "5%", "6%", "10%", "6%", "10%", "9%", "16%", "8%"]
 
 
 def stop_tab(request: gr.Request):
