@@ -1,8 +1,4 @@
 """specviz: real speculative decoding, step by step, observable and exact."""
-from .cpu_threads import sleep_when_waiting
-
-sleep_when_waiting()  # before torch loads (cpu_threads.py: spinning threads on a busy CPU)
-
 from .api import Report, encode, first_difference, generate, make_proposer, run_once
 from .engine import SpeculativeRun
 from .errors import (DrafterMismatchError, InvalidSettingError, ModelLoadError, NotCausalLMError, OfflineError,
