@@ -10,10 +10,32 @@ shards every target over this machine's GPUs (also SPECVIZ_DEVICE_MAP, SPECVIZ_M
 `python app.py --mcp` (or SPECVIZ_MCP=1) also serves /speculate and /distribution as MCP tools (docs/app.md, "MCP")."""
 import argparse
 import os
+import sys
 
-from specviz.ui import launch, live
-from specviz.ui.live import configure_placement, configure_profile, machine_profile
-from specviz.ui.mcp import mcp_wanted
+
+def sleep_when_waiting(environ=os.environ, loaded=sys.modules) -> bool:
+    """torch's OpenMP threads sleep when they wait, in the served app: OMP_WAIT_POLICY=PASSIVE where nobody chose
+    a policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT) and torch is not yet loaded (libgomp reads it once, as torch
+    loads it). True when it was set here.
+
+    libgomp's idle threads spin 300,000 turns at every barrier before they sleep, and a forward of a small model
+    is hundreds of small operators. On a machine with more runnable threads than cores (other users' runs, a
+    browser drawing the page) the thread with work waits off the core while its partner spins: on the 2-core CPU
+    at a load of 11-14 plain decoding ran at 0.4 tok/s with two spinning threads (13 s of CPU for 24 tokens)
+    against 11-14 with sleeping ones. On a quiet machine spinning is faster (46-56 tok/s against 35, one
+    thread's speed), so the library, the command line and the bench keep libgomp's default: the app serves a
+    shared machine, they measure a quiet one (docs/fast-path.md)."""
+    if "torch" in loaded or "OMP_WAIT_POLICY" in environ or "GOMP_SPINCOUNT" in environ:
+        return False
+    environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    return True
+
+
+sleep_when_waiting()  # before anything imports torch
+
+from specviz.ui import launch, live  # noqa: E402
+from specviz.ui.live import configure_placement, configure_profile, machine_profile  # noqa: E402
+from specviz.ui.mcp import mcp_wanted  # noqa: E402
 
 
 def options(argv=None) -> argparse.Namespace:

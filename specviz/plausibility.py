@@ -62,6 +62,14 @@ def speedup_doubt(speedup: float, tau: float, plain_durations: Sequence[float], 
     return None
 
 
+def cheaper_pairs(points: Sequence[tuple[int, float]], tolerance: float = TOLERANCE) -> list[tuple[int, int]]:
+    """Every (narrow, wide) pair, by width, whose wide forward measured cheaper than its narrow one by more than
+    the tolerance, cheapest against its narrow one first. points: (positions or rows, milliseconds)."""
+    found = [(wide_ms / narrow_ms, (narrow, wide)) for narrow, narrow_ms in points for wide, wide_ms in points
+             if wide > narrow and narrow_ms > 0 and wide_ms / narrow_ms < 1 - tolerance]
+    return [pair for _, pair in sorted(found)]
+
+
 def wider_cheaper(points: Sequence[tuple[int, float]], tolerance: float = TOLERANCE) -> tuple[int, int] | None:
     """The (narrow, wide) pair, by width, whose wide forward measured cheapest against its narrow one, where it
     measured cheaper by more than the tolerance; None when every wider forward cost at least about as much.
@@ -74,11 +82,14 @@ def wider_cheaper(points: Sequence[tuple[int, float]], tolerance: float = TOLERA
     return pair
 
 
-def cost_doubt(points: Sequence[tuple[int, float]], unit: str = "positions", tolerance: float = TOLERANCE) -> str | None:
-    """Why a forward-time curve is not to be trusted, or None: a wider forward measured cheaper than a narrower."""
-    pair = wider_cheaper(points, tolerance)
-    if pair is None:
+def cost_doubt(points: Sequence[tuple[int, float]], unit: str = "positions", tolerance: float = TOLERANCE,
+               about: Sequence[int] | None = None) -> str | None:
+    """Why a forward-time curve is not to be trusted, or None: a wider forward measured cheaper than a narrower.
+    about: only pairs with one of these widths (the points a figure shown is made of); None: any pair."""
+    pairs = [p for p in cheaper_pairs(points, tolerance) if about is None or set(p) & set(about)]
+    if not pairs:
         return None
+    pair = pairs[0]
     times = dict(points)
     narrow, wide = pair
     return (f"a forward of {wide} {unit} took {times[wide]:.1f} ms, less than one of {narrow} ({times[narrow]:.1f} ms), "

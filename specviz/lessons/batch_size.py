@@ -14,9 +14,12 @@ from ..plausibility import batch_doubt, noise_note
 from ..settings import DecodeSettings
 from .common import PROMPTS, prompt_ids
 
-CLAIM = ("Speculation pays at batch 1 because a forward is bound by reading the weights: checking a few more "
-         "positions costs about nothing. Serving many sequences at once fills the device, extra positions start to "
-         "cost, and at some batch size speculation stops paying.")
+CLAIM = ("Where a forward at batch 1 is bound by reading the weights (a GPU), checking a few more positions costs "
+         "about nothing and speculation pays; serving many sequences at once fills the device, extra positions start "
+         "to cost, and at some batch size speculation stops paying. Where the arithmetic binds a forward already at "
+         "batch 1 (a small CPU), extra positions cost from the start. The verify pass's cost below says which holds "
+         "on this device.")
+BOUND_BY_WEIGHTS = 1.3  # a verify pass of gamma + 1 positions within this much of a plain step: the reads bind it
 HEADERS = ["method", "batch", "tokens/s", "τ", "α", "speedup over plain", "verify pass / plain step"]
 LEAST_PROMPTS = 4  # every batch size decodes at least this many prompts: the three kinds at batch 1
 
@@ -106,4 +109,19 @@ def batch_sentence(summary: list[dict], method: str, costs: list[dict] = ()) -> 
     doubts = batch_doubts(summary, method, costs)
     if doubts:
         text += " " + noise_note("; ".join(doubts.values()))
-    return text
+    return text + bound_sentence(costs, doubts)
+
+
+def bound_sentence(costs: Sequence[dict], doubts: dict[int, str] = {}) -> str:
+    """What binds a forward at the smallest batch measured, from its verify pass against its plain step (a
+    measured figure, never assumed: a GPU and a small CPU differ); empty where it is not measured or noisy."""
+    if not costs:
+        return ""
+    first = min(costs, key=lambda c: c["batch_size"])
+    size, ratio = first["batch_size"], first["ratio"]
+    if size in doubts:
+        return ""
+    what = (f" At batch {size} a verify pass measured {ratio:.2f}× a plain step here: ")
+    if ratio <= BOUND_BY_WEIGHTS:
+        return what + "reading the weights binds a forward, so checking drafts is nearly free."
+    return what + "the arithmetic already binds a forward on this device, so each checked draft costs from the start."

@@ -11,8 +11,13 @@ from ..models import LoadedModel
 from ..plausibility import cost_doubt, noise_note
 from .common import megabytes
 
-CLAIM = ("Checking K drafted tokens costs about as much as writing one: a forward reads every weight once, however "
-         "many positions it scores.")
+CLAIM = ("Where a forward is bound by reading the weights (a GPU at batch 1), checking K drafted tokens costs about "
+         "as much as writing one: a forward reads every weight once, however many positions it scores. Where the "
+         "arithmetic binds it (a small CPU), each checked position costs. The measurement below says which holds "
+         "on this device.")
+GPU_MEASUREMENT = ("On a GPU the claim holds: on an H100 this lesson measured 16 positions at 1.08× one "
+                   "(docs/benchmarks/2026-11-27-7677f46-the-lessons-timed-on-the-cpu-and-an-h100.md).")
+BOUND_BY_WEIGHTS = 2.0  # a forward of one position within this many times the weight-read floor: the reads bind it
 HEADERS = ["K (positions)", "forward ms", "× one position", "weight-read floor ms"]
 
 
@@ -79,9 +84,15 @@ def curve_sentence(points: list[CostPoint]) -> str:
     single = f"one sequence's ({one.ms:.1f} ms)" if batch else f"one ({one.ms:.1f} ms)"
     text = (f"One forward of {what} took {widest.ms:.1f} ms, **{ratio:.2f}× the time of {single}**, where {k} "
             f"forwards of one {'sequence' if batch else 'position'} take {k * one.ms:.0f} ms. ")
-    doubt = cost_doubt([(p.x, p.ms) for p in points], "sequences" if batch else "positions")
+    unit = "sequences" if batch else "positions"
+    measured = [(p.x, p.ms) for p in points]
+    doubt = cost_doubt(measured, unit, about=(one.x, widest.x))  # about the bold figure's own two points
     if doubt:
         return text + noise_note(doubt)
+    elsewhere = cost_doubt(measured, unit)  # the figure passed; a pair of other points did not
+    if elsewhere:
+        text += (f"The bold figure's points passed their check; elsewhere on the chart, {elsewhere} (the machine "
+                 "was busy there: run it again when it is quieter for a smooth curve). ")
     if ratio < 2:
         return text + ("The time barely grows with the batch: one read of the weights serves every sequence. "
                        if batch else "The time barely grows with K: reading the weights, not the arithmetic, "
@@ -101,4 +112,15 @@ def verify_cost_sentence(record: VerifyCost | None) -> str:
     if implied and implied > record.bandwidth_gbs:
         text += (f"; the fastest one took {min(p.ms for p in record.points):.1f} ms, so this machine streams at "
                  f"least {implied:.0f} GB/s (or keeps part of the weights in cache): the assumption was too low")
-    return text + "."
+    one = min(record.points, key=lambda p: p.x)
+    if implied is None or implied <= record.bandwidth_gbs:
+        over = one.ms / record.floor_ms if record.floor_ms > 0 else float("inf")
+        text += (f"; one position took {one.ms:.1f} ms, {over:.1f}× that floor: "
+                 + ("reading the weights sets a forward's time on this device"
+                    if over <= BOUND_BY_WEIGHTS else "reading the weights is not what sets a forward's time on "
+                    "this device"))
+    text += "."
+    widest = max(record.points, key=lambda p: p.x)
+    if record.device.startswith("cpu") and one.ms > 0 and widest.ms / one.ms >= 2:
+        text += " " + GPU_MEASUREMENT  # the claim failed here: where it holds, measured there
+    return text

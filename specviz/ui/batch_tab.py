@@ -52,10 +52,12 @@ class BatchTab:
     def build(self, target, prompts: list[str], engine: dict):
         self.prompts = prompts
         gr.Markdown("The example prompts decoded in batches on this machine: one verify pass serves every "
-                    "sequence of the batch. At batch 1 a forward is bound by reading the weights, so checking "
-                    "drafts is nearly free; as the batch grows, the forward fills the device and extra positions "
-                    "cost more: the speedup shrinks, and at some size speculation stops paying. The third chart shows why: "
-                    "a verify pass's forward time over a plain step's, for the same batch.")
+                    "sequence of the batch. Where a forward at batch 1 is bound by reading the weights (a GPU), "
+                    "checking drafts is nearly free; as the batch grows, the forward fills the device and extra "
+                    "positions cost more: the speedup shrinks, and at some size speculation stops paying. Where the "
+                    "arithmetic binds a forward already at batch 1 (a small CPU), drafts cost from the start. The "
+                    "third chart shows which holds here: a verify pass's forward time over a plain step's, for the "
+                    "same batch; the line under it says it in words.")
         with gr.Row():
             self.method = gr.Dropdown(BATCH_METHODS, value=BATCH_METHODS[0], label="method",
                                       elem_id=f"{self.prefix}-method")

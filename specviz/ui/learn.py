@@ -140,6 +140,7 @@ def verify_cost_figure(record: lessons.VerifyCost | None) -> dict:
 # lesson 4 -------------------------------------------------------------------------------------------------------
 
 ACCEPTANCE_HEADERS = lessons.speedup.HEADERS
+ACCEPTANCE_WIDTHS = ["10%", "8%", "5%", "5%", "5%", "15%", "10%", "42%"]  # the literature column wraps in its own
 
 
 def what_if_figure(rows: list[lessons.AcceptanceRow], alpha: float, gamma: int, c: float) -> dict:
@@ -553,7 +554,8 @@ class LearnTab:
 
     def _acceptance(self):
         run, stop, status = self._frame("acceptance", lessons.speedup.CLAIM)
-        table = gr.Dataframe(headers=ACCEPTANCE_HEADERS, interactive=False, wrap=True)
+        table = gr.Dataframe(headers=ACCEPTANCE_HEADERS, interactive=False, wrap=True, elem_id="sv-learn-acceptance-table",
+                             column_widths=ACCEPTANCE_WIDTHS)  # every column in sight at 1280 px
         sentence = gr.Markdown(elem_id="sv-learn-acceptance-sentence")
         gr.Markdown("**What if.** Move α, γ and c (the drafter's time per token over the target's forward): the "
                     "curve is the expected speedup, the points are the runs measured above. The literature column "

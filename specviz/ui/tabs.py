@@ -15,14 +15,14 @@ from ..engine import SpeculativeRun
 from ..errors import MissingDrafterError, SpecvizError
 from ..measured import load_measured
 from ..oracle import oracle_figures
-from ..plausibility import BUSY
+from ..plausibility import BUSY, noise_note, speedup_doubt
 from ..proposers import METHODS
 from . import charts, live, render, view
 from .endpoint import form_handler, pull, stopped_message
 from .form import message_of
 from .gpu import gpu
-from .live import (ENGINE_LOCK, RunRequest, RunSetup, SteppedRun, capture_bound, drafter_for, encode_prompt,
-                   existing_session_of, load_models, load_target)
+from .live import (ENGINE_LOCK, RunRequest, RunSetup, StepLog, SteppedRun, capture_bound, drafter_for,
+                   encode_prompt, existing_session_of, load_models, load_target)
 from .readouts import plot, plural
 
 COMPARE_FIELDS = ("prompt", "methods", "target", "draft", "gamma", "temperature", "top_p", "max_new_tokens", "seed",
@@ -38,6 +38,7 @@ def quoted_prompt(prompt: str, most: int = 80) -> str:
 
 COMPARE_HEADERS = ["method", "new tokens", "steps", "τ", "α", "c", "tok/s", "speedup", "oracle τ", "oracle speedup",
                    "verifying", "steps accepting 0…γ", "same as plain"]
+COMPARE_WIDTHS = ["8%", "6%", "6%", "5%", "5%", "5%", "6%", "10%", "6%", "10%", "9%", "16%", "8%"]
 
 
 def stop_tab(request: gr.Request):
@@ -47,53 +48,80 @@ def stop_tab(request: gr.Request):
 
 def compare_records(request: RunRequest, methods: tuple[str, ...]) -> Iterator[tuple]:
     """Plain decoding, then each method, of one prompt: ("progress", method, tokens) after every step,
-    ("row", figures) after each run, ("skipped", why) for a method that cannot run, or ("failed", message). A GPU
-    call: it runs where gpu() puts it, and closing it ends it at its next step."""
+    ("row", figures) after each run, ("skipped", why) for a method that cannot run, or ("failed", message). A
+    method whose speedup fails its plausibility check (compare_doubt) is measured once more, plain decoding again
+    right before it, and its row keeps the second pair (with its doubt, if that one fails too). A GPU call: it
+    runs where gpu() puts it, and closing it ends it at its next step."""
     try:
         with live.POOL.using(request.target, request.draft):
             target, draft = load_models(request)
             encode_prompt(target, request.prompt)  # a prompt it cannot take fails the comparison, before any method
             settings = request.settings
-            plain_result, plain_wall = None, None
+
+            def timed(method: str):  # one run, step by step: yields its progress, returns its SteppedRun
+                # prepared within the bound of a ZeroGPU call, else it goes on without graphs (live.RunSetup)
+                setup = RunSetup.make(dataclasses.replace(request, method=method, compare_plain=False), target, draft)
+                setup.prepare(capture_bound())
+                stepped = SteppedRun(SpeculativeRun(target, setup.proposer, setup.prompt_ids, settings, request.prompt,
+                                                    options=setup.options))
+                try:
+                    while not stepped.done:
+                        stepped.advance()
+                        yield ("progress", method, stepped.emitted)
+                finally:
+                    stepped.close()
+                return stepped
+
+            plain = None
             for method in ("plain", *methods):
                 try:
                     check_drafter(method, draft)
                 except MissingDrafterError:
                     yield ("skipped", SKIPPED_DRAFT)
                     continue
-                try:  # prepared within the bound of a ZeroGPU call, else goes on without graphs (live.RunSetup)
-                    setup = RunSetup.make(dataclasses.replace(request, method=method, compare_plain=False), target,
-                                          draft)
-                    setup.prepare(capture_bound())
-                    stepped = SteppedRun(SpeculativeRun(target, setup.proposer, setup.prompt_ids, settings,
-                                                        request.prompt, options=setup.options))
+                try:
+                    stepped = yield from timed(method)
                 except SpecvizError as error:
                     yield ("skipped", f"Skipped {method}: {error}")
                     continue
-                try:
-                    while not stepped.done:
-                        stepped.advance()
-                        yield ("progress", method, stepped.steps[-1].total_emitted if stepped.steps else 0)
-                finally:
-                    stepped.close()
-                metrics = view.running_metrics(stepped.result.steps, stepped.engine_wall,
-                                               stepped.result.metrics.prefill_seconds)
+                baseline = plain
                 if method == "plain":
-                    plain_result, plain_wall = stepped.result, stepped.engine_wall
-                same = "–"
-                if settings.greedy and plain_result is not None:
-                    same = "yes" if first_difference(stepped.result.token_ids, plain_result.token_ids) is None else "no"
-                # the perfect drafter at this run's step costs, on the same clock as the speedup (engine time)
-                oracle = oracle_figures(stepped.result.steps, metrics, settings.gamma, plain_wall)
-                yield ("row", {"method": method, "new_tokens": metrics.new_tokens, "steps": metrics.steps,
-                               "tau": metrics.mean_accepted_length, "alpha": metrics.acceptance_rate,
-                               "cost": metrics.cost_ratio, "tokens_per_second": metrics.tokens_per_second,
-                               "speedup": plain_wall / stepped.engine_wall if plain_result is not None else None,
-                               "oracle_tau": oracle.oracle_tau, "oracle_speedup": oracle.oracle_speedup,
-                               "verify_share": oracle.verify_share, "accepted_lengths": oracle.accepted_lengths,
-                               "same": same})
+                    plain = baseline = stepped
+                elif compare_doubt(baseline, stepped):  # measured again, the pair back to back
+                    baseline = yield from timed("plain")
+                    stepped = yield from timed(method)
+                yield ("row", compare_figures(method, stepped, baseline, settings))
     except Exception as error:
         yield ("failed", message_of(error))
+
+
+def compare_doubt(plain: StepLog | None, run: StepLog) -> str | None:
+    """Why a method's speedup over plain decoding is not to be trusted (specviz.plausibility, the Run tab's
+    check, on each run's own steps in engine time), or None: also None for plain decoding itself."""
+    if plain is None or run is plain or run.method == "plain":
+        return None
+    tau = run.result.metrics.mean_accepted_length
+    return speedup_doubt(plain.engine_wall / run.engine_wall, tau, plain.durations, run.durations,
+                         [s.gamma for s in run.steps])
+
+
+def compare_figures(method: str, run: StepLog, plain: StepLog | None, settings) -> dict:
+    """One Compare row's figures, from a finished run and the plain run it is compared with."""
+    metrics = view.running_metrics(run.result.steps, run.engine_wall, run.result.metrics.prefill_seconds)
+    same = "–"
+    if settings.greedy and plain is not None:
+        same = "yes" if first_difference(run.result.token_ids, plain.result.token_ids) is None else "no"
+    plain_wall = plain.engine_wall if plain is not None else None
+    # the perfect drafter at this run's step costs, on the same clock as the speedup (engine time)
+    oracle = oracle_figures(run.result.steps, metrics, settings.gamma, plain_wall)
+    return {"method": method, "new_tokens": metrics.new_tokens, "steps": metrics.steps,
+            "tau": metrics.mean_accepted_length, "alpha": metrics.acceptance_rate,
+            "cost": metrics.cost_ratio, "tokens_per_second": metrics.tokens_per_second,
+            "speedup": plain_wall / run.engine_wall if plain_wall is not None else None,
+            "oracle_tau": oracle.oracle_tau, "oracle_speedup": oracle.oracle_speedup,
+            "verify_share": oracle.verify_share, "accepted_lengths": oracle.accepted_lengths,
+            "undrafted": sum(1 for s in run.result.steps if s.gamma == 0), "same": same,
+            "doubt": compare_doubt(plain, run)}
 
 
 def cost_records(name: str) -> Iterator[tuple]:
@@ -132,7 +160,10 @@ class CompareTab:
                     "and each ticked method, one after another in this process. c is what drafting one token "
                     "costs, as a share of one verify pass. The oracle is a perfect drafter: the same steps with "
                     "every draft accepted, at the costs this run measured; verifying is its share of the time; "
-                    "the last counts are the steps that accepted 0, 1, … γ drafts. Ticked at first: the "
+                    "the last counts are the steps that accepted 0, 1, … γ drafts, and those that drafted nothing "
+                    "(a lookup that found no match). A speedup that fails the Run tab's check (more than τ, or "
+                    "steps that disagree with their kind's) is measured again; marked (noisy) if it fails again, "
+                    "the status line says why. Ticked at first: the "
                     "drafters that accept and pay on a 2-core CPU (measured on Spec-Bench, below).")
         runs = load_measured()
         choices = [m for m in METHODS if m != "plain"]
@@ -142,7 +173,8 @@ class CompareTab:
             self.button = gr.Button("Compare", variant="primary", elem_id="sv-compare")
             self.stop = gr.Button("Stop", variant="stop", elem_id="sv-compare-stop")
         self.status = gr.HTML(label="compare status")
-        self.table = gr.Dataframe(headers=COMPARE_HEADERS, interactive=False)
+        self.table = gr.Dataframe(headers=COMPARE_HEADERS, interactive=False, elem_id="sv-compare-table", wrap=True,
+                                  column_widths=COMPARE_WIDTHS)  # every column in sight at 1280 px
         self.plot = gr.Plot(label="compare chart")
         if runs:
             with gr.Accordion("Every drafter measured on Spec-Bench", open=False, elem_id="sv-measured"):
@@ -170,8 +202,10 @@ class CompareTab:
             return [view.compare_row(r) for r in rows]
 
         def out(message, level="info"):
-            if skipped:
-                message = "\n".join(m for m in [message, *skipped] if m)
+            notes = view.compare_notes(rows)
+            extra = [*skipped, *([noise_note("; ".join(notes))] if notes else [])]
+            if extra:
+                message = "\n".join(m for m in [message, *extra] if m)
                 level = "warn" if level in ("info", "ok") else level
             return {self.status: render.status_html(message, level), self.table: table(),
                     self.plot: plot(charts.compare_figure(rows))}

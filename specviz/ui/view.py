@@ -161,21 +161,41 @@ def paying_methods(run: dict, choices: list[str], most: int = 3, least_alpha: fl
     return sorted(best, key=best.get, reverse=True)[:most]
 
 
-def accepted_lengths_text(counts: list[int] | None) -> str:
-    """A histogram of accepted lengths as one short cell: the counts for 0, 1, … γ accepted, '–' for none."""
-    return "–" if not counts or not any(counts) else " · ".join(str(c) for c in counts)
+def accepted_lengths_text(counts: list[int] | None, undrafted: int = 0) -> str:
+    """A histogram of accepted lengths as one short cell: the counts for 0, 1, … γ accepted, then the steps that
+    drafted nothing (a lookup that found no match), so that the cell adds up to the run's steps; '–' for a run
+    that drafted nothing (plain decoding)."""
+    if not counts or not any(counts):
+        return "–"
+    text = " · ".join(str(c) for c in counts)
+    return f"{text} (+{undrafted} no draft)" if undrafted else text
+
+
+NOISY = " (noisy)"  # after a figure that failed its plausibility check (specviz.plausibility); the note says why
 
 
 def compare_row(row: dict) -> list:
-    """One Compare tab row (tabs.COMPARE_HEADERS) from a run's figures; '–' where a figure does not apply."""
+    """One Compare tab row (tabs.COMPARE_HEADERS) from a run's figures; '–' where a figure does not apply:
+    plain decoding has no drafts, so no c, no verifying share beside drafting and no accepted lengths. A
+    speedup that failed its check (row["doubt"]) is marked, and so is the oracle's, measured against the same
+    plain run."""
     def fixed(value, digits):
         return "–" if value is None else round(value, digits)
 
-    def times(value):
-        return "–" if value is None else f"{value:.2f}×"
+    mark = NOISY if row.get("doubt") else ""
 
+    def times(value):
+        return "–" if value is None else f"{value:.2f}×{mark}"
+
+    plain = row["method"] == "plain"
     return [row["method"], row["new_tokens"], row["steps"], round(row["tau"], 2), fixed(row["alpha"], 3),
             fixed(row["cost"], 3), round(row["tokens_per_second"], 1), times(row["speedup"]),
             round(row["oracle_tau"], 2), times(row["oracle_speedup"]),
-            "–" if row["verify_share"] is None else f"{row['verify_share']:.0%}",
-            accepted_lengths_text(row["accepted_lengths"]), row["same"]]
+            "–" if plain or row["verify_share"] is None else f"{row['verify_share']:.0%}",
+            accepted_lengths_text(row["accepted_lengths"], row.get("undrafted", 0)), row["same"]]
+
+
+def compare_notes(rows: list[dict]) -> list[str]:
+    """The noise note of each row whose speedup failed its check, naming the method (the Compare tab's status
+    line shows them under the table's marks)."""
+    return [f"{row['method']}: {row['doubt']}" for row in rows if row.get("doubt")]
