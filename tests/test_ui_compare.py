@@ -8,7 +8,7 @@ import pytest
 from specviz.plausibility import TOLERANCE
 from specviz.proposers import PlainProposer
 from specviz.settings import DecodeSettings
-from specviz.ui import tabs, view
+from specviz.ui import live, tabs, view
 from specviz.ui.live import RunRequest
 
 PROMPT = "Repeat this sentence three times, word for word: The quick brown fox jumps over the lazy dog."
@@ -45,7 +45,12 @@ def slowed_plain(monkeypatch, runs: set[int]):
                 time.sleep(SLOW)
             return super().observe(feedback)
 
-    monkeypatch.setattr(tabs, "PlainProposer", Slowed)
+    made_by_live = live.make_proposer  # how Compare's runs (live.RunSetup) make their proposers
+
+    def make_proposer(method, *args, **kwargs):
+        return Slowed() if method == "plain" else made_by_live(method, *args, **kwargs)
+
+    monkeypatch.setattr(live, "make_proposer", make_proposer)
     return made
 
 

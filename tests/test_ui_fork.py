@@ -131,21 +131,24 @@ def test_a_worker_keeps_what_it_prepared_and_a_new_worker_prepares_again(url):
     assert third.preparation.needed and third.preparation.call == 1 and third.preparing_since is not None
 
 
+BOUND_PROMPT = "Name three rivers."  # its own: earlier tests' sessions keep their runs of PROMPT
+
+
 def test_a_preparation_past_its_bound_runs_eagerly_and_says_so(url, default_target, monkeypatch):
     client = Client(url, verbose=False)
     monkeypatch.setattr(live, "CAPTURE_SECONDS", 0)  # what the next worker is forked with
     gpu.retire_workers()
     try:
-        final, run = finished_run(client, PROMPT)
+        final, run = finished_run(client, BOUND_PROMPT)
     finally:
         monkeypatch.undo()
         gpu.retire_workers()  # later tests get a worker with the app's bound
     assert "Done" in final[STATUS] and "without CUDA graphs" in final[STATUS] and "within 0 s" in final[STATUS]
     assert run.preparation.eager and run.preparation.needed
-    reference = run_once(default_target, make_proposer("ngram", default_target), encode(default_target, PROMPT),
+    reference = run_once(default_target, make_proposer("ngram", default_target), encode(default_target, BOUND_PROMPT),
                          DecodeSettings(max_new_tokens=8, gamma=4))
     assert kinds_in(final[TOKENS]) == [t.kind.value for t in reference.tokens]  # the run went on, exact
-    _, normal = finished_run(client, PROMPT)
+    _, normal = finished_run(client, BOUND_PROMPT)
     assert normal.preparation.eager is None  # the control: within the app's bound, no such note
 
 
