@@ -88,7 +88,7 @@ def test_lesson_4s_table_shows_every_column_without_breaking_a_word_at_1280_px(p
     page.get_by_text("Open a saved run (measured elsewhere").click()
     page.locator("#sv-learn-saved input[type=file]").set_input_files([str(SAVED_LESSON_4)])
     page.wait_for_selector("#sv-learn-saved-status .sv-saved", timeout=30_000)
-    open_tab(page, "4 · Acceptance decides the win")
+    open_tab(page, "4 · Acceptance")
     rows_shown(page, "sv-learn-acceptance-table", 3, 30_000)
     layout = layout_of(page, "sv-learn-acceptance-table")
     assert any("literature" in h for h in layout["headers"])
