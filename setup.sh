@@ -44,4 +44,4 @@ done
 step "checking that specviz imports and finds its model..."
 # checked from outside the checkout: the installed package is what imports, not the current folder
 ROOT=$PWD
-(cd / && "$ROOT/.venv/bin/python" -c "import specviz, torch; from specviz.models import default_model_file; default_model_file(); print('specviz ready: torch', torch.__version__)")
+(cd / && "$ROOT/.venv/bin/python" -c "import specviz, torch; from specviz.models.loading import default_model_file; default_model_file(); print('specviz ready: torch', torch.__version__)")

@@ -13,7 +13,7 @@ import statistics
 
 from specviz import load_model
 from specviz.api import encode, make_proposer, run_once
-from specviz.bench import parse_method
+from specviz.measure.bench import parse_method
 from specviz.proposers.checkpoints import load_draft_model
 from specviz.settings import DecodeSettings
 

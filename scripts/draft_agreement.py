@@ -20,8 +20,8 @@ from collections import defaultdict
 import torch
 
 from specviz.api import encode, make_proposer, run_once
-from specviz.bench import load_prompts
-from specviz.models import load_model
+from specviz.measure.bench import load_prompts
+from specviz.models.loading import load_model
 from specviz.proposers.checkpoints import load_draft_model
 from specviz.proposers.draft_model import to_target_vocabulary
 from specviz.settings import DecodeSettings

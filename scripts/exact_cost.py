@@ -14,7 +14,7 @@ import json
 import statistics
 
 from specviz.api import encode, resolve_models, run_once, warm_up
-from specviz.bench import load_prompts
+from specviz.measure.bench import load_prompts
 from specviz.options import EngineOptions
 from specviz.proposers import PlainProposer
 from specviz.settings import DecodeSettings

@@ -100,7 +100,7 @@ def check(args, url: str) -> dict:
     from gradio_client import Client
 
     from specviz.api import encode, make_proposer, run_once, warm_up
-    from specviz.models import load_model
+    from specviz.models.loading import load_model
     from specviz.proposers import PlainProposer
     from specviz.settings import DecodeSettings
 

@@ -21,9 +21,9 @@ import traceback
 import torch
 
 from scripts.gpu_check import copy_bandwidth  # the same measurement as the check's
-from specviz.bench import run_bench
+from specviz.measure.bench import run_bench
 from specviz.runners.static import cost_curve, make_runner
-from specviz.models import load_model
+from specviz.models.loading import load_model
 from specviz.settings import DecodeSettings
 
 

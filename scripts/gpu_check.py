@@ -17,8 +17,8 @@ import time
 import torch
 
 from specviz.runners.static import StaticRunner, cost_curve
-from specviz.models import load_model
-from specviz.runner import CausalRunner
+from specviz.models.loading import load_model
+from specviz.runners.causal import CausalRunner
 
 
 def copy_bandwidth(gigabytes: float = 1.0) -> float:

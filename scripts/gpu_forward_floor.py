@@ -17,8 +17,8 @@ import time
 import torch
 
 from specviz.runners.static import StaticRunner
-from specviz.floor import spec_bandwidth, weight_bytes
-from specviz.models import load_model
+from specviz.measure.floor import spec_bandwidth, weight_bytes
+from specviz.models.loading import load_model
 
 
 def gpu_ms(runner: StaticRunner, feed, length: int, repeats: int = 300) -> float:

@@ -1,7 +1,7 @@
 """Published drafter files at the 7B shape on the GPU: writes EAGLE-1 and Medusa-1 folders in the layouts of
 yuhuili/EAGLE-Vicuna-7B-v1.3 and FasterDecoding/medusa-vicuna-7b-v1.3 with random weights
-(specviz/published_layouts.py), loads them through specviz's loader on the random target of the same shape
-(random:vicuna-7b) and benches each against plain decoding through the fast path (specviz.bench, one run
+(specviz/models/published_layouts.py), loads them through specviz's loader on the random target of the same shape
+(random:vicuna-7b) and benches each against plain decoding through the fast path (specviz.measure.bench, one run
 each per prompt). Random weights accept at random: what counts is that the files load and what drafting
 costs. c = drafting time a step / the target's one-token forward (plain decoding's time a step); also
 given over the method's own verify pass. Writes OUT/published_drafters.json (and the two bench reports).
@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from specviz.bench import run_bench
-from specviz.published_layouts import SHAPES, write_both
+from specviz.measure.bench import run_bench
+from specviz.models.published_layouts import SHAPES, write_both
 from specviz.settings import DecodeSettings
 
 

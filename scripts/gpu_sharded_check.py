@@ -19,10 +19,10 @@ from pathlib import Path
 import torch
 
 from specviz import DecodeSettings, load_model
-from specviz.models import unload_all
+from specviz.models.loading import unload_all
 from specviz.api import make_proposer, run_once
 from specviz.proposers import PlainProposer
-from specviz.random_target import word_tokenizer
+from specviz.models.random_target import word_tokenizer
 
 
 MAX_MEMORY = {"bfloat16": "0=3GiB,1=60GiB", "float32": "0=6GiB,1=60GiB"}  # forces a split of both GPUs

@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from specviz.measured import MEASURED, measured_run
+from specviz.measure.measured import MEASURED, measured_run
 
 # label, the run's doc, its bench reports (a run too long for one call ran in parts)
 RUNS = [

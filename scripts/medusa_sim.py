@@ -19,14 +19,14 @@ from pathlib import Path
 
 import torch
 
-from specviz.bench import load_prompts
-from specviz.models import DEFAULT_MODEL, load_model
+from specviz.measure.bench import load_prompts
+from specviz.models.loading import DEFAULT_MODEL, load_model
 from specviz.proposers.checkpoints import load_drafter
 from specviz.proposers.draft_head import DraftHead, TargetParts
 from specviz.proposers.medusa import TREE_TOP_K
 from specviz.settings import DecodeSettings
 from specviz.train.data import _stop_id, continue_batch
-from specviz.tree import depths, product_tree, walk_greedy
+from specviz.rule.tree import depths, product_tree, walk_greedy
 
 
 @torch.inference_mode()

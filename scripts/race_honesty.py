@@ -177,7 +177,7 @@ def main(argv=None) -> int:
         parser.error("--runs must be at least 1 and --load at least 0")
 
     from specviz.lessons.saved import device_name, git_commit
-    from specviz.models import load_model
+    from specviz.models.loading import load_model
     from specviz.ui.app import examples
 
     example = examples()[0]

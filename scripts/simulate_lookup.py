@@ -17,12 +17,12 @@ import json
 from collections import defaultdict
 
 from specviz.api import encode
-from specviz.bench import load_prompts
-from specviz.models import load_model
+from specviz.measure.bench import load_prompts
+from specviz.models.loading import load_model
 from specviz.proposers.checkpoints import load_drafter
 from specviz.proposers.ngram import NgramIndex
 from specviz.proposers.retrieval import RetrievalProposer, heaviest_line
-from specviz.tree import children, weighted_trie
+from specviz.rule.tree import children, weighted_trie
 
 
 def accepted(tokens: list[int], parents: list[int] | None, truth: list[int]) -> int:

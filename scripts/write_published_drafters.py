@@ -1,5 +1,5 @@
 """Writes EAGLE-1 and Medusa-1 drafter folders with random weights in the published file layouts
-(specviz/published_layouts.py: yuhuili/EAGLE-Vicuna-7B-v1.3 and FasterDecoding/medusa-vicuna-7b-v1.3) to
+(specviz/models/published_layouts.py: yuhuili/EAGLE-Vicuna-7B-v1.3 and FasterDecoding/medusa-vicuna-7b-v1.3) to
 OUT/eagle and OUT/medusa, for the random target of the same shape (`--target random:vicuna-7b`):
 
     python3 -m scripts.write_published_drafters --shape vicuna-7b --out DIR   # 1.5 GB each
@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from specviz.published_layouts import SHAPES, write_both
+from specviz.models.published_layouts import SHAPES, write_both
 
 
 def main(argv=None) -> int:

@@ -8,12 +8,12 @@ __version__ = "0.1.0"
 
 _HOMES = {
     "Report": "api", "encode": "api", "first_difference": "api", "generate": "api", "make_proposer": "api",
-    "run_once": "api", "SpeculativeRun": "engine", "DrafterMismatchError": "errors", "InvalidSettingError": "errors",
+    "run_once": "api", "SpeculativeRun": "engine.run", "DrafterMismatchError": "errors", "InvalidSettingError": "errors",
     "ModelLoadError": "errors", "NotCausalLMError": "errors", "OfflineError": "errors", "SpecvizError": "errors",
-    "VocabularyMismatchError": "errors", "DEFAULT_MODEL": "models", "LoadedModel": "models", "load_model": "models",
-    "EngineOptions": "options", "METHODS": "methods", "DraftPosition": "records", "RunMetrics": "records",
-    "RunResult": "records", "StepRecord": "records", "TokenKind": "records", "TokenRecord": "records",
-    "TopTokens": "records", "DecodeSettings": "settings",
+    "VocabularyMismatchError": "errors", "DEFAULT_MODEL": "models.loading", "LoadedModel": "models.loading", "load_model": "models.loading",
+    "EngineOptions": "options", "METHODS": "methods", "DraftPosition": "records.schema", "RunMetrics": "records.schema",
+    "RunResult": "records.schema", "StepRecord": "records.schema", "TokenKind": "records.schema", "TokenRecord": "records.schema",
+    "TopTokens": "records.schema", "DecodeSettings": "settings",
 }
 
 __all__ = sorted(_HOMES)

@@ -12,22 +12,22 @@ from dataclasses import dataclass
 
 import torch
 
-from .batch_draft import ModelDrafting
-from .device_loop import DeviceLoop
-from .engine import SpeculativeRun
+from .engine.batch_draft import ModelDrafting
+from .engine.device_loop import DeviceLoop
+from .engine.run import SpeculativeRun
 from .runners.graphs import check_capture_deadline
 from .runners.static import make_runner
 from .errors import InvalidSettingError, MissingDrafterError
-from .models import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
+from .models.loading import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
 from .options import EngineOptions
-from .oracle import run_oracle
+from .records.oracle import run_oracle
 from .proposers import (METHODS, AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,
                         NgramProposer, PlainProposer, Proposer, RetrievalProposer)
 from .proposers.checkpoints import load_draft_model, load_drafter, shipped_drafter_exists
 from .proposers.early_exit import decoder_layers, default_exit_layer, truncated_view
-from .records import RunResult, StepRecord, TopTokens
+from .records.schema import RunResult, StepRecord, TopTokens
 from .settings import DecodeSettings, check_prompt_text
-from .step_records import TOP_N
+from .engine.step_records import TOP_N
 
 
 BATCHED_METHODS = ("plain", "ngram", "retrieval", "draft", "early-exit")  # what batch.decode_batch drafts with

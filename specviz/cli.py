@@ -13,7 +13,7 @@ import time
 from .errors import SpecvizError
 from .methods import METHODS, parse_batch_sizes, parse_method
 from .options import set_for_this_process
-from .records import TokenKind
+from .records.schema import TokenKind
 from .settings import MAX_TREE, DecodeSettings
 
 EXIT_BAD_INPUT = 2
@@ -241,7 +241,7 @@ def cmd_bench(args) -> int:
     if args.batch_sizes:
         parse_batch_sizes(args.batch_sizes)
         return bench_batches(args, methods)
-    from .bench import run_bench
+    from .measure.bench import run_bench
 
     run_bench(
         prompts_file=args.prompts, methods=methods, settings=settings, out=args.out,
@@ -262,7 +262,7 @@ def bench_batches(args, methods: list[str]) -> int:
                            "--transformers, --heads and --device-map")
     from tqdm import tqdm
 
-    from .batch_bench import run_batch_bench
+    from .measure.batch_bench import run_batch_bench
 
     sizes = parse_batch_sizes(args.batch_sizes)
     with tqdm(desc="batches", unit="run", file=sys.stderr) as bar:
@@ -304,7 +304,7 @@ def cmd_check_exactness(args) -> int:
     from tqdm import tqdm
 
     from .api import encode, make_proposer, resolve_models
-    from .exactness import check_exactness, coverage_warning
+    from .measure.exactness_check import check_exactness, coverage_warning
 
     target, draft = resolve_models(args.target, args.draft, args.device, exactness_dtype(args.dtype),
                                    draft_device=args.draft_device)
@@ -393,7 +393,7 @@ def cmd_learn(args) -> int:
     from .lessons import lessons_to_run
     from .lessons.saved import lesson_json, lessons_json, measured_on, save_lesson
     from .lessons.catalogue import plain
-    from .models import load_model
+    from .models.loading import load_model
 
     chosen = lessons_to_run(args.lesson)  # a wrong number fails here, before the model loads
     if args.json:

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from specviz.testing import perturbed_copy, tiny_causal_lm
+from specviz.models.testing import perturbed_copy, tiny_causal_lm
 
 torch.set_num_threads(2)
 
@@ -48,7 +48,7 @@ def foreign_models(tmp_path_factory):
     and a model that is not a causal LM."""
     from transformers import DistilBertConfig, DistilBertModel
 
-    from specviz.testing import save_tiny_model, word_tokenizer
+    from specviz.models.testing import save_tiny_model, word_tokenizer
 
     tokenizer = word_tokenizer(8)
     other = save_tiny_model(tmp_path_factory.mktemp("other-vocab"), vocab_size=8, tokenizer=tokenizer)

@@ -5,7 +5,7 @@ import torch
 from specviz.proposers.draft_head import DraftHead, TargetParts
 from specviz.proposers.eagle_net import EagleConfig, EagleDrafter, EagleNet
 from specviz.proposers.medusa import MedusaDrafter, MedusaHeads
-from specviz.published_layouts import Shape, write_eagle1, write_medusa1
+from specviz.models.published_layouts import Shape, write_eagle1, write_medusa1
 
 
 def random_eagle(target, seed=0, token_ids=None, scale=0.3) -> EagleDrafter:

@@ -1,9 +1,9 @@
-"""The tests' distribution assertion: specviz.exactness's chi-square goodness-of-fit test at a 1e-4 level."""
+"""The tests' distribution assertion: specviz.measure.exactness_check's chi-square goodness-of-fit test at a 1e-4 level."""
 from __future__ import annotations
 
 from collections import Counter
 
-from specviz.exactness import goodness_of_fit
+from specviz.measure.exactness_check import goodness_of_fit
 
 ALPHA = 1e-4  # the tests are seeded, so a pass is reproducible; the level keeps false alarms rare
 

@@ -9,8 +9,8 @@ import torch
 
 from specviz import DecodeSettings
 from specviz.api import encode, make_proposer, run_once
-from specviz.batch import BatchRun, decode_batch
-from specviz.batch_bench import batches_of, crossover, parse_batch_sizes, queue_of, row_of, summarize_batches
+from specviz.engine.batch import BatchRun, decode_batch
+from specviz.measure.batch_bench import batches_of, crossover, parse_batch_sizes, queue_of, row_of, summarize_batches
 from specviz.errors import InvalidSettingError
 from specviz.runners.batched import BatchedRunner
 
@@ -91,7 +91,7 @@ def test_batch_one_runs_the_single_sequence_loop_with_the_batched_runner_s_recor
 
 
 def test_a_batched_forward_costs_more_with_more_positions(tiny_target):
-    from specviz.batch import forward_cost
+    from specviz.engine.batch import forward_cost
 
     one, many = forward_cost(tiny_target, 2, 1, context=16), forward_cost(tiny_target, 2, 64, context=16)
     assert 0 < one and 0 < many  # timings, not asserted against each other (no timing assertions in tests)
@@ -215,14 +215,14 @@ def test_rows_give_their_batch_one_output_in_the_graphs_padded_shapes(tiny_targe
                                                                       monkeypatch):
     """decode_batch as it runs on a GPU (steps padded to gamma + 1 positions, rows padded to a power of two),
     eagerly here: each row still gives its batch-1 output."""
-    import specviz.batch
-    import specviz.batch_draft
+    import specviz.engine.batch
+    import specviz.engine.batch_draft
     from specviz.api import batch_drafting
 
     padded = lambda model, batch, capacity, options=None: BatchedRunner(  # noqa: E731
         model, batch, capacity, padded_shapes=True, options=options)
-    monkeypatch.setattr(specviz.batch, "batched_runner", padded)
-    monkeypatch.setattr(specviz.batch_draft, "batched_runner", padded)
+    monkeypatch.setattr(specviz.engine.batch, "batched_runner", padded)
+    monkeypatch.setattr(specviz.engine.batch_draft, "batched_runner", padded)
     ids = [[3, 7, 1, 3, 7, 1, 3], [5, 2], [9, 9, 9, 4, 1, 2, 8]]
     settings = DecodeSettings(max_new_tokens=14, gamma=3, stop_at_eos=False)
     draft = tiny_drafter if method == "draft" else None

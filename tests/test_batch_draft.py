@@ -9,8 +9,8 @@ import torch
 from specviz import DecodeSettings
 from specviz.api import encode, make_proposer, run_once
 from specviz.api import batch_drafting
-from specviz.batch import decode_batch
-from specviz.batch_draft import choose_rows, ragged_ids
+from specviz.engine.batch import decode_batch
+from specviz.engine.batch_draft import choose_rows, ragged_ids
 from specviz.errors import InvalidSettingError
 
 PROMPTS = ["Write a Python function that checks whether a number is prime.", "List the planets.",
@@ -44,7 +44,7 @@ def test_a_draft_model_batch_samples_each_row_as_its_batch_one_run(tiny_target, 
 def test_a_distilled_draft_batch_spreads_its_draft_vocabulary_as_batch_one_does(tiny_target):
     """A distilled draft model scores some token ids only: its q must reach each row over the target's ids, as
     in its batch-1 run (sampled, where a wrong spread of the scores would change what is drawn)."""
-    from specviz.models import LoadedModel
+    from specviz.models.loading import LoadedModel
     from specviz.proposers.distilled import build_draft_model, draft_config, start_from_target
 
     model = build_draft_model(tiny_target.model, draft_config(tiny_target.model.config, 1),

@@ -5,8 +5,8 @@ import torch
 
 from specviz import DecodeSettings
 from specviz.api import run_once
-from specviz.bench import aggregate, compare_with_transformers, hf_generate
-from specviz.models import LoadedModel
+from specviz.measure.bench import aggregate, compare_with_transformers, hf_generate
+from specviz.models.loading import LoadedModel
 from specviz.proposers import PlainProposer
 
 from test_runners import PROMPT
@@ -38,7 +38,7 @@ def test_aggregate_pools_and_compares_on_the_same_prompts():
 
 
 def test_a_method_entry_sets_gamma_tree_and_draft_stop():
-    from specviz.bench import parse_method
+    from specviz.measure.bench import parse_method
     from specviz.errors import InvalidSettingError
 
     base = DecodeSettings(gamma=4)

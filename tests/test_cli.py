@@ -86,7 +86,7 @@ def test_bench_contract(tmp_path):
 
 
 def test_check_exactness_reports_the_test_and_its_control(tmp_path):
-    from specviz.testing import save_tiny_model, word_tokenizer
+    from specviz.models.testing import save_tiny_model, word_tokenizer
 
     folder = save_tiny_model(tmp_path / "tiny", vocab_size=8, tokenizer=word_tokenizer(8))
     proc = run_cli("check-exactness", "--target", folder, "--raw-prompt", "--prompt", "w1 w2 w3 w1 w2 w3 w1",
@@ -102,7 +102,7 @@ def test_check_exactness_runs_in_float32_unless_asked_and_says_what_bfloat16_als
     """Medusa failed the test in bfloat16 on an H200 on the host loop and the device loop alike and passed in
     float32: the reference and the runs round differently. auto (bfloat16 on a GPU elsewhere) means float32 here."""
     from specviz.cli import exactness_dtype
-    from specviz.testing import save_tiny_model, word_tokenizer
+    from specviz.models.testing import save_tiny_model, word_tokenizer
 
     assert exactness_dtype("auto") == "float32" and exactness_dtype("bfloat16") == "bfloat16"
     folder = save_tiny_model(tmp_path / "tiny", vocab_size=8, tokenizer=word_tokenizer(8))
@@ -187,7 +187,7 @@ def test_a_killed_bench_resumes_from_the_prompts_it_finished(tmp_path):
     import sys
     import time
 
-    from specviz.testing import save_tiny_model, word_tokenizer
+    from specviz.models.testing import save_tiny_model, word_tokenizer
 
     # a tiny model that never ends early: every run is its full length, long enough to be caught midway
     folder = save_tiny_model(tmp_path / "tiny", vocab_size=8, tokenizer=word_tokenizer(8))

@@ -1,5 +1,5 @@
-"""specviz.cost_curve on a tiny random model: one point per K and per batch size, the cache left as it was."""
-from specviz.cost_curve import measure_batch, measure_cost_curve, measure_positions
+"""specviz.measure.cost_curve on a tiny random model: one point per K and per batch size, the cache left as it was."""
+from specviz.measure.cost_curve import measure_batch, measure_cost_curve, measure_positions
 
 
 def first_pass(points, axis, widths):
@@ -20,7 +20,7 @@ def test_points_for_every_k_and_batch(tiny_target):
 
 
 def test_positions_use_the_engines_runner_and_give_it_back(tiny_target, monkeypatch):
-    from specviz import cost_curve
+    from specviz.measure import cost_curve
 
     made = []
     real = cost_curve.make_runner
@@ -41,8 +41,8 @@ def test_batch_points_time_one_new_position(tiny_target):
 def test_a_pair_measured_implausibly_is_measured_again(tiny_target, monkeypatch):
     """A busy moment slows K = 1 once: K = 2 then measures cheaper, which it cannot be; both are measured again
     and the curve a caller keeps is the plausible one."""
-    from specviz import cost_curve
-    from specviz.plausibility import wider_cheaper
+    from specviz.measure import cost_curve
+    from specviz.measure.plausibility import wider_cheaper
 
     calls = []
 
@@ -60,7 +60,7 @@ def test_a_pair_measured_implausibly_is_measured_again(tiny_target, monkeypatch)
 
 
 def test_a_plausible_curve_is_measured_once(tiny_target, monkeypatch):
-    from specviz import cost_curve
+    from specviz.measure import cost_curve
 
     monkeypatch.setattr(cost_curve, "fast_cost_curve", lambda model, positions, context, repeats, runner:
                         {positions[0]: 10.0 + positions[0]})

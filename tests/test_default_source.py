@@ -4,7 +4,7 @@ import importlib.util
 
 import pytest
 
-from specviz import models
+from specviz.models import loading as models
 from specviz.errors import ModelLoadError
 
 

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from specviz import device_loop
-from specviz import tree_device
+from specviz.engine import device_loop
+from specviz.rule import tree_device
 from specviz.proposers import ngram_device, retrieval_device
 from specviz.api import encode, make_proposer, run_once
-from specviz.datastore import Datastore
+from specviz.proposers.datastore import Datastore
 from specviz.proposers import NgramProposer, RetrievalProposer
 from specviz.settings import DecodeSettings
-from specviz.tree import _preorder, ancestor_masks, depths, heaviest_line, weighted_trie
+from specviz.rule.tree import _preorder, ancestor_masks, depths, heaviest_line, weighted_trie
 
 STORE = Path(__file__).resolve().parents[1] / "assets" / "drafters" / "smollm2-135m-instruct" / "retrieval"
 
@@ -125,7 +125,7 @@ def test_tree_lookups_on_the_device_are_the_host_proposers_trees(store):
 
 
 def test_walk_tree_matches_the_hosts_greedy_walk():
-    from specviz.tree import walk_greedy
+    from specviz.rule.tree import walk_greedy
 
     rng = random.Random(3)
     for _ in range(300):
@@ -144,7 +144,7 @@ def test_walk_tree_matches_the_hosts_greedy_walk():
 
 
 def test_accept_greedy_matches_verify_greedy():
-    from specviz.verify import verify_greedy
+    from specviz.rule.verify import verify_greedy
 
     rng = torch.Generator().manual_seed(0)
     for _ in range(200):
@@ -309,7 +309,7 @@ def test_device_loop_records_show_a_model_drafters_q_as_the_host_loops(default_t
 def sampled_detailed_run(target, method, settings, verifier=None):
     """A sampled run of PROMPTS[1] with detail on the device loop (the caller forces it), checked to have run
     there; verifier: a planted host verifier the device loop stands in for (verify.ON_DEVICE)."""
-    from specviz.engine import SpeculativeRun
+    from specviz.engine.run import SpeculativeRun
 
     run = SpeculativeRun(target, make_proposer(method, target), encode(target, PROMPTS[1]), settings, detail=True,
                          verifier=verifier)
@@ -326,7 +326,7 @@ def disagreements(target, result, settings, warp=True) -> list[str]:
     plain softmax, the control): each draft's p and the top tokens before it, the next token's p, and where
     the next token was drawn from (after the whole line: p; after a rejection: the residual, in which a lookup's
     rejected token has no mass and a model drafter's q is taken off p)."""
-    from specviz.sampling import warp_probs
+    from specviz.rule.sampling import warp_probs
 
     found, prompt = [], encode(target, PROMPTS[1])
     for step in result.steps:
@@ -384,7 +384,7 @@ def test_sampled_records_with_detail_on_the_device_loop_show_the_targets_warped_
     so the records are checked against a forward of the target's own, not against the host loop's. Controls: the
     unwarped softmax disagrees with the same records, and so do the records of a verifier that draws from p
     after a rejection instead of the residual."""
-    from specviz.verify import verify_sampled_without_residual
+    from specviz.rule.verify import verify_sampled_without_residual
 
     monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "force")
     result = sampled_detailed_run(default_target, method, settings)

@@ -1,6 +1,6 @@
 """Sampling in the device loop (device_loop.py): its warping is sampling.warp_probs, its sampled tree walk
 emits the target's distribution, and its runs, chains and trees of every drafter that drafts on the device,
-with temperature, top-k, top-p and a draft stop, have the target's distribution end to end (specviz.exactness,
+with temperature, top-k, top-p and a draft stop, have the target's distribution end to end (specviz.measure.exactness_check,
 on the tiny random model of test_sampling_exactness.py), run here on the CPU, eagerly (SPECVIZ_DEVICE_LOOP=force).
 
 The controls: the device loop at 0.85 of the temperature, and its verifier that resamples from p instead of the
@@ -13,14 +13,14 @@ import torch
 
 from specviz import DecodeSettings
 from specviz.api import run_once
-from specviz.exactness import goodness_of_fit, sample_outputs, target_distribution
+from specviz.measure.exactness_check import goodness_of_fit, sample_outputs, target_distribution
 from specviz.proposers import EagleProposer, MedusaProposer, ModelDrafter, NgramProposer, RetrievalProposer
 from specviz.proposers.distilled import build_draft_model, draft_config, start_from_target
-from specviz.datastore import Datastore
-from specviz.sampling import drafter_pick, draw_with_noise, warp_probs, warp_with
-from specviz.testing import perturbed_copy, tiny_causal_lm
-from specviz.tree_device import tree_layout, walk_tree_sampled
-from specviz.verify import verify_sampled_without_residual
+from specviz.proposers.datastore import Datastore
+from specviz.rule.sampling import drafter_pick, draw_with_noise, warp_probs, warp_with
+from specviz.models.testing import perturbed_copy, tiny_causal_lm
+from specviz.rule.tree_device import tree_layout, walk_tree_sampled
+from specviz.rule.verify import verify_sampled_without_residual
 
 from stats import ALPHA
 from random_drafters import random_eagle, random_medusa

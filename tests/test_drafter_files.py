@@ -22,7 +22,7 @@ def test_published_medusa_heads_load_and_draft_what_their_math_says(tiny_target,
     result = run_once(tiny_target, proposer, PROMPT, settings)
     assert result.token_ids == run_once(tiny_target, PlainProposer(), PROMPT, settings).token_ids
     # the first step's drafts, recomputed from the file's tensors: head k = W_k (x + SiLU(A x + b)), applied twice
-    from specviz.runner import CausalRunner
+    from specviz.runners.causal import CausalRunner
     _, hidden = CausalRunner(tiny_target.model).forward(torch.tensor(PROMPT[:-1]))
     x0 = hidden[-1]
     expected = []
@@ -63,7 +63,7 @@ def test_published_eagle_drafter_loads_and_matches_a_llama_layer(tiny_target, tm
     head = tiny_target.model.get_output_embeddings().weight.detach()
     embed = tiny_target.model.get_input_embeddings()
 
-    from specviz.runner import CausalRunner
+    from specviz.runners.causal import CausalRunner
     with torch.no_grad():
         _, hidden = CausalRunner(tiny_target.model).forward(torch.tensor(PROMPT[:-1]))
         features = list(hidden)  # f_0 .. f_{T-2}

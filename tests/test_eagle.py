@@ -41,7 +41,7 @@ def test_training_chain_equals_drafting_with_a_cache(tiny_target):
 def test_proposer_cache_holds_only_true_features(tiny_target):
     """After every step the drafter's cache equals a fresh pass over the target's own features."""
     from specviz import SpeculativeRun
-    from specviz.runner import CausalRunner
+    from specviz.runners.causal import CausalRunner
 
     proposer = EagleProposer(random_eagle(tiny_target, seed=2))
     run = SpeculativeRun(tiny_target, proposer, PROMPT, DecodeSettings(max_new_tokens=30, gamma=4))
@@ -63,7 +63,7 @@ def test_proposer_cache_holds_only_true_features(tiny_target):
 
 def tree_proposer(target, seed, gamma, tree):
     """An EAGLE proposer reset on PROMPT for a tree run, and the settings."""
-    from specviz.runner import CausalRunner
+    from specviz.runners.causal import CausalRunner
 
     settings = DecodeSettings(max_new_tokens=30, gamma=gamma, tree=tree)
     proposer = EagleProposer(random_eagle(target, seed=seed))
@@ -76,7 +76,7 @@ def tree_proposer(target, seed, gamma, tree):
 def test_eagle_tree_holds_the_chain_draft_as_its_first_line(tiny_target):
     """With every candidate kept (gamma 2: 8 + 64 nodes), the tree's best-first line is what chain drafting
     proposes, and the tree is laid out as tree.py wants (parents first, by depth)."""
-    from specviz.tree import check_tree, depths, first_child_chain
+    from specviz.rule.tree import check_tree, depths, first_child_chain
 
     for seed in (5, 6, 7):
         proposer, tokens, hidden = tree_proposer(tiny_target, seed, gamma=2, tree=72)
@@ -106,7 +106,7 @@ def test_eagle_tree_cache_holds_only_true_features(tiny_target, adaptive):
     the target's own features gives (the tree's scratch slots are overwritten, never kept); also under
     adaptive, whose lookup and plain steps leave positions for the drafter to catch up on."""
     from specviz import SpeculativeRun
-    from specviz.runner import CausalRunner
+    from specviz.runners.causal import CausalRunner
 
     proposer = EagleProposer(random_eagle(tiny_target, seed=2))
     runs = AdaptiveProposer(proposer, lookup=NgramProposer()) if adaptive else proposer
@@ -129,8 +129,8 @@ def test_eagle_tree_cache_holds_only_true_features(tiny_target, adaptive):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_eagle_tree_graphs_draft_what_eager_drafting_does(tiny_target, monkeypatch):
-    from specviz.models import LoadedModel
-    from specviz.testing import perturbed_copy
+    from specviz.models.loading import LoadedModel
+    from specviz.models.testing import perturbed_copy
 
     target = LoadedModel(name="tiny-cuda", model=perturbed_copy(tiny_target, 0.0).model.cuda(), tokenizer=None,
                          device=torch.device("cuda"), dtype=torch.float32)
@@ -152,9 +152,9 @@ def test_eagle_tree_graphs_draft_what_eager_drafting_does(tiny_target, monkeypat
 def test_catch_up_through_a_graph_writes_what_eager_feeding_does(tiny_target):
     """The drafter catching up on many positions (a prompt; adaptive's steps without a tree) replays one graph
     of CATCH_UP_ROWS rows at a time: its cache equals eager feeding, and adaptive on it gives plain output."""
-    from specviz.models import LoadedModel
+    from specviz.models.loading import LoadedModel
     from specviz.proposers.eagle_tree import CATCH_UP_ROWS, TreeDrafting
-    from specviz.testing import perturbed_copy
+    from specviz.models.testing import perturbed_copy
 
     target = LoadedModel(name="tiny-cuda-catch-up", model=perturbed_copy(tiny_target, 0.0).model.cuda(),
                          tokenizer=None, device=torch.device("cuda"), dtype=torch.float32)
@@ -185,9 +185,9 @@ def test_warm_up_captures_the_tree_drafting_graph_a_run_replays(tiny_target, mon
     """api.warm_up captures (and compiles) EAGLE's tree-drafting graph: the run after it captures none, so no
     compile lands inside a timed run or the app's first steps."""
     from specviz.api import warm_up
-    from specviz.models import LoadedModel
+    from specviz.models.loading import LoadedModel
     from specviz.proposers.eagle_tree import TreeDrafting
-    from specviz.testing import perturbed_copy
+    from specviz.models.testing import perturbed_copy
 
     target = LoadedModel(name="tiny-cuda-warm", model=perturbed_copy(tiny_target, 0.0).model.cuda(), tokenizer=None,
                          device=torch.device("cuda"), dtype=torch.float32)

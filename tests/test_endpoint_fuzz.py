@@ -38,7 +38,7 @@ SMALL = {"max_new_tokens": 8, "batch_tokens": 4, "runs": 10, "prompt": "Count to
 
 @pytest.fixture(scope="module")
 def served(default_target):
-    from specviz.public import profile_from_env
+    from specviz.ui.public import profile_from_env
     from specviz.ui import live
 
     before = live.PROFILE, live.POOL
@@ -108,7 +108,7 @@ def test_every_field_of_every_endpoint_refuses_bad_values_with_a_message(served,
 def test_the_local_profile_takes_what_the_public_one_refuses():
     """Control: the same values that name a model are a local user's right (any path, URL-like id or random
     shape), so the refusals above come from the public profile, not from the fields' types."""
-    from specviz.public import Profile
+    from specviz.ui.public import Profile
     from specviz.ui.form import read_form
 
     for value in ("/etc", "random:llama-8b", "some-org/unknown-model", "~/model.gguf"):
@@ -125,7 +125,7 @@ def test_the_model_lists_offer_only_what_fits(served):
     assert "'default'" in types["target"] and "'distilled'" in types["draft"] and "Qwen2.5-0.5B" in types["draft"]
     for big in ("SmolLM2-1.7B", "Qwen2.5-7B", "Llama-3.1-8B"):  # 6.8, 30 and 32 GB in float32
         assert big not in types["target"]
-    from specviz.public import Profile
+    from specviz.ui.public import Profile
     from specviz.ui import live
 
     public, live.PROFILE = live.PROFILE, Profile()

@@ -2,8 +2,8 @@
 CPU no meter and a sentence that says so (a GPU's real figures are measured by `specviz bench --energy`)."""
 import pytest
 
-from specviz.energy import (NOT_MEASURED_CPU, NvmlMeter, PowerIntegral, energy_lines, energy_meter, gpu_indices,
-                            parse_power_line)
+from specviz.measure.energy import (NOT_MEASURED_CPU, NvmlMeter, PowerIntegral, energy_lines, energy_meter,
+    gpu_indices, parse_power_line)
 
 
 @pytest.mark.quick

@@ -8,8 +8,8 @@ import torch
 from specviz import DecodeSettings, SpeculativeRun, TokenKind
 from specviz.api import make_proposer, run_once
 from specviz.proposers import ModelDrafter, PlainProposer
-from specviz.runner import CausalRunner, layer_keys_values
-from specviz.testing import perturbed_copy, tiny_causal_lm
+from specviz.runners.causal import CausalRunner, layer_keys_values
+from specviz.models.testing import perturbed_copy, tiny_causal_lm
 
 PROMPT = [3, 7, 1, 3, 7, 2, 9, 3, 7]  # repeats, so that n-gram lookup finds matches
 

@@ -95,7 +95,7 @@ def test_model_that_is_not_a_causal_lm_is_refused(foreign_models):
 
 
 def test_draft_method_without_draft_model():
-    from specviz.testing import tiny_causal_lm
+    from specviz.models.testing import tiny_causal_lm
 
     with pytest.raises(InvalidSettingError, match="needs a draft model"):
         make_proposer("draft", tiny_causal_lm())

@@ -3,12 +3,12 @@ switch, and what a run claims. The kernels themselves: tests/test_exact_mode_cud
 import pytest
 import torch
 
-from specviz.engine import exact_forward
+from specviz.engine.run import exact_forward
 from specviz.options import EngineOptions
 from specviz.runners.exact import WIDTH, chain_paths, pad_rows, tree_paths
 from specviz.settings import DecodeSettings
-from specviz.tree import depths as tree_depths
-from specviz.tree import unpack_visibility, visibility_words
+from specviz.rule.tree import depths as tree_depths
+from specviz.rule.tree import unpack_visibility, visibility_words
 
 pytestmark = pytest.mark.quick
 

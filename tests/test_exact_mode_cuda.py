@@ -5,9 +5,9 @@ Triton; the default model's test also needs its file (on the GPU machine: SPECVI
 import pytest
 import torch
 
-from specviz import gpu_attention
+from specviz.runners import gpu_attention
 from specviz.runners.static import StaticRunner
-from specviz.tree import depths as tree_depths
+from specviz.rule.tree import depths as tree_depths
 
 needs_triton = pytest.mark.skipif(
     not (torch.cuda.is_available() and gpu_attention.supported(torch.device("cuda"), torch.bfloat16, 64)),
@@ -84,7 +84,7 @@ def check_model(model, vocab: int, graphs: bool, control: bool = True):
 @needs_triton
 @pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
 def test_a_random_llama_shape_computes_each_position_as_alone(graphs):
-    from specviz.random_target import build_random_target
+    from specviz.models.random_target import build_random_target
 
     model, _ = build_random_target("random:llama-8b,layers=4", torch.device("cuda"), torch.bfloat16)
     check_model(model, model.config.vocab_size, graphs, control=not graphs)

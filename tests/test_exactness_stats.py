@@ -3,7 +3,7 @@ from collections import Counter
 
 import pytest
 
-from specviz.exactness import chi_square_p_value, goodness_of_fit
+from specviz.measure.exactness_check import chi_square_p_value, goodness_of_fit
 
 pytestmark = pytest.mark.quick
 
@@ -39,7 +39,7 @@ def test_an_outcome_the_target_never_gives_fails_at_once():
 
 
 def test_a_test_that_barely_exercised_a_path_says_so():
-    from specviz.exactness import coverage_warning
+    from specviz.measure.exactness_check import coverage_warning
 
     assert "only 1 of 649 drafts were accepted" in coverage_warning(649, 1)  # ngram on a prompt it cannot predict
     assert "only 3 of 400 drafts were rejected" in coverage_warning(400, 397)

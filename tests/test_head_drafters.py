@@ -43,8 +43,8 @@ def test_draft_tokens_are_drawn_from_the_q_they_report(tiny_target, method):
     """q must be the distribution the draft token was drawn from, after the run's warping (here top-k)."""
     from collections import Counter
 
-    from specviz.runner import CausalRunner
-    from specviz.sampling import warp_probs
+    from specviz.runners.causal import CausalRunner
+    from specviz.rule.sampling import warp_probs
 
     subset = torch.arange(0, tiny_target.vocab_size, 3)
     if method == "eagle":

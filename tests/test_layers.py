@@ -1,7 +1,7 @@
 """The package's imports, read from its source with ast: every import points down the layers (ui and cli -> api
 -> engine -> proposers -> runners -> core) or stays in its layer, no modules import each other in a circle
 (imports inside functions count: they only hide a circle), nothing in the package imports its test helpers
-(specviz/testing.py), and nothing outside specviz/ui imports a UI package (the GPU machine has none)."""
+(specviz/models/testing.py), and nothing outside specviz/ui imports a UI package (the GPU machine has none)."""
 import ast
 from pathlib import Path
 
@@ -10,18 +10,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # top first; a module belongs to the layer of its longest matching name (a name matches itself and what is
-# under it: "specviz.batch" is not "specviz.batch_bench")
+# under it: "specviz.engine.batch" is not "specviz.measure.batch_bench")
 LAYERS = [
     ("ui and cli", ["specviz.ui", "specviz.cli", "specviz.__main__"]),
-    ("api", ["specviz.api", "specviz.bench", "specviz.batch_bench", "specviz.measured", "specviz.exactness",
-             "specviz.cost_curve", "specviz.lessons", "specviz.train", "specviz.gpu_worker"]),
-    ("engine", ["specviz.engine", "specviz.step", "specviz.step_records", "specviz.device_loop", "specviz.batch"]),
-    ("proposers", ["specviz.proposers", "specviz.batch_draft"]),
+    ("api", ["specviz.api", "specviz.measure.bench", "specviz.measure.batch_bench", "specviz.measure.measured", "specviz.measure.exactness_check",
+             "specviz.measure.cost_curve", "specviz.lessons", "specviz.train", "specviz.ui.gpu_worker"]),
+    ("engine", ["specviz.engine.run", "specviz.engine.step", "specviz.engine.step_records", "specviz.engine.device_loop", "specviz.engine.batch"]),
+    ("proposers", ["specviz.proposers", "specviz.engine.batch_draft"]),
     ("runners", ["specviz.runners"]),
     ("core", ["specviz"]),
 ]
 FACE = "specviz"  # the package's __init__: it hands the public names on, from every layer
-TEST_HELPERS = {"specviz.testing"}
+TEST_HELPERS = {"specviz.models.testing"}
 UI_PACKAGES = {"gradio", "gradio_client", "plotly", "starlette", "fastapi", "uvicorn"}
 
 
@@ -129,7 +129,7 @@ def graph():
 def test_every_module_has_a_layer(graph):
     inside, _ = graph
     assert all(layer_of(name) is not None for name in inside)
-    assert layer_of("specviz.batch_bench") == 1 and layer_of("specviz.batch") == 2  # names, not string prefixes
+    assert layer_of("specviz.measure.batch_bench") == 1 and layer_of("specviz.engine.batch") == 2  # names, not string prefixes
 
 
 def test_every_import_points_down_the_layers(graph):
@@ -158,9 +158,9 @@ def test_an_upward_import_or_a_circle_is_caught(graph):
     runners, so it is also a circle), and a circle of three made-up modules."""
     inside, _ = graph
     changed = {name: set(targets) for name, targets in inside.items()}
-    changed["specviz.runners.static"].add("specviz.engine")
-    assert upward(changed) == ["specviz.runners.static -> specviz.engine"]
-    assert any({"specviz.runners.static", "specviz.engine"} <= set(c) for c in circles(changed))
+    changed["specviz.runners.static"].add("specviz.engine.run")
+    assert upward(changed) == ["specviz.runners.static -> specviz.engine.run"]
+    assert any({"specviz.runners.static", "specviz.engine.run"} <= set(c) for c in circles(changed))
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 

@@ -9,7 +9,7 @@ from specviz import lessons
 from specviz.cli import main
 from specviz.lessons.catalogue import LESSONS
 from specviz.lessons.saved import SavedLessonError, load_lesson, measured_on, save_lesson
-from specviz.testing import save_tiny_model
+from specviz.models.testing import save_tiny_model
 from specviz.ui import learn
 from specviz.ui.batch_tab import batch_lesson_figure
 

@@ -12,7 +12,7 @@ import torch
 from specviz.lessons import bugs
 from specviz.lessons.common import finish
 from specviz.proposers import ModelDrafter
-from specviz.testing import perturbed_copy, tiny_causal_lm
+from specviz.models.testing import perturbed_copy, tiny_causal_lm
 
 TEMPERATURE = 0.5  # p below is after it; taking p before it flattens p
 P = torch.tensor([[0.40, 0.25, 0.15, 0.10, 0.06, 0.04], [1 / 6] * 6])  # the first token's p, then the bonus row's

@@ -6,7 +6,7 @@ from specviz import lessons
 from specviz.lessons.batch_size import CLAIM as BATCH_CLAIM
 from specviz.lessons.batch_size import bound_sentence
 from specviz.lessons.forward_cost import CLAIM, GPU_MEASUREMENT, curve_sentence, verify_cost_sentence
-from specviz.plausibility import BUSY
+from specviz.measure.plausibility import BUSY
 
 pytestmark = pytest.mark.quick
 

@@ -8,7 +8,7 @@ import torch
 
 from specviz import lessons
 from specviz.proposers import Draft, ModelDrafter, Proposer
-from specviz.theory import expected_speedup
+from specviz.rule.theory import expected_speedup
 
 PROMPT = [1, 5, 9, 2, 7, 3]
 
@@ -63,7 +63,7 @@ def test_every_literature_row_cites_its_paper_and_a_distilled_draft_is_among_the
 def test_lesson_6_lists_what_loads_offline_a_new_drafter_folder_included(tmp_path):
     from types import SimpleNamespace
 
-    from specviz.models import DEFAULT_MODEL
+    from specviz.models.loading import DEFAULT_MODEL
     from specviz.proposers.checkpoints import SHIPPED, shipped_methods
 
     default, other = SimpleNamespace(name=DEFAULT_MODEL), SimpleNamespace(name="someone/else")
@@ -113,7 +113,7 @@ def test_lesson_2_decodes_plain_runs_in_batches_each_as_its_single_run(tiny_targ
     import dataclasses
 
     from specviz import DecodeSettings
-    from specviz.engine import SpeculativeRun
+    from specviz.engine.run import SpeculativeRun
     from specviz.lessons import exactness
     from specviz.proposers import PlainProposer
 
@@ -207,7 +207,7 @@ def test_default_model_verify_cost_has_a_stated_floor(default_target):
 
 @pytest.mark.quick
 def test_the_batch_lesson_decodes_a_full_batch_and_at_least_a_few_prompts_at_each_size():
-    from specviz.batch_bench import batches_of
+    from specviz.measure.batch_bench import batches_of
     from specviz.lessons.batch_size import LEAST_PROMPTS, prompts_for
 
     chosen = list(range(8))
@@ -219,7 +219,7 @@ def test_the_batch_lesson_decodes_a_full_batch_and_at_least_a_few_prompts_at_eac
 
 @pytest.mark.quick
 def test_lesson_4_marks_a_speedup_that_fails_its_check_and_quotes_only_the_trusted_ones():
-    from specviz.plausibility import BUSY
+    from specviz.measure.plausibility import BUSY
 
     rows = [lessons.AcceptanceRow("code", "ngram", 4, 0.9, 3.5, 0.0, 5.3, 3.3, 32, doubt="5.30× is more than τ = 3.50"),
             lessons.AcceptanceRow("code", "eagle", 4, 0.6, 2.2, 0.1, 1.6, 1.7, 32),
@@ -253,7 +253,7 @@ def test_lesson_4_checks_each_pair_from_its_runs_own_steps():
 
 @pytest.mark.quick
 def test_lesson_5_marks_a_batch_size_whose_figures_do_not_add_up():
-    from specviz.plausibility import BUSY
+    from specviz.measure.plausibility import BUSY
 
     summary = [{"method": "retrieval", "batch_size": 1, "speedup": 1.4, "mean_accepted_length": 2.0, "path": "single"},
                {"method": "retrieval", "batch_size": 2, "speedup": 3.1, "mean_accepted_length": 2.0, "path": "batched"},

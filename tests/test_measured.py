@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 
-from specviz.measured import MEASURED, load_measured, measured_run
+from specviz.measure.measured import MEASURED, load_measured, measured_run
 from specviz.ui.view import MEASURED_HEADERS, measured_table
 
 ROOT = Path(__file__).resolve().parent.parent

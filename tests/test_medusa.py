@@ -13,7 +13,7 @@ from test_engine import PROMPT
 def test_medusa_tree_takes_each_heads_likeliest_tokens_beyond_the_tenth(tiny_target):
     """A tree of N nodes from one head holds that head's N likeliest tokens (they were cut at 10 once), and a
     deeper tree's best-first order is Medusa's: by the sum of the heads' log probabilities."""
-    from specviz.runner import CausalRunner
+    from specviz.runners.causal import CausalRunner
 
     drafter = random_medusa(tiny_target, heads=2, seed=4)
     proposer = MedusaProposer(drafter)
@@ -61,7 +61,7 @@ def test_the_device_tree_holds_product_trees_nodes_parents_first():
     log probabilities): the same paths at every budget, each parent before its children. Control: a budget one
     smaller leaves out a path the other holds."""
     from specviz.proposers.medusa_device import product_tree_nodes
-    from specviz.tree import product_tree
+    from specviz.rule.tree import product_tree
 
     generator = torch.Generator().manual_seed(0)
     ids = torch.stack([torch.randperm(50, generator=generator)[:12] for _ in range(4)])

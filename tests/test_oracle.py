@@ -3,9 +3,9 @@ and on real runs of the tiny models (a drafter that is the target itself is the 
 import pytest
 
 from specviz.api import run_once
-from specviz.oracle import accepted_length_histogram, oracle_figures, oracle_tokens_per_step, projected_wall
+from specviz.records.oracle import accepted_length_histogram, oracle_figures, oracle_tokens_per_step, projected_wall
 from specviz.proposers import ModelDrafter, PlainProposer
-from specviz.records import RunMetrics, StepRecord, TokenKind, TokenRecord, TopTokens
+from specviz.records.schema import RunMetrics, StepRecord, TokenKind, TokenRecord, TopTokens
 from specviz.settings import DecodeSettings
 
 

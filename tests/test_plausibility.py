@@ -1,8 +1,8 @@
 """The plausibility checks: each with a figure it must doubt and one it must let through."""
 import pytest
 
-from specviz.plausibility import (BUSY, batch_doubt, cost_doubt, noise_note, speedup_doubt, step_durations,
-                                  typical_seconds, wider_cheaper)
+from specviz.measure.plausibility import (BUSY, batch_doubt, cost_doubt, noise_note, speedup_doubt, step_durations,
+    typical_seconds, wider_cheaper)
 
 pytestmark = pytest.mark.quick
 

@@ -14,8 +14,8 @@ import torch
 from specviz import DecodeSettings, load_model
 from specviz.api import make_proposer, run_once
 from specviz.proposers import PlainProposer
-from specviz.published_layouts import (SHAPES, eagle1_config, eagle1_tensors, medusa1_config, medusa1_tensors)
-from specviz.random_target import parse_shape
+from specviz.models.published_layouts import SHAPES, eagle1_config, eagle1_tensors, medusa1_config, medusa1_tensors
+from specviz.models.random_target import parse_shape
 
 ROOT = Path(__file__).resolve().parents[1]
 

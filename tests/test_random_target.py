@@ -9,8 +9,8 @@ import torch
 from specviz import DecodeSettings, load_model
 from specviz.api import make_proposer, run_once
 from specviz.errors import ModelLoadError
-from specviz.floor import describe_floor, weight_bytes, weight_read_floor
-from specviz.random_target import SHAPES, parse_shape
+from specviz.measure.floor import describe_floor, weight_bytes, weight_read_floor
+from specviz.models.random_target import SHAPES, parse_shape
 
 from test_errors import run_cli
 
@@ -44,7 +44,7 @@ def test_a_tiny_random_target_decodes_exactly_through_the_fast_path():
 
 @pytest.mark.quick
 def test_the_floor_is_the_weights_over_the_bandwidth(monkeypatch):
-    from specviz import floor
+    from specviz.measure import floor
 
     model = torch.nn.Linear(1000, 500, dtype=torch.bfloat16)  # 500,500 parameters of 2 bytes
     assert weight_bytes(model) == 1_001_000

@@ -44,7 +44,7 @@ def draft_stop_figures(readme: str) -> tuple[str, str]:
 
 def measured(run_label_start: str, method: str) -> str:
     """A method's speedup in the Compare tab's table (assets/measured/), as README writes it."""
-    from specviz.measured import load_measured
+    from specviz.measure.measured import load_measured
 
     run = next(run for run in load_measured() if run["label"].startswith(run_label_start))
     return f"{next(m['speedup'] for m in run['methods'] if m['method'] == method):.2f}"
@@ -68,7 +68,7 @@ def loop_named(label: str) -> bool:
 def test_every_drafter_figure_says_which_loop_it_ran_on():
     """EAGLE's tree on an H200 is 1.13x on the host loop and 1.46x in the device loop: the Compare tab's table and
     README each say which loop a figure is from."""
-    from specviz.measured import load_measured
+    from specviz.measure.measured import load_measured
 
     assert all(loop_named(run["label"]) for run in load_measured())
     assert not loop_named("one H200, bfloat16, all 480 prompts, 256 new tokens")  # the control: the old label

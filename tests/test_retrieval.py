@@ -7,10 +7,10 @@ import pytest
 
 from specviz import DecodeSettings, DrafterMismatchError, ModelLoadError
 from specviz.api import make_proposer, run_once
-from specviz.datastore import Datastore, key_width, pack_keys, prefix_range
+from specviz.proposers.datastore import Datastore, key_width, pack_keys, prefix_range
 from specviz.proposers import PlainProposer, RetrievalProposer
 from specviz.proposers.ngram import NgramIndex
-from specviz.tree import first_child_chain, weighted_trie
+from specviz.rule.tree import first_child_chain, weighted_trie
 
 
 def brute_occurrences(texts: list[list[int]], ngram: list[int]) -> list[list[int]]:

@@ -11,13 +11,13 @@ import torch
 
 from specviz import DecodeSettings
 from specviz.api import make_proposer, run_once
-from specviz.models import LoadedModel
+from specviz.models.loading import LoadedModel
 from specviz.proposers import PlainProposer
-from specviz.runner import CausalRunner
+from specviz.runners.causal import CausalRunner
 from specviz.runners.llama import unsupported_reason
 from specviz.runners.onednn import PackedLinear, onednn_linear, pack_linears, pack_matrix
 from specviz.runners.static import StaticRunner, cost_curve, make_runner
-from specviz.testing import perturbed_copy, tiny_causal_lm
+from specviz.models.testing import perturbed_copy, tiny_causal_lm
 
 PROMPT = [3, 7, 1, 3, 7, 2, 9, 3, 7]
 
@@ -330,7 +330,7 @@ def test_graphs_survive_the_cache_growing(tiny_target):
 
 
 def _triton_ready() -> bool:
-    from specviz import gpu_attention
+    from specviz.runners import gpu_attention
 
     return torch.cuda.is_available() and gpu_attention.supported(torch.device("cuda"), torch.float32, 16)
 
@@ -341,7 +341,7 @@ triton_cuda = pytest.mark.skipif(not _triton_ready(), reason="needs a CUDA GPU a
 @triton_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_triton_attention_matches_scaled_dot_product_attention(dtype):
-    from specviz import gpu_attention
+    from specviz.runners import gpu_attention
     from specviz.runners.llama import sdpa_attention, tree_attention_mask
 
     torch.manual_seed(0)
@@ -367,7 +367,7 @@ def test_triton_attention_matches_scaled_dot_product_attention(dtype):
 def test_triton_attention_rows_do_not_depend_on_the_rows_beside_them():
     """A token's result is bitwise the same alone or among others and over a shorter span (what makes greedy
     speculation give plain greedy output): the slots it may not see add exactly zero."""
-    from specviz import gpu_attention
+    from specviz.runners import gpu_attention
 
     torch.manual_seed(1)
     keys, values = torch.randn(2, 2, 256, 16, device="cuda").unbind(0)

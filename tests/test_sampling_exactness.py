@@ -1,7 +1,7 @@
 """Sampled output is the target's distribution, end to end, for every method that drafts: chains and trees,
 plain temperature, top-k and top-p. Each scenario samples the engine RUNS times on a tiny random model
 (vocabulary 6, so the exact joint distribution of the first two new tokens is cheap to enumerate) and
-tests the first two tokens against it (specviz.exactness). Runs generate two tokens more than are tested,
+tests the first two tokens against it (specviz.measure.exactness_check). Runs generate two tokens more than are tested,
 so that the steps that decide them draft gamma tokens (a run of exactly two tokens drafts at most one).
 
 The controls show the test has power at this size: the same engine at 0.85 of the temperature (total
@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from specviz import DecodeSettings
-from specviz.verify import verify_sampled_without_residual
-from specviz.datastore import Datastore
-from specviz.exactness import goodness_of_fit, sample_outputs, target_distribution
+from specviz.rule.verify import verify_sampled_without_residual
+from specviz.proposers.datastore import Datastore
+from specviz.measure.exactness_check import goodness_of_fit, sample_outputs, target_distribution
 from specviz.proposers import (AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,
                                NgramProposer, RetrievalProposer)
 from specviz.proposers.distilled import build_draft_model, draft_config, start_from_target
-from specviz.testing import perturbed_copy, tiny_causal_lm
+from specviz.models.testing import perturbed_copy, tiny_causal_lm
 
 from stats import ALPHA
 from random_drafters import random_eagle, random_medusa

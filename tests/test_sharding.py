@@ -8,7 +8,7 @@ import pytest
 from specviz import DecodeSettings, ModelLoadError, load_model
 from specviz.api import make_proposer, run_once
 from specviz.proposers import PlainProposer
-from specviz.testing import save_tiny_model
+from specviz.models.testing import save_tiny_model
 
 from test_errors import assert_one_line_error, run_cli
 

@@ -1,6 +1,6 @@
 """Token texts (text.py): every token's text, multi-byte characters held back until complete, and special
 tokens shown by their names when drafted and rejected."""
-from specviz.text import IncrementalDetokenizer
+from specviz.engine.text import IncrementalDetokenizer
 
 
 def test_a_rejected_special_token_shows_by_its_name(default_target):

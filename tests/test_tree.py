@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from specviz import DecodeSettings, SpeculativeRun
-from specviz import tree as trees
+from specviz.rule import tree as trees
 from specviz.api import make_proposer, run_once
 from specviz.proposers import Draft, NgramProposer, PlainProposer
-from specviz.runner import CausalRunner, layer_keys_values
+from specviz.runners.causal import CausalRunner, layer_keys_values
 
 from stats import assert_same_distribution
 from test_engine import OUTPUTS, PROMPT, RUNS, SAMPLE_PROMPT, exact_joint
@@ -248,7 +248,7 @@ def tree_samples(target, runs=RUNS):
 
 @pytest.fixture(scope="module")
 def six_token_target():
-    from specviz.testing import tiny_causal_lm
+    from specviz.models.testing import tiny_causal_lm
 
     return tiny_causal_lm(vocab_size=6, seed=10, sharpness=1.2)
 
@@ -272,7 +272,7 @@ def test_tree_distribution_test_fails_without_the_residual(six_token_target, mon
                     node = child
                     break
             else:
-                from specviz.sampling import draw
+                from specviz.rule.sampling import draw
                 return trees.TreeWalk(path, int(draw(p, generator)), [], p)
 
     monkeypatch.setattr(trees, "walk_sampled", wrong_walk)

@@ -12,7 +12,7 @@ from gradio_client import Client
 
 from specviz import DecodeSettings
 from specviz.api import encode, generate, make_proposer, run_once
-from specviz.cost_curve import measure_cost_curve
+from specviz.measure.cost_curve import measure_cost_curve
 from ui_server import serve_app, wait_done
 
 PROMPT = "List the days of the week, one per line."
@@ -249,8 +249,8 @@ def test_batch_view_measures_speedup_against_batch_size(url):
 
 
 def test_the_batch_view_drafts_with_the_distilled_model_or_the_target_itself(default_target):
-    from specviz.batch_draft import ModelDrafting
-    from specviz.models import DEFAULT_MODEL
+    from specviz.engine.batch_draft import ModelDrafting
+    from specviz.models.loading import DEFAULT_MODEL
     from specviz.ui.batch_tab import BATCH_METHODS, SELF_DRAFT, BatchTab
 
     assert {"draft", SELF_DRAFT} <= set(BATCH_METHODS)

@@ -112,7 +112,7 @@ def shown_tip(token) -> str:
 def test_the_stylesheet_words_every_tip_as_token_tip_does(browser, sampling):
     """The tips are composed in the page from each token's numbers: the same text as render.token_tip, for every
     kind, a one-hot drafter, a draft the verifier never tested and a missing number."""
-    from specviz.records import TokenKind, TokenRecord
+    from specviz.records.schema import TokenKind, TokenRecord
     from specviz.ui import render
     from specviz.ui.app import css
 

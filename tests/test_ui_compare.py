@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from specviz.plausibility import TOLERANCE
+from specviz.measure.plausibility import TOLERANCE
 from specviz.proposers import PlainProposer
 from specviz.settings import DecodeSettings
 from specviz.ui import live, tabs, view
@@ -103,7 +103,7 @@ def test_the_compare_tab_marks_the_noisy_speedup_and_says_why(default_target, mo
     """Through the served app, as the page calls it: the table's mark and the status line's note."""
     from gradio_client import Client
 
-    from specviz.plausibility import BUSY
+    from specviz.measure.plausibility import BUSY
     from ui_server import serve_app
 
     slowed_plain(monkeypatch, runs={0, 1})

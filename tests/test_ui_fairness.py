@@ -8,7 +8,7 @@ import concurrent.futures
 import pytest
 from gradio_client import Client
 
-from specviz.public import Profile, profile_from_env
+from specviz.ui.public import Profile, profile_from_env
 from specviz.ui import live
 from ui_server import serve_app
 

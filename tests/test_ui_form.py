@@ -5,7 +5,7 @@ import math
 import pytest
 
 from specviz.errors import InvalidSettingError
-from specviz.public import Profile, profile_from_env
+from specviz.ui.public import Profile, profile_from_env
 from specviz.ui.form import Form, message_of, read_form
 
 PUBLIC = Profile(public=True, memory_budget=12 << 30, max_prompt_chars=4000)

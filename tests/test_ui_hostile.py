@@ -18,7 +18,7 @@ import pytest
 from gradio_client import Client
 
 from specviz.api import DecodeSettings
-from specviz.public import profile_from_env
+from specviz.ui.public import profile_from_env
 from specviz.ui import admission, live
 from ui_server import wait_done
 

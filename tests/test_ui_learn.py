@@ -7,7 +7,7 @@ import pytest
 
 from specviz import lessons
 from specviz.lessons.common import p_text
-from specviz.records import TokenKind, TokenRecord
+from specviz.records.schema import TokenKind, TokenRecord
 from specviz.ui import learn
 
 
@@ -61,7 +61,7 @@ def test_verify_cost_widgets_name_the_ratio_and_the_stated_floor():
 def test_a_verify_cost_the_machine_slowed_is_not_told_as_a_story():
     """Lesson 3 under load: one position measured at 210.4 ms and sixteen at 75.6 ms. No forward of sixteen is
     cheaper than one of one: the sentence says the figure is noisy instead of what it would mean."""
-    from specviz.plausibility import BUSY
+    from specviz.measure.plausibility import BUSY
     from specviz.ui.tabs import cost_sentence
 
     busy = [lessons.CostPoint("positions", k, ms, 128) for k, ms in [(1, 210.4), (4, 60.2), (8, 66.0), (16, 75.6)]]

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from specviz.cost_curve import CostPoint
-from specviz.metrics import summarize
-from specviz.records import DraftPosition, StepRecord, TokenKind, TokenRecord, TopTokens
-from specviz.theory import expected_speedup, expected_tokens_per_step
+from specviz.measure.cost_curve import CostPoint
+from specviz.records.metrics import summarize
+from specviz.records.schema import DraftPosition, StepRecord, TokenKind, TokenRecord, TopTokens
+from specviz.rule.theory import expected_speedup, expected_tokens_per_step
 from specviz.ui import charts, readouts, render, view
 
 pytestmark = pytest.mark.quick
@@ -219,7 +219,7 @@ def test_summary_shows_measurements_baseline_and_theory(steps):
 def test_a_noisy_speedup_is_marked_never_stated_as_fact(steps):
     from types import SimpleNamespace
 
-    from specviz.plausibility import noise_note
+    from specviz.measure.plausibility import noise_note
     from specviz.ui.readouts import headline
 
     metrics = summarize(steps, steps[-1].total_emitted, 1.0, 0.1)
@@ -379,7 +379,7 @@ def test_a_phones_inspector_breaks_its_titles(steps):
 
 def test_compare_ticks_at_first_the_drafters_that_accept_and_pay():
     """Early exit accepts about nothing on the default model (alpha 0.01 on the 2-core CPU): not ticked at first."""
-    from specviz.measured import load_measured
+    from specviz.measure.measured import load_measured
     from specviz.proposers import METHODS
     from specviz.ui.tabs import default_methods
 

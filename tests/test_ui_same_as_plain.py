@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from specviz.api import Report, logit_margin
-from specviz.metrics import summarize
-from specviz.records import DraftPosition, RunResult, StepRecord, TokenKind, TokenRecord, TopTokens
-from specviz.sampling import display_probs
+from specviz.records.metrics import summarize
+from specviz.records.schema import DraftPosition, RunResult, StepRecord, TokenKind, TokenRecord, TopTokens
+from specviz.rule.sampling import display_probs
 from specviz.settings import DecodeSettings
-from specviz.step_records import top_tokens
+from specviz.engine.step_records import top_tokens
 from specviz.ui import render, view
 from specviz.ui.readouts import compared
 

@@ -5,10 +5,10 @@ from collections import Counter
 import pytest
 import torch
 
-from specviz.sampling import draw, make_generator, warp_probs
+from specviz.rule.sampling import draw, make_generator, warp_probs
 from specviz.settings import DecodeSettings
-from specviz.theory import expected_speedup, expected_tokens_per_step
-from specviz.verify import residual_distribution, verify_greedy, verify_sampled, verify_sampled_without_residual
+from specviz.rule.theory import expected_speedup, expected_tokens_per_step
+from specviz.rule.verify import residual_distribution, verify_greedy, verify_sampled, verify_sampled_without_residual
 
 from stats import assert_same_distribution
 

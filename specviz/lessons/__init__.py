@@ -13,9 +13,9 @@ a caller can draw progress and stop between two yields by closing the generator.
 Every number comes from the model when the lesson runs; only LITERATURE is quoted, and says where from.
 """
 from ..api import make_proposer
-from ..cost_curve import CostPoint
-from ..floor import weight_bytes
-from ..theory import expected_speedup
+from ..measure.cost_curve import CostPoint
+from ..measure.floor import weight_bytes
+from ..rule.theory import expected_speedup
 from .speedup import AcceptanceRow, acceptance, acceptance_rows, acceptance_sentence, expected_curve
 from .batch_size import BatchSizes, batch_rows, batch_sentence, batch_sizes
 from .catalogue import LESSONS, SETTINGS, Lesson, lessons_to_run

@@ -1,5 +1,5 @@
 """Lesson 5, where speculation stops paying: the same prompts decoded in batches of growing size, plain and with a
-lookup drafter (the drafters that batch, specviz.batch), beside what a verify pass costs over a plain step at each
+lookup drafter (the drafters that batch, specviz.engine.batch), beside what a verify pass costs over a plain step at each
 size (the forward fills the device as the batch grows)."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..api import make_proposer, warm_up
-from ..batch import decode_batch, forward_cost
-from ..batch_bench import batches_of, crossover, summarize_batches
-from ..models import LoadedModel
-from ..plausibility import batch_doubt, noise_note
+from ..engine.batch import decode_batch, forward_cost
+from ..measure.batch_bench import batches_of, crossover, summarize_batches
+from ..models.loading import LoadedModel
+from ..measure.plausibility import batch_doubt, noise_note
 from ..settings import DecodeSettings
 from .common import PROMPTS, prompt_ids
 
@@ -35,7 +35,7 @@ def prompts_for(chosen: list, size: int) -> list:
 class BatchSizes:
     device: str
     method: str
-    rows: list[dict] = field(default_factory=list)  # one per decoded batch (specviz.batch_bench's row)
+    rows: list[dict] = field(default_factory=list)  # one per decoded batch (specviz.measure.batch_bench's row)
     costs: list[dict] = field(default_factory=list)  # batch_size, ratio: a verify pass's forward over a plain step's
 
     @property
@@ -72,7 +72,7 @@ def batch_sizes(target: LoadedModel, method: str = "retrieval", sizes: Sequence[
 
 def batch_doubts(summary: list[dict], method: str, costs: list[dict] = ()) -> dict[int, str]:
     """Each batch size whose figures fail their plausibility check (a speedup above tau, a verify pass measured
-    cheaper than a plain step: specviz.plausibility.batch_doubt), with why."""
+    cheaper than a plain step: specviz.measure.plausibility.batch_doubt), with why."""
     ratio = {c["batch_size"]: c["ratio"] for c in costs}
     doubts = {}
     for s in summary:

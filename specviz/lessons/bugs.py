@@ -1,5 +1,5 @@
 """Lesson 7, how speculative decoding goes wrong: the slips engines have shipped, each a deliberately wrong verifier
-or drafter (specviz.verify), run on the same prompt, seeds and forward passes as the correct verifier and tested
+or drafter (specviz.rule.verify), run on the same prompt, seeds and forward passes as the correct verifier and tested
 against the target's exact distribution; beside them, bfloat16 greedy output that parts from float32 by rounding
 alone, which is not a bug.
 
@@ -22,15 +22,15 @@ from functools import partial
 
 import torch
 
-from .. import verify
+from ..rule import verify
 from ..api import make_proposer
-from ..engine import SpeculativeRun
-from ..exactness import goodness_of_fit, next_token_probs
-from ..models import LoadedModel
+from ..engine.run import SpeculativeRun
+from ..measure.exactness_check import goodness_of_fit, next_token_probs
+from ..models.loading import LoadedModel
 from ..options import EngineOptions
 from ..proposers import PlainProposer, Proposer
-from ..records import RunResult
-from ..sampling import draw, make_generator
+from ..records.schema import RunResult
+from ..rule.sampling import draw, make_generator
 from ..settings import DecodeSettings
 from .common import p_text, prompt_ids, run_once, token_text
 

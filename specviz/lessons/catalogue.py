@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..errors import InvalidSettingError
-from ..models import LoadedModel
+from ..models.loading import LoadedModel
 from . import batch_size, bugs, drafters, exactness, forward_cost, speedup, steps
 from .common import PROMPTS
 from .literature import SPEC_BENCH_SOURCE, literature_lines, spec_bench_lines

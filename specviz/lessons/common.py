@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..engine import SpeculativeRun
-from ..models import LoadedModel
+from ..engine.run import SpeculativeRun
+from ..models.loading import LoadedModel
 from ..options import EngineOptions
 from ..proposers import Proposer
-from ..records import RunResult
+from ..records.schema import RunResult
 from ..settings import DecodeSettings
 
 PROMPTS = {  # kinds that speculation meets very differently

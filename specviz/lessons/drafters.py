@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from ..api import make_proposer
-from ..floor import weight_bytes
-from ..models import LoadedModel
+from ..measure.floor import weight_bytes
+from ..models.loading import LoadedModel
 from ..proposers import METHODS, Proposer
 from ..proposers.checkpoints import load_draft_model, shipped_methods
 from ..proposers.distilled import DISTILLED

@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 import torch
 
 from ..api import first_difference, make_proposer
-from ..batch import decode_batch
-from ..engine import SpeculativeRun
-from ..exactness import Fit, chi_square_p_value, goodness_of_fit, next_token_probs
-from ..models import LoadedModel
+from ..engine.batch import decode_batch
+from ..engine.run import SpeculativeRun
+from ..measure.exactness_check import Fit, chi_square_p_value, goodness_of_fit, next_token_probs
+from ..models.loading import LoadedModel
 from ..proposers import PlainProposer, Proposer
-from ..records import TokenKind
+from ..records.schema import TokenKind
 from ..settings import DecodeSettings
-from ..verify import verify_sampled_without_residual
+from ..rule.verify import verify_sampled_without_residual
 from .common import p_text, prompt_ids, run_once, token_text
 
 CLAIM = ("Speculative decoding does not change the output. Greedy: the same tokens. Sampling: the same "
@@ -171,7 +171,7 @@ def distribution(target: LoadedModel, prompt: str | list[int], method: str = "ea
                  make: Callable[[], Proposer] | None = None, batch: int = 10) -> Iterator[Distribution]:
     """Samples the tested token `runs` times with plain decoding, with the method, and (wrong=True) with the
     method under the deliberately wrong verifier, each run its own seed; yields after every `batch` runs. Plain
-    decoding runs `batch` seeds at once (specviz.batch: a row samples as its batch-1 run of the same seed does),
+    decoding runs `batch` seeds at once (specviz.engine.batch: a row samples as its batch-1 run of the same seed does),
     a third of the lesson's time on a CPU otherwise. chat=False by default: a raw prompt is short, so that its
     forward, repeated every run, costs little."""
     make = make or (lambda: make_proposer(method, target))

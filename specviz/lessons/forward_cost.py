@@ -1,14 +1,14 @@
 """Lesson 3, why checking K tokens costs about one step: the target's forward time against K new positions
-(specviz.cost_curve), beside the floor that reading every weight once sets (specviz.floor)."""
+(specviz.measure.cost_curve), beside the floor that reading every weight once sets (specviz.measure.floor)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from ..cost_curve import CostPoint, latest_points, measure_positions
-from ..floor import memory_bandwidth, weight_bytes
-from ..models import LoadedModel
-from ..plausibility import cost_doubt, noise_note
+from ..measure.cost_curve import CostPoint, latest_points, measure_positions
+from ..measure.floor import memory_bandwidth, weight_bytes
+from ..models.loading import LoadedModel
+from ..measure.plausibility import cost_doubt, noise_note
 from .common import megabytes
 
 CLAIM = ("Where a forward is bound by reading the weights (a GPU at batch 1), checking K drafted tokens costs about "
@@ -53,7 +53,7 @@ POSITIONS = (1, 2, 3, 5, 8, 12, 16)  # K, the forward widths the lesson times
 
 def verify_cost(target: LoadedModel, positions: Sequence[int] = POSITIONS, context: int = 128,
                 repeats: int = 3, bandwidth: float | None = None) -> Iterator[VerifyCost]:
-    """The target's forward time against K new positions (specviz.cost_curve), beside the weight-read floor."""
+    """The target's forward time against K new positions (specviz.measure.cost_curve), beside the weight-read floor."""
     if bandwidth:
         gbs, source = bandwidth, "given"
     else:
@@ -74,7 +74,7 @@ def verify_cost_rows(record: VerifyCost) -> list[list]:
 def curve_sentence(points: list[CostPoint]) -> str:
     """What one curve of forward times measured, in words (lesson 3 and the Cost curve tab say the same): the
     widest forward against the narrowest, and what that says; with the noise note where a wider forward measured
-    cheaper than a narrower (specviz.plausibility), in place of a story it cannot support."""
+    cheaper than a narrower (specviz.measure.plausibility), in place of a story it cannot support."""
     if len(points) < 2:
         return ""
     batch = points[0].axis == "batch"

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from ..errors import SpecvizError
-from ..models import LoadedModel
+from ..models.loading import LoadedModel
 from .batch_size import BatchSizes
 from .bugs import Bugs
 from .catalogue import LESSONS, Lesson

@@ -6,12 +6,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..api import make_proposer, warm_up
-from ..models import LoadedModel
-from ..plausibility import noise_note, speedup_doubt, step_durations
+from ..models.loading import LoadedModel
+from ..measure.plausibility import noise_note, speedup_doubt, step_durations
 from ..proposers import PlainProposer, Proposer
-from ..records import RunResult
+from ..records.schema import RunResult
 from ..settings import DecodeSettings
-from ..theory import expected_speedup
+from ..rule.theory import expected_speedup
 from .common import PROMPTS, prompt_ids, run_once
 from .literature import literature_for
 
@@ -31,7 +31,7 @@ class AcceptanceRow:
     measured_speedup: float  # plain wall time / the method's, same prompt and settings
     expected_speedup: float | None  # (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1))
     new_tokens: int
-    doubt: str | None = None  # why the measured speedup is not to be trusted (specviz.plausibility), or None
+    doubt: str | None = None  # why the measured speedup is not to be trusted (specviz.measure.plausibility), or None
 
 
 def pair_doubt(plain: RunResult, result: RunResult) -> str | None:

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..api import make_proposer
-from ..engine import SpeculativeRun
-from ..models import LoadedModel
+from ..engine.run import SpeculativeRun
+from ..models.loading import LoadedModel
 from ..proposers import Proposer
-from ..records import RunResult, StepRecord, TokenRecord
+from ..records.schema import RunResult, StepRecord, TokenRecord
 from ..settings import DecodeSettings
 from .common import prompt_ids
 

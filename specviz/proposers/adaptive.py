@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..theory import expected_tokens_per_step
+from ..rule.theory import expected_tokens_per_step
 from .base import Draft, Feedback, Proposer
 
 DECAY = 0.9  # weight of the past per step: recent text matters more (acceptance changes with content)

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..sampling import draw, warp_probs
+from ..rule.sampling import draw, warp_probs
 from ..settings import DecodeSettings
 
 
@@ -96,7 +96,7 @@ class DeviceLookup:
     def draft_tree(self, sequence: torch.Tensor, length: torch.Tensor, span: int) -> tuple:
         """A draft tree of `tree` nodes (greedy and sampled alike: trees are verified as one-hot candidates):
         (tokens, parents, depths, real [B], ancestors [B, B]) as tree_device.weighted_tree gives them."""
-        from ..tree_device import candidates_tree
+        from ..rule.tree_device import candidates_tree
 
         return candidates_tree(self.candidates(sequence, length), self.tree)
 

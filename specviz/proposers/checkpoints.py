@@ -23,11 +23,11 @@ from pathlib import Path
 
 import torch
 
-from ..datastore import Datastore
+from .datastore import Datastore
 from ..errors import DrafterMismatchError, ModelLoadError, OfflineError
 from ..options import EngineOptions
 from ..runners.onednn import pack_linears
-from ..models import DEFAULT_MODEL, LoadedModel, load_model
+from ..models.loading import DEFAULT_MODEL, LoadedModel, load_model
 from .distilled import DISTILLED, is_distilled_folder, load_distilled
 from .draft_head import DraftHead, TargetParts
 from .eagle_net import EagleConfig, EagleDrafter, EagleNet
@@ -53,7 +53,7 @@ def _download(repo_id: str, patterns: list[str]) -> Path:
     """A Hub repository's drafter files: from the local Hub cache, else downloaded if the Hub is reachable."""
     from huggingface_hub import snapshot_download
 
-    from ..models import _hub_reachable
+    from ..models.loading import _hub_reachable
 
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..configs import text_config
+from ..models.configs import text_config
 from ..errors import DrafterMismatchError, ModelLoadError
 
 DISTILLED = "distilled"  # the drafter name that means "the distilled draft model shipped for this target"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import configs
+from ..models import configs
 from ..runners.onednn import onednn_allowed, onednn_linear, pack_matrix
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..runners.static import StaticRunner
-from ..sampling import drafter_pick, exponential_noise
+from ..rule.sampling import drafter_pick, exponential_noise
 from .base import DeviceLookup
 
 

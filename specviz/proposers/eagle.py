@@ -15,7 +15,7 @@ import weakref
 import torch
 
 from ..options import EngineOptions
-from ..tree import depths as tree_depths
+from ..rule.tree import depths as tree_depths
 from .base import Draft, Feedback, Proposer
 from .eagle_net import DraftCache, EagleDrafter
 from .eagle_tree import CATCH_UP_ROWS, TreeDrafting

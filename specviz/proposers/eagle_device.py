@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from ..runners.graphs import compiled_static
-from ..sampling import drafter_pick, exponential_noise
-from ..tree_device import tree_layout
+from ..rule.sampling import drafter_pick, exponential_noise
+from ..rule.tree_device import tree_layout
 from .base import DeviceLookup
 from .eagle_tree import TreeDrafting, draft_tree, feed
 

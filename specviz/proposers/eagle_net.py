@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..configs import head_dim, kv_heads
+from ..models.configs import head_dim, kv_heads
 from ..runners.graphs import no_cudnn_attention
 from .draft_head import DraftHead, TargetParts
 

@@ -24,7 +24,7 @@ import warnings
 
 import torch
 
-from .. import gpu_attention
+from ..runners import gpu_attention
 from ..options import EngineOptions
 from ..runners.graphs import capture_graph, no_cudnn_attention
 from .eagle_net import attend

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..sampling import draw, warp_probs
-from ..tree import product_tree
+from ..rule.sampling import draw, warp_probs
+from ..rule.tree import product_tree
 from .base import Draft, Feedback, Proposer
 from .draft_head import DraftHead
 

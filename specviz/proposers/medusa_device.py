@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from ..runners.graphs import compiled_static
-from ..sampling import drafter_pick, exponential_noise
-from ..tree_device import tree_layout
+from ..rule.sampling import drafter_pick, exponential_noise
+from ..rule.tree_device import tree_layout
 from .base import DeviceLookup
 
 

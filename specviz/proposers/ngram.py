@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..tree import weighted_trie
+from ..rule.tree import weighted_trie
 from .base import Draft, Feedback, Proposer
 from .ngram_device import NgramLookup
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from ..runners.graphs import compiled_static
-from ..tree_device import candidates_tree
+from ..rule.tree_device import candidates_tree
 from .base import DeviceLookup
 
 PER_SIZE = 8  # NgramIndex.candidates' per_size: latest occurrences of each suffix n-gram looked at

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from ..datastore import Datastore
-from ..tree import heaviest_line, weighted_trie
+from .datastore import Datastore
+from ..rule.tree import heaviest_line, weighted_trie
 from .base import Draft
 from .ngram import NgramProposer
 from .ngram_device import SEQUENCE_WEIGHT

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ..runners.graphs import compiled_static
-from ..tree_device import heaviest_line
+from ..rule.tree_device import heaviest_line
 from .ngram_device import NgramLookup, gather_runs, own_candidates
 
 

@@ -28,7 +28,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from ..configs import head_dim, kv_heads, norm_eps
+from ..models.configs import head_dim, kv_heads, norm_eps
 from ..options import EngineOptions
 from .graphs import capture_graph, graph_span, next_power_of_two, no_cudnn_attention
 from .llama import layer_input, layer_mlp, layer_weights, rms_norm, text_config, unsupported_reason

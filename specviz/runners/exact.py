@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .. import gpu_attention
+from . import gpu_attention
 from .graphs import compiled_static
 from .llama import layer_input, layer_mlp
 

@@ -11,7 +11,7 @@ import weakref
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..tree import WORD
+from ..rule.tree import WORD
 
 MIN_SPAN = 128  # smallest attention span captured in a graph (positions are padded up to a power of two)
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .. import gpu_attention
-from ..configs import norm_eps, scales_logits
-from ..configs import text_config as config_text
+from . import gpu_attention
+from ..models.configs import norm_eps, scales_logits
+from ..models.configs import text_config as config_text
 from .graphs import compiled_fn
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")

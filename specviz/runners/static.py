@@ -27,14 +27,14 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from .. import gpu_attention
+from . import gpu_attention
 from . import exact as exact_mode
-from ..clock import device_clock
-from ..configs import head_dim, kv_heads, norm_eps
+from .clock import device_clock
+from ..models.configs import head_dim, kv_heads, norm_eps
 from ..options import EngineOptions
-from ..runner import CausalRunner
+from .causal import CausalRunner
 from ..settings import MAX_GAMMA, MAX_TREE
-from ..tree import check_tree, depths as tree_depths, unpack_visibility, visibility_words
+from ..rule.tree import check_tree, depths as tree_depths, unpack_visibility, visibility_words
 from .graphs import (MIN_SPAN, CapturedGraph, capture_graph, compiled_fn, graph_span, next_power_of_two,
     no_cudnn_attention, return_workspace, take_workspace)
 from .llama import (attention_mask, decoder_layer, layer_weights, rms_norm, text_config, tree_attention_mask,

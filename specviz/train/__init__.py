@@ -69,7 +69,7 @@ def run(args) -> int:
     # the arguments are sound: only now the imports that take seconds (torch, transformers)
     import torch
 
-    from ..models import load_model
+    from ..models.loading import load_model
     from .data import DataPlan, build_dataset, load_dataset, save_dataset
     from .trainer import TrainOptions, train, write_json
 
@@ -136,7 +136,7 @@ def write_datastore(target, data: dict, out: Path, command: str, log) -> int:
     """OUT/datastore.npz and OUT/config.json: every answer of the data set (the prompts are left out: drafts
     guess what the target writes). `target` (a LoadedModel) gives the vocabulary; where it wrote the data, it
     is the model already loaded for that."""
-    from ..datastore import Datastore
+    from ..proposers.datastore import Datastore
 
     answers = [ids[length:] for ids, length in zip(data["sequences"], data["prompt_lengths"])]
     meta = {"trained_for": {"name": target.name, "vocab_size": target.vocab_size}, "command": command,

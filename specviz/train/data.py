@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..models import LoadedModel
-from ..runner import _cache_keyword, new_cache
-from ..sampling import warp_probs
+from ..models.loading import LoadedModel
+from ..runners.causal import _cache_keyword, new_cache
+from ..rule.sampling import warp_probs
 from ..settings import DecodeSettings
 
 # Opening words of user turns, written for this project; the target completes each one (Magpie).

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import InvalidSettingError
-from ..models import LoadedModel
+from ..models.loading import LoadedModel
 from ..proposers.checkpoints import read_medusa_blocks, save_eagle, save_medusa
 from ..proposers.distilled import build_draft_model, draft_config, save_distilled, spread_layers, start_from_target
 from ..proposers.draft_head import TargetParts

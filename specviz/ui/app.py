@@ -1,6 +1,6 @@
 """The Gradio app: the Run tab's widgets and events, and the frames that show a LiveRun in them.
 
-Handlers never hold models (they live in specviz.models' process-wide registry) or engine state in gr.State
+Handlers never hold models (they live in specviz.models.loading' process-wide registry) or engine state in gr.State
 (it is deep-copied per session): a session's run lives in live.py's session table, keyed by gradio's
 session hash. Streaming handlers poll a worker thread and send as few updates as pacing.Pacer lets
 through: a token update at most every TOKEN_INTERVAL, a chart update every CHART_INTERVAL (docs/design.md,
@@ -20,11 +20,11 @@ from starlette.middleware import Middleware
 
 from ..api import check_drafter
 from ..errors import MissingDrafterError, SpecvizError
-from ..models import DEFAULT_MODEL
+from ..models.loading import DEFAULT_MODEL
 from ..options import EngineOptions
 from ..proposers import METHODS
 from ..proposers.distilled import DISTILLED
-from ..public import PRESETS, preset_bytes
+from .public import PRESETS, preset_bytes
 from . import charts, render, view
 from .admission import REPLAY, REPLAYS, admit_fairly
 from .batch_tab import BatchTab

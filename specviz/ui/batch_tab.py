@@ -12,12 +12,12 @@ from collections.abc import Iterator
 import gradio as gr
 
 from ..api import batch_drafting, encode, make_proposer, warm_up
-from ..batch import decode_batch, forward_cost
-from ..batch_bench import batches_of, parse_batch_sizes, row_of, summarize_batches
+from ..engine.batch import decode_batch, forward_cost
+from ..measure.batch_bench import batches_of, parse_batch_sizes, row_of, summarize_batches
 from ..errors import SpecvizError
 from ..lessons.batch_size import batch_sentence as verdict_line
 from ..lessons.batch_size import prompts_for
-from ..plausibility import BUSY
+from ..measure.plausibility import BUSY
 from ..proposers.checkpoints import load_draft_model
 from ..settings import DecodeSettings
 from . import charts, live, render

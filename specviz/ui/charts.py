@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from ..cost_curve import CostPoint
-from ..metrics import per_position_acceptance
-from ..records import StepRecord, TopTokens
+from ..measure.cost_curve import CostPoint
+from ..records.metrics import per_position_acceptance
+from ..records.schema import StepRecord, TopTokens
 from .view import Theory, accepted_length_counts, speedup_curve
 
 COLOURS = {"accepted": "#004488", "rejected": "#BB5566", "resampled": "#DDAA33", "bonus": "#228833",

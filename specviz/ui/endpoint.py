@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterator, Sequence
 import gradio as gr
 
 from .. import api
-from ..engine import SpeculativeRun
+from ..engine.run import SpeculativeRun
 from ..errors import SpecvizError
-from ..models import DEFAULT_MODEL
+from ..models.loading import DEFAULT_MODEL
 from ..proposers import PlainProposer
 from . import live
 from .admission import LEDGER, address_of

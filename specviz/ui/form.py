@@ -9,9 +9,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..errors import InvalidSettingError, SpecvizError
-from ..models import DEFAULT_MODEL
+from ..models.loading import DEFAULT_MODEL
 from ..proposers import METHODS
-from ..public import SHIPPED_DRAFTERS, Profile, check_model
+from .public import SHIPPED_DRAFTERS, Profile, check_model
 from ..settings import DecodeSettings, check_prompt_text
 
 MAX_NEW_TOKENS = 512  # the app's and the API's limit: a shared machine serves several users

@@ -12,7 +12,7 @@ and with it the models it loaded and the CUDA graphs it captured (gpu_worker.py:
 call on its worker prepared, within CAPTURE_SECONDS).
 
 Elsewhere gpu() leaves a function as it is. SPECVIZ_FORK_GPU=1 runs each call the way spaces does
-(specviz/zero_emulation.py: a forked worker, reused while idle; arguments and records pickled, a stop event,
+(specviz/ui/zero_emulation.py: a forked worker, reused while idle; arguments and records pickled, a stop event,
 exceptions reduced to their class name), so that the ZeroGPU path is tried on any machine (tests/test_ui_fork.py)."""
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ import os
 import threading
 from collections import Counter
 
-from .. import gpu_worker, zero_emulation
-from ..gpu_worker import CAPTURE_SECONDS, DURATION  # the engine's, so that scripts without gradio share them
-from ..zero_emulation import WorkerError
+from . import gpu_worker, zero_emulation
+from .gpu_worker import CAPTURE_SECONDS, DURATION  # the engine's, so that scripts without gradio share them
+from .zero_emulation import WorkerError
 
 
 def _zero_gpu():

@@ -23,8 +23,8 @@ from ..lessons.catalogue import plain as plain_record
 from ..lessons.common import megabytes as _mb
 from ..lessons.progress import Progress, left_text, progress_of, time_left
 from ..lessons.saved import SavedLesson, SavedLessonError, load_lessons
-from ..models import DEFAULT_MODEL
-from ..theory import expected_speedup
+from ..models.loading import DEFAULT_MODEL
+from ..rule.theory import expected_speedup
 from . import charts, live, render
 from .endpoint import charge_of, form_handler, pull, stopped_message
 from .form import message_of, read_form
@@ -512,7 +512,7 @@ class LearnTab:
         greedy = gr.Markdown(elem_id="sv-learn-exact-greedy")
         figure = gr.Plot(label="next-token histograms", elem_id="sv-learn-exact-plot")
         sentence = gr.Markdown(elem_id="sv-learn-exact-sentence")
-        gr.Markdown("The wrong verifier (`specviz.verify.verify_sampled_without_residual`) accepts as the real one "
+        gr.Markdown("The wrong verifier (`specviz.rule.verify.verify_sampled_without_residual`) accepts as the real one "
                     "does but, after a rejection, draws from the target's p instead of norm(max(0, p − q)): the "
                     "drafter's favourite gets a second chance. The test must catch it.")
 

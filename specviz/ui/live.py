@@ -11,7 +11,7 @@ the browser that draws the run: they take turns in short slices (the speculative
 engine time, then plain decoding until it has written as many tokens), so that a busy stretch of the machine
 lands on both; each update the page is sent holds the engine for a moment (LiveRun.hold), so that the page
 draws it between steps rather than during one; and the speedup is checked against the run's own figures
-(specviz.plausibility) before it is stated without a note.
+(specviz.measure.plausibility) before it is stated without a note.
 """
 from __future__ import annotations
 
@@ -30,20 +30,20 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..api import encode, make_proposer, warm_up
-from ..engine import SpeculativeRun
+from ..engine.run import SpeculativeRun
 from ..errors import SpecvizError
-from ..gpu_worker import Preparation, needs_preparing, this_worker
-from ..gpu_worker import prepare as prepare_in_worker
-from ..model_pool import ModelPool
-from ..models import DEFAULT_MODEL, LoadedModel, load_model, pick_device, pick_dtype
+from .gpu_worker import Preparation, needs_preparing, this_worker
+from .gpu_worker import prepare as prepare_in_worker
+from .model_pool import ModelPool
+from ..models.loading import DEFAULT_MODEL, LoadedModel, load_model, pick_device, pick_dtype
 from ..options import EngineOptions
-from ..plausibility import speedup_doubt, step_durations
+from ..measure.plausibility import speedup_doubt, step_durations
 from ..proposers import PlainProposer
 from ..proposers.checkpoints import load_draft_model
 from ..proposers.distilled import DISTILLED
-from ..metrics import summarize
-from ..public import Profile, check_prompt_tokens, profile_from_env
-from ..records import RunResult, StepRecord
+from ..records.metrics import summarize
+from .public import Profile, check_prompt_tokens, profile_from_env
+from ..records.schema import RunResult, StepRecord
 from ..runners.graphs import graph_span
 from ..settings import DecodeSettings
 from .cancel import Cancel
@@ -485,7 +485,7 @@ class LiveRun:
 
     @property
     def doubt(self) -> str | None:
-        """Why the speedup is not to be trusted (specviz.plausibility), or None: also None before it exists."""
+        """Why the speedup is not to be trusted (specviz.measure.plausibility), or None: also None before it exists."""
         speedup = self.speedup
         if speedup is None:
             return None

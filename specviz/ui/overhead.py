@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     import torch
 
     from ..api import encode, make_proposer, run_once
-    from ..models import load_model
+    from ..models.loading import load_model
     from ..proposers import PlainProposer
     from ..settings import DecodeSettings
     from . import live

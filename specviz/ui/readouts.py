@@ -12,10 +12,10 @@ from pathlib import Path
 from gradio.components.plot import PlotData
 
 from ..api import first_difference, logit_margin
-from ..models import DEFAULT_MODEL, default_source
-from ..plausibility import noise_note
+from ..models.loading import DEFAULT_MODEL, default_source
+from ..measure.plausibility import noise_note
 from ..proposers.distilled import DISTILLED
-from ..records import RunResult, StepRecord, TokenRecord
+from ..records.schema import RunResult, StepRecord, TokenRecord
 from . import render, view
 from .live import BASELINE, FAILED, PAUSED, READY, RUNNING, STOPPED, LiveRun, SteppedRun
 
@@ -131,7 +131,7 @@ def waits_note(raced: bool, paused: bool, drawn_here: bool) -> str:
 def headline(run: LiveRun) -> str:
     """The finished run's result in one line, for the status line in the first screen (the summary card is
     below the fold on a projector): the speedup and tau, and on a second line the note when the speedup failed
-    its check (specviz.plausibility)."""
+    its check (specviz.measure.plausibility)."""
     spec = run.speculative
     if not spec.done:
         return ""

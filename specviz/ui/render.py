@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 from collections.abc import Collection
 
-from ..records import RunMetrics, TokenKind, TokenRecord
+from ..records.schema import RunMetrics, TokenKind, TokenRecord
 from .view import FirstDifference, Theory, difference_cause
 
 SHOWN_KINDS = (TokenKind.ACCEPTED, TokenKind.REJECTED, TokenKind.RESAMPLED, TokenKind.BONUS, TokenKind.TARGET)

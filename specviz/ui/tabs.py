@@ -9,13 +9,13 @@ from collections.abc import Iterator
 import gradio as gr
 
 from ..api import check_drafter, first_difference
-from ..cost_curve import latest_points, measure_cost_curve
+from ..measure.cost_curve import latest_points, measure_cost_curve
 from ..lessons.forward_cost import curve_sentence
-from ..engine import SpeculativeRun
+from ..engine.run import SpeculativeRun
 from ..errors import MissingDrafterError, SpecvizError
-from ..measured import load_measured
-from ..oracle import oracle_figures
-from ..plausibility import BUSY, noise_note, speedup_doubt
+from ..measure.measured import load_measured
+from ..records.oracle import oracle_figures
+from ..measure.plausibility import BUSY, noise_note, speedup_doubt
 from ..proposers import METHODS
 from . import charts, live, render, view
 from .endpoint import form_handler, pull, stopped_message
@@ -96,7 +96,7 @@ def compare_records(request: RunRequest, methods: tuple[str, ...]) -> Iterator[t
 
 
 def compare_doubt(plain: StepLog | None, run: StepLog) -> str | None:
-    """Why a method's speedup over plain decoding is not to be trusted (specviz.plausibility, the Run tab's
+    """Why a method's speedup over plain decoding is not to be trusted (specviz.measure.plausibility, the Run tab's
     check, on each run's own steps in engine time), or None: also None for plain decoding itself."""
     if plain is None or run is plain or run.method == "plain":
         return None

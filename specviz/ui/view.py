@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..metrics import summarize
-from ..oracle import accepted_length_histogram
-from ..records import RunMetrics, StepRecord
-from ..theory import best_gamma, expected_speedup, expected_tokens_per_step
+from ..records.metrics import summarize
+from ..records.oracle import accepted_length_histogram
+from ..records.schema import RunMetrics, StepRecord
+from ..rule.theory import best_gamma, expected_speedup, expected_tokens_per_step
 
 GAMMA_CURVE_MAX = 16
 
@@ -171,7 +171,7 @@ def accepted_lengths_text(counts: list[int] | None, undrafted: int = 0) -> str:
     return f"{text} (+{undrafted} no draft)" if undrafted else text
 
 
-NOISY = " (noisy)"  # after a figure that failed its plausibility check (specviz.plausibility); the note says why
+NOISY = " (noisy)"  # after a figure that failed its plausibility check (specviz.measure.plausibility); the note says why
 
 
 def compare_row(row: dict) -> list:

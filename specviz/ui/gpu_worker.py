@@ -22,9 +22,9 @@ import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from .errors import SpecvizError
-from .options import EngineOptions
-from .runners.graphs import CaptureDeadline, capture_deadline, graphs_captured
+from ..errors import SpecvizError
+from ..options import EngineOptions
+from ..runners.graphs import CaptureDeadline, capture_deadline, graphs_captured
 
 DURATION = 120  # seconds a ZeroGPU call may hold its GPU (the app's: a whole run with its plain baseline)
 CAPTURE_SECONDS = DURATION / 4  # the most a call spends capturing CUDA graphs before its run goes on without

@@ -20,11 +20,11 @@ from functools import partial
 
 import torch
 
-from .engine import SpeculativeRun
-from .models import LoadedModel
-from .proposers import Proposer
-from .sampling import warp_probs
-from .settings import DecodeSettings
+from ..engine.run import SpeculativeRun
+from ..models.loading import LoadedModel
+from ..proposers import Proposer
+from ..rule.sampling import warp_probs
+from ..settings import DecodeSettings
 
 REST = ("rest",)  # the pooled cell: every outcome whose expected count is below the minimum
 MIN_EXPECTED = 5.0  # chi-square's usual rule: cells expected fewer times are pooled

@@ -13,17 +13,17 @@ from pathlib import Path
 
 import torch
 
-from .clock import device_clock
-from .api import encode, first_difference, make_proposer, run_once, warm_up
-from .errors import InvalidSettingError
+from ..runners.clock import device_clock
+from ..api import encode, first_difference, make_proposer, run_once, warm_up
+from ..errors import InvalidSettingError
 from .energy import energy_lines, energy_meter
 from .floor import describe_floor, weight_read_floor
-from .models import load_model
-from .oracle import pooled_histogram, run_oracle
-from .methods import METHODS, parse_method  # noqa: F401  (parse_method: bench's METHOD:GAMMA[:TREE][@STOP])
-from .proposers import PlainProposer
-from .proposers.checkpoints import load_draft_model
-from .settings import DecodeSettings
+from ..models.loading import load_model
+from ..records.oracle import pooled_histogram, run_oracle
+from ..methods import METHODS, parse_method  # noqa: F401  (parse_method: bench's METHOD:GAMMA[:TREE][@STOP])
+from ..proposers import PlainProposer
+from ..proposers.checkpoints import load_draft_model
+from ..settings import DecodeSettings
 
 HF_BASELINES = ("hf-generate", "hf-prompt-lookup", "hf-assisted")
 

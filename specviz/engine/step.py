@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import tree as trees
-from . import verify as verification
-from .proposers import Draft, Feedback, Proposer
-from .sampling import warp_probs
-from .settings import DecodeSettings
+from ..rule import tree as trees
+from ..rule import verify as verification
+from ..proposers import Draft, Feedback, Proposer
+from ..rule.sampling import warp_probs
+from ..settings import DecodeSettings
 
 
 @dataclass

@@ -18,18 +18,18 @@ from collections.abc import Callable, Iterator
 import torch
 
 from . import step
-from . import verify as verification
-from .clock import device_clock
+from ..rule import verify as verification
+from ..runners.clock import device_clock
 from .device_loop import DeviceLoop
-from .errors import InvalidSettingError
-from .metrics import summarize
-from .models import LoadedModel
-from .options import EngineOptions
-from .proposers import Proposer
-from .records import RunResult, StepRecord, TokenKind, TokenRecord
-from .runners.static import make_runner
-from .sampling import make_generator
-from .settings import DecodeSettings
+from ..errors import InvalidSettingError
+from ..records.metrics import summarize
+from ..models.loading import LoadedModel
+from ..options import EngineOptions
+from ..proposers import Proposer
+from ..records.schema import RunResult, StepRecord, TokenKind, TokenRecord
+from ..runners.static import make_runner
+from ..rule.sampling import make_generator
+from ..settings import DecodeSettings
 from .step_records import TOP_N, StepTiming, accepted_in_output, figures_from_device, figures_from_logits, step_record
 from .text import IncrementalDetokenizer
 

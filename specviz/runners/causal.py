@@ -11,7 +11,8 @@ import inspect
 import torch
 from transformers import DynamicCache
 
-from .configs import scales_logits, text_config
+from ..models.configs import scales_logits, text_config
+from ..models.loading import input_device
 
 
 def _cache_keyword(model) -> str:
@@ -52,15 +53,6 @@ def layer_keys_values(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(layer.keys, layer.values) for layer in cache.layers]
     return [(k, v) for k, v in zip(cache.key_cache, cache.value_cache)]
 
-
-def input_device(model: torch.nn.Module) -> torch.device:
-    """Where token ids go in: the input embedding's device. A model sharded with a device map spans several
-    devices; accelerate's hooks move activations between them."""
-    weight = model.get_input_embeddings().weight
-    if weight.device.type != "meta":
-        return weight.device
-    placed = [p.device for p in model.parameters() if p.device.type != "meta"]
-    return placed[0] if placed else torch.device("cpu")
 
 
 class CausalRunner:

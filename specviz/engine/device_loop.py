@@ -53,15 +53,15 @@ from dataclasses import dataclass
 
 import torch
 
-from . import tree as trees
-from .options import EngineOptions
-from .proposers.base import DeviceLookup
-from .records import TopTokens
-from .runners.graphs import MIN_SPAN, capture_graph, compiled_static, graph_span
-from .runners.static import StaticRunner
-from .sampling import DeviceWarp, draw_with_noise, exponential_noise, warp_with
-from .tree_device import walk_tree, walk_tree_sampled
-from .verify import accept_sampled, next_distribution
+from ..rule import tree as trees
+from ..options import EngineOptions
+from ..proposers.base import DeviceLookup
+from ..records.schema import TopTokens
+from ..runners.graphs import MIN_SPAN, capture_graph, compiled_static, graph_span
+from ..runners.static import StaticRunner
+from ..rule.sampling import DeviceWarp, draw_with_noise, exponential_noise, warp_with
+from ..rule.tree_device import walk_tree, walk_tree_sampled
+from ..rule.verify import accept_sampled, next_distribution
 
 
 # acceptance: pure tensor functions ---------------------------------------------------------------------------

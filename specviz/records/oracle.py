@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .records import RunMetrics, RunResult, StepRecord
+from .schema import RunMetrics, RunResult, StepRecord
 
 
 def accepted_length_histogram(steps: list[StepRecord], gamma: int) -> list[int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .errors import ModelLoadError
+from ..errors import ModelLoadError
 
 PREFIX = "random:"
 

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .proposers import Draft, Feedback, Proposer
-from .proposers.draft_model import common_prefix_length, to_target_vocabulary
-from .options import EngineOptions
-from .runners.batched import batched_runner, give_back
-from .sampling import draw, warp_probs
-from .settings import DecodeSettings
+from ..proposers import Draft, Feedback, Proposer
+from ..proposers.draft_model import common_prefix_length, to_target_vocabulary
+from ..options import EngineOptions
+from ..runners.batched import batched_runner, give_back
+from ..rule.sampling import draw, warp_probs
+from ..settings import DecodeSettings
 
 
 class RowProposers:

@@ -14,13 +14,13 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from .api import batch_drafting, check_batchable, encode, make_proposer, resolve_models, warm_up
-from .batch import BatchRun, decode_batch, single_proposer
+from ..api import batch_drafting, check_batchable, encode, make_proposer, resolve_models, warm_up
+from ..engine.batch import BatchRun, decode_batch, single_proposer
 from .bench import device_info, load_prompts
-from .methods import parse_batch_sizes, parse_method  # noqa: F401  (re-exported: bench's argument syntax)
-from .errors import InvalidSettingError
-from .options import EngineOptions
-from .settings import DecodeSettings
+from ..methods import parse_batch_sizes, parse_method  # noqa: F401  (re-exported: bench's argument syntax)
+from ..errors import InvalidSettingError
+from ..options import EngineOptions
+from ..settings import DecodeSettings
 
 
 def batches_of(items: list, size: int) -> list[list]:

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .records import DraftPosition, StepRecord, TokenKind, TokenRecord, TopTokens
-from .sampling import display_probs
-from .settings import DecodeSettings
-from .verify import Verdict
+from ..records.schema import DraftPosition, StepRecord, TokenKind, TokenRecord, TopTokens
+from ..rule.sampling import display_probs
+from ..settings import DecodeSettings
+from ..rule.verify import Verdict
 
 TOP_N = 20  # tokens of p and q kept per position for the inspector
 

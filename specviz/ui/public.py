@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SpecvizError
+from ..errors import SpecvizError
 
 DEFAULT_MODEL = "default"  # the same name as models.DEFAULT_MODEL, without importing torch here
 SHIPPED_DRAFTERS = ("distilled",)  # drafter names that load files shipped in assets/drafters

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DrafterMismatchError, ModelLoadError
+from ..errors import DrafterMismatchError, ModelLoadError
 
 PAD = 128  # the longest continuation read (the separators after the last text make room for it)
 

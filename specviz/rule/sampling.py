@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .settings import DecodeSettings
+from ..settings import DecodeSettings
 
 
 def warp_probs(logits: torch.Tensor, settings: DecodeSettings) -> torch.Tensor:

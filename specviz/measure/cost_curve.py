@@ -8,11 +8,11 @@
 
 The K curve is specviz.runners.static.cost_curve, one K at a time (so that the app can show progress and let other
 users' steps in between); the batch curve runs transformers' own forward, as any batched server would, with
-every cache call through specviz.runner (batch.forward_cost times the batch loop's runner instead, for the Batch
+every cache call through specviz.runners.causal (batch.forward_cost times the batch loop's runner instead, for the Batch
 tab and lesson 5). No UI imports (this runs on the GPU machine too).
 
 On a shared machine a busy moment can slow one point: a wider forward then measures cheaper than a narrower one,
-which it cannot be (specviz.plausibility.wider_cheaper). Both points of such a pair are measured again, up to
+which it cannot be (specviz.measure.plausibility.wider_cheaper). Both points of such a pair are measured again, up to
 RECHECKS times, each keeping the lower of its times (a busy machine only adds time); a point measured again is
 yielded again, and a caller keeps the last point of each width.
 """
@@ -24,12 +24,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .clock import device_clock
-from .runners.static import cost_curve as fast_cost_curve
-from .runners.static import make_runner
-from .models import LoadedModel
+from ..runners.clock import device_clock
+from ..runners.static import cost_curve as fast_cost_curve
+from ..runners.static import make_runner
+from ..models.loading import LoadedModel
 from .plausibility import wider_cheaper
-from .runner import _cache_keyword, drop_last, input_device, new_cache
+from ..models.loading import input_device
+from ..runners.causal import _cache_keyword, drop_last, new_cache
 
 POSITIONS = tuple(range(1, 17))
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)

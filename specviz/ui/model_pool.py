@@ -1,4 +1,4 @@
-"""Models a server loads for its requests, kept within a memory budget (specviz.public): what a model needs is
+"""Models a server loads for its requests, kept within a memory budget (specviz.ui.public): what a model needs is
 estimated from its config before anything of it loads, and models that no request uses are unloaded, least
 recently used first, to make room. Without a budget (a local user), loading another model unloads every model
 that no run uses, as the app always did, so that switching models never piles them up in memory."""
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from .errors import ModelLoadError
-from .models import DEFAULT_MODEL, LoadedModel, loaded_models, unload_all
+from ..errors import ModelLoadError
+from ..models.loading import DEFAULT_MODEL, LoadedModel, loaded_models, unload_all
 from .public import PRESETS, SHIPPED_DRAFTERS, evictions, needed_bytes, parameters
-from .random_target import is_random_target, parse_shape
+from ..models.random_target import is_random_target, parse_shape
 
 
 def shape_of(config) -> dict | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .bench import summarize_results
 
-MEASURED = Path(__file__).resolve().parent.parent / "assets" / "measured" / "drafters-on-spec-bench.json"
+MEASURED = Path(__file__).resolve().parents[2] / "assets" / "measured" / "drafters-on-spec-bench.json"
 
 
 def measured_run(label: str, doc: str, reports: list[dict]) -> dict:

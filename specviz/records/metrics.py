@@ -1,7 +1,7 @@
 """Run metrics, defined as vLLM, SGLang and llama.cpp define them (docs/design.md)."""
 from __future__ import annotations
 
-from .records import RunMetrics, StepRecord
+from .schema import RunMetrics, StepRecord
 
 
 def per_position_acceptance(steps: list[StepRecord]) -> list[float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .models import LoadedModel
+from .loading import LoadedModel
 from .random_target import word_tokenizer
 
 
