@@ -128,8 +128,8 @@ def batch_drafting(method: str, target: LoadedModel, draft: LoadedModel | None =
 def default_lookup(target: LoadedModel) -> str:
     """What `adaptive` looks up by default beside a model drafter. On a CPU, retrieval (where a datastore
     ships for the target): its lookup is nothing beside a forward there, and it finds more than the sequence
-    alone. On a GPU, n-gram lookup: there the datastore's lookup is a real share of a step. The measurements:
-    docs/benchmarks/2026-11-27-6f4be49-where-2-5x-stands-on-the-gpu-measured-adaptive-on-the-cpu.md."""
+    alone. On a GPU, n-gram lookup: there the datastore's lookup is a real share of a step (docs/performance.md
+    has the measurements)."""
     if target.device.type == "cpu" and shipped_drafter_exists("retrieval", target):
         return "retrieval"
     return "ngram"

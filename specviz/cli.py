@@ -18,11 +18,10 @@ from .settings import MAX_TREE, DecodeSettings
 
 EXIT_BAD_INPUT = 2
 # check-exactness's default prompt for each method: one on which its drafts are both accepted and rejected often
-# enough to test both paths of the verifier (on the default model, 12-15 runs of 4 tokens at temperature 1: the
-# lookups and adaptive accepted about half their drafts on a pattern sent as is, 0-10% on a chat question, Medusa
-# 23% and 14%; EAGLE and the draft model the other way round, 44% and 31% on the question, 14% and 6% on the
-# pattern). Early exit at its default cut (a quarter of the layers) accepted 0-5% on both: the check cuts it at
-# 7/8 (12% on the question), unless --exit-layer says otherwise.
+# enough to test both paths of the verifier. The lookups, adaptive and Medusa accept most on a pattern sent as is;
+# EAGLE and the draft model, which learnt the target's chat answers, on a chat question. Early exit at its default
+# cut (a quarter of the layers) accepts next to nothing on either: the check cuts it at 7/8, unless --exit-layer
+# says otherwise.
 EXACTNESS_PROMPT = "Name one animal, one colour and one city."
 PATTERN_PROMPT = "one two three four five, " * 4 + "one two"  # sent without the chat template
 PATTERN_METHODS = ("ngram", "retrieval", "adaptive", "medusa")
@@ -281,8 +280,8 @@ def bench_batches(args, methods: list[str]) -> int:
 def exactness_dtype(requested: str) -> str:
     """check-exactness's dtype: float32 unless one is asked for. The exact distribution comes from plain
     transformers forwards and the runs from the engine's; in bfloat16 the two round differently, and a peaked
-    distribution shows it (Medusa on an H200: fails in bfloat16 on the host loop and the device loop alike,
-    passes in float32)."""
+    distribution shows it (Medusa's: in bfloat16 it fails on the host loop and the device loop alike, in float32
+    it passes)."""
     return "float32" if requested == "auto" else requested
 
 

@@ -26,7 +26,7 @@ LEAST_PROMPTS = 4  # every batch size decodes at least this many prompts: the th
 
 def prompts_for(chosen: list, size: int) -> list:
     """The prompts one batch size decodes: one full batch, and at least LEAST_PROMPTS. Small batches decode
-    slowest (batch 1 of all eight prompts took a third of the lesson on 2 CPU cores), and the speedup at a size
+    slowest (on a small CPU, batch 1 over every prompt of the largest batch is a large share of the lesson), and the speedup at a size
     compares plain and speculative decoding of the same batches, so fewer prompts there keep it fair."""
     return chosen[:max(size, min(LEAST_PROMPTS, len(chosen)))]
 

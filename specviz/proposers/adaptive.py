@@ -141,7 +141,7 @@ class AdaptiveProposer(Proposer):
         self.name = f"adaptive({base.name})" if lookup is None else f"adaptive({lookup.name}+{base.name})"
         self.needs_target_hidden = base.needs_target_hidden
         # a base that costs something and drafts trees (EAGLE, Medusa): each step weighs its tree against the
-        # lookup's chain and a plain step; a free base (n-gram lookup) drafts chains: on a GPU trees did not pay
+        # lookup's chain and a plain step; a free base (n-gram lookup) drafts chains: on a GPU its chains pay better than its trees
         self.drafts_trees = base.drafts_trees and not base.free_drafts
         self.drafts_on_host = base.drafts_on_host and (lookup is None or lookup.drafts_on_host)
         self.warmup_steps = warmup_steps

@@ -59,7 +59,7 @@ class EagleProposer(Proposer):
     @torch.inference_mode()
     def warm_up(self, max_length: int, gamma: int, tree: int) -> None:
         """Capture (on a CUDA GPU, and compile) the tree-drafting graph that runs of up to max_length tokens
-        with this gamma and tree will replay, before anything is timed: compiling it takes 15-30 s. The graph
+        with this gamma and tree will replay, before anything is timed: compiling it takes tens of seconds. The graph
         stays with the drafter's pool of caches for the runs after."""
         parts = self.drafter.parts
         if not tree or gamma < 1 or parts.device.type != "cuda" or not self.options.graphs:

@@ -1,8 +1,8 @@
 """EAGLE-2's dynamic draft tree as fixed-shape tensor work, so that a whole tree step runs on the device
 without a host round trip, and on a CUDA GPU as one captured graph.
 
-Why: drafting a tree node by node on the host cost several verify passes' time a step (seven eager drafter
-passes, each followed by a host sync to choose the next nodes; docs/benchmarks has the runs). Here every
+Why: drafting a tree node by node on the host costs several verify passes' time a step (seven eager drafter
+passes, each followed by a host sync to choose the next nodes; docs/performance.md has the figures). Here every
 choice is a top-k on the device, and the drafter's keys and values live in a static cache written by slot:
 
 - slots 0 .. prefix - 1 hold the positions computed from the target's own features (position i at slot i);
@@ -198,7 +198,7 @@ class TreeDrafting:
     def catch_up(self, features: torch.Tensor, token_ids: torch.Tensor) -> None:
         """Feed positions length .. length + K - 1, no tree: a prompt's features, or those of steps that others
         drafted (adaptive's lookup and plain steps). With graphs, CATCH_UP_ROWS positions a replay of one
-        captured graph: fed eagerly, every new count was new work for the allocator and kernels, more than a
+        captured graph: fed eagerly, every new count is new work for the allocator and kernels, more than a
         whole tree step."""
         if not self.use_graphs:
             return self.prefill(features, token_ids)
@@ -310,7 +310,7 @@ _compile_failed = False
 
 def _compiled_draft_tree():
     """draft_tree through torch.compile (shapes static: a graph captures one (gamma, width, budget, capacity)):
-    uncompiled, a step of seven depths was as long as the verify pass, in small kernels."""
+    uncompiled, a step of seven depths is as long as the verify pass, in small kernels."""
     global _compiled
     if _compiled is None:
         _compiled = torch.compile(draft_tree, dynamic=False)

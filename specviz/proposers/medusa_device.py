@@ -4,7 +4,7 @@ head's likeliest tokens (MedusaProposer's tree, tree.product_tree).
 
 The heads share their work: one hidden state goes through every head's residual blocks as one batched product
 a block (the heads' weights stacked once), and heads that share an output layer (those trained here: the
-target's rows for their draft vocabulary) score all heads' features in one product. On the host each head was
+target's rows for their draft vocabulary) score all heads' features in one product. On the host each head is
 its own chain of kernels and its own full-vocabulary output layer. The hidden state is the target's at the
 position before the last token, handed over by observe() inside the verify graph. Nothing here reads a value
 back to the host; the drafts are MedusaProposer's (tests compare them step by step).

@@ -101,8 +101,8 @@ def warp_with(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tens
 @torch.compiler.disable
 def mass_before(sorted_probs: torch.Tensor) -> torch.Tensor:
     """The probability mass before each entry of rows sorted in descending order. Kept out of torch.compile:
-    Inductor (torch 2.11, CUDA) failed to generate code for the split scan it chose over a 16k-token row, and the
-    run fell back to the host loop; eagerly it is one kernel, captured in the step's graph all the same."""
+    Inductor can fail to generate code for the split scan it chooses over a row as long as a vocabulary, and the
+    run would then fall back to the host loop; eagerly it is one kernel, captured in the step's graph all the same."""
     return sorted_probs.cumsum(-1) - sorted_probs
 
 

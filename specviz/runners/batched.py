@@ -86,7 +86,7 @@ class BatchedRunner:
         self.layers = [layer_weights(layer) for layer in decoder.layers]
         head = model.get_output_embeddings()
         self.head = head.weight.detach()
-        # MKL's products repack the weights each call: on a CPU the batch-1 step took twice the fast path's
+        # MKL's products repack the weights each call: on a CPU that makes a batch-1 step twice the fast path's
         self.use_onednn = options.onednn and onednn_allowed(self.device, self.dtype, parameter_bytes(model))
         self.layer_tensors, self.head_matrix, self.linear = model_matrices(decoder, self.layers, head,
                                                                            self.use_onednn)

@@ -1,5 +1,5 @@
 """A causal LM together with its KV cache. Every call on a transformers cache lives in this module, because
-the cache API moves between transformers releases (docs/design.md, "Pitfalls": 5.17 on the GPU machine, 5.24 here).
+the cache API moves between transformers releases (docs/design.md, "Pitfalls").
 
 The runner keeps the invariant `cache holds exactly the first `length` tokens of the sequence`: forward()
 appends tokens at the end, rollback() drops rejected ones, so accepted prefixes are never recomputed.

@@ -1,8 +1,8 @@
 """Attention for a few new tokens over a static KV cache, in Triton kernels (CUDA only).
 
-Why: in a captured decode step of a small model, cuDNN's attention was a large share of the forward's kernel time
+Why: in a captured decode step of a small model, cuDNN's attention is a large share of the forward's kernel time
 for one query row, it read the whole span, and the layout around it took two more kernels: the grouped query heads
-were packed into rows and the mask repeated for them, then unpacked. These kernels read q in the layer's own
+are packed into rows and the mask repeated for them, then unpacked. These kernels read q in the layer's own
 [K, heads, D] layout, the mask as the forward built it ([K, span], shared by every layer), and writes [K,
 heads * D] for the output projection; it stops at the last slot any token may see (read from the device, so
 one captured graph serves every length up to its span). docs/fast-path.md has what it saves.

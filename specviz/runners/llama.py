@@ -177,7 +177,7 @@ def sdpa_attention(q, keys, values, mask, kv_heads: int):
 def layer_mlp(x, attention_out, weights: tuple, eps: float, linear=F.linear):
     """The rest of a decoder layer: x + attention_out (the output projection's result) [K, H] -> (that sum, the
     MLP's output, still to be added: the next layer's layer_input or the final norm adds it). A projection whose
-    result is added to x in the same compiled code became, in a captured graph, two kernels (cuBLAS copies x,
+    result is added to x in the same compiled code becomes, in a captured graph, two kernels (cuBLAS copies x,
     then adds the product); this way each product is one kernel, and each add is fused with the norm after it."""
     _, _, _, _, gate_up_w, gate_up_b, down_w, down_b, _, norm2 = weights
     x = x + attention_out
