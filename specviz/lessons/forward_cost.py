@@ -16,7 +16,7 @@ CLAIM = ("Where a forward is bound by reading the weights (a GPU at batch 1), ch
          "arithmetic binds it (a small CPU), each checked position costs. The measurement below says which holds "
          "on this device.")
 GPU_MEASUREMENT = ("On a GPU the claim holds: on an H100 this lesson measured 16 positions at 1.08× one "
-                   "(docs/benchmarks/2026-11-27-7677f46-the-lessons-timed-on-the-cpu-and-an-h100.md).")
+                   "(docs/performance.md, the lessons).")
 BOUND_BY_WEIGHTS = 2.0  # a forward of one position within this many times the weight-read floor: the reads bind it
 HEADERS = ["K (positions)", "forward ms", "× one position", "weight-read floor ms"]
 

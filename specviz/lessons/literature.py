@@ -57,7 +57,8 @@ LITERATURE = [  # all on targets of 3B and more, on accelerators, at batch 1 unl
 @dataclass
 class LeaderboardRow:
     """One method's row of Spec-Bench's leaderboard (Vicuna-7B-v1.3, greedy, fp16, batch 1), beside specviz's
-    nearest method measured over all 480 Spec-Bench prompts on an H200 (greedy, bf16, batch 1, 256 new tokens)."""
+    nearest method measured over all 480 Spec-Bench prompts on an H200 (greedy, bf16, batch 1, 256 new tokens):
+    the run the Compare tab shows (assets/measured/, specviz.measure.measured)."""
 
     method: str  # as the leaderboard names it
     a100: tuple[float, float]  # (overall speedup, mean accepted tokens) on one A100 80GB
@@ -69,7 +70,7 @@ class LeaderboardRow:
 SPEC_BENCH_SOURCE = ("Spec-Bench's Leaderboard.md (github.com/hemingkx/Spec-Bench, commit fd2c1cd of 2025-04-22): "
                      "'Leaderboard on A100', Vicuna-7B-v1.3, and 'Leaderboard on 3090': the Overall and #Mean "
                      "Accepted Tokens columns, the mean of 3 runs; PyTorch 2.5.1, greedy, FP16, batch 1")
-SPECVIZ_SOURCE = "docs/benchmarks/2026-11-28-68e964c-every-drafter-over-all-480-on-an-h200.md"
+SPECVIZ_RUN = "one H200"  # the label that the shipped run of specviz_h200's figures starts with (assets/measured/)
 
 SPEC_BENCH = [
     LeaderboardRow("EAGLE-2", (2.36, 4.34), (2.19, 4.35), "eagle:6:31", (1.13, 2.90)),
