@@ -100,3 +100,33 @@ def test_setup_says_what_it_is_doing_and_how_long_it_takes():
     minutes = re.search(r"Setup takes about (\d+) minutes on 2 cores", README).group(1)
     assert f"About {minutes} minutes on a 2-core machine" in script
     assert "--mcp" in script and (ROOT / "requirements-mcp.txt").is_file()
+
+
+def headline_figures(readme: str) -> list[tuple[str, str, str]]:
+    """(method, speedup, tau) of every row of README's headline table."""
+    section = readme.split("## Headline figures", 1)[1].splitlines()
+    start = next(i for i, line in enumerate(section) if line.startswith("|"))
+    table = section[start:next((i for i in range(start, len(section)) if not section[i].startswith("|")), len(section))]
+    rows = []
+    for line in table:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and re.match(r"\d+\.\d\dx", cells[3]):
+            rows.append((re.search(r"`([^`]+)`", cells[2]).group(1), cells[3].split("x")[0] + "x", cells[4]))
+    return rows
+
+
+def missing_from_performance(readme: str, performance: str) -> list[tuple[str, str, str]]:
+    """README's headline rows whose speedup or tau docs/performance.md does not state beside the method."""
+    return [row for row in headline_figures(readme)
+            if row[0] not in performance or row[1] not in performance or row[2] not in performance]
+
+
+@pytest.mark.quick
+def test_readme_headline_figures_are_the_ones_docs_performance_states():
+    performance = (ROOT / "docs" / "performance.md").read_text()
+    rows = headline_figures(README)
+    assert len(rows) >= 10 and ("retrieval:16:31", "2.79x", "3.33") in rows
+    assert missing_from_performance(README, performance) == []
+    # the control: a headline figure changed in README alone is caught
+    changed = README.replace("| 2.79x (801", "| 2.97x (801")
+    assert missing_from_performance(changed, performance) == [("retrieval:16:31", "2.97x", "3.33")]
