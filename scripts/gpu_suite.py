@@ -156,6 +156,13 @@ SUITES: dict[str, Suite] = {
                                 "weights): loaded, and what drafting costs (scripts/gpu_published_drafters.py)", (
         Step("published-drafters", "scripts.gpu_published_drafters", ("--out", "{out}")),
     )),
+    "app": Suite("the web app served against the library on one prompt: its tok/s over the library's, ngram and "
+                 "retrieval (scripts/gpu_app_check.py; needs the app's wheels installed, docs/gpu.md)", (
+        Step("app-ngram", "scripts.gpu_app_check", ("--out", "{out}/app-ngram", "--method", "ngram", "--gamma", "8",
+                                                    "--repeats", "5")),
+        Step("app-retrieval", "scripts.gpu_app_check", ("--out", "{out}/app-retrieval", "--method", "retrieval",
+                                                        "--gamma", "16", "--repeats", "5")),
+    )),
 }
 
 OVERRIDES = ("methods", "per_category", "prompts", "max_new_tokens", "device")
