@@ -204,12 +204,7 @@ def adjusted(step: Step, options: argparse.Namespace, prompts: str) -> Step:
 
 def command(step: Step, out: str, part: str) -> list[str]:
     """The step's command line, ready to run from the repository's root."""
-    args = [a.format(out=out, part=part) for a in step.args]
-    if step.tool == "specviz":
-        return [sys.executable, "-m", "specviz", *args]
-    if step.tool == "pytest":
-        return [sys.executable, "-m", "pytest", *args]
-    return [sys.executable, "-m", step.tool, *args]
+    return [sys.executable, "-m", step.tool, *(a.format(out=out, part=part) for a in step.args)]
 
 
 class _Parsed(Exception):

@@ -2,6 +2,7 @@
 script's parser, the test files named), so that a suite never wastes a GPU call on a typo; a bad entry is refused
 before anything runs; --dry-run prints the commands, with the command line's overrides applied."""
 import dataclasses
+import json
 
 import pytest
 
@@ -85,3 +86,34 @@ def test_a_bad_command_line_is_refused(argv):
     with pytest.raises(SystemExit) as exit_code:
         gpu_suite.main(argv + ["--dry-run"])
     assert exit_code.value.code == 2
+
+
+def test_a_suite_runs_its_steps_in_turn_and_reports_each_exit(monkeypatch, tmp_path, capsys):
+    """The runner itself, with a tool that needs no model: a step that fails (a report that is not there) is
+    recorded with its exit status and its log, the next one still runs, and the suite's status says one failed."""
+    missing, present = tmp_path / "none.json", tmp_path / "report.json"
+    row = {"target_forwards": 4, "wall_seconds": 0.5, "new_tokens": 8, "draft_seconds": 0.1, "verify_seconds": 0.3,
+           "identical_to_plain": True, "loop": "host"}
+    present.write_text(json.dumps({"results": [dict(row, method="plain", target_forwards=8),
+                                               dict(row, method="ngram:4")]}))
+    steps = (Step("fails", "scripts.step_figures", (str(missing),)),
+             Step("runs", "scripts.step_figures", (str(present),)))
+    monkeypatch.setitem(SUITES, "figures", Suite("two reports", steps))
+    out = tmp_path / "out"
+    assert gpu_suite.main(["figures", "--out", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "summary: fails exit 1, runs exit 0" in printed
+    assert "none.json" in (out / "fails.log").read_text()
+    assert "runs: ngram:4" in printed and "ngram:4" in (out / "runs.log").read_text()  # printed and kept
+    assert (out / "gpu.txt").read_text().strip()  # the card (or "no GPU") and the versions
+
+
+def test_a_step_past_its_time_is_stopped_and_the_next_runs(monkeypatch, tmp_path, capsys):
+    """A step's seconds bound it (exit 124, as timeout(1) says), so that a call keeps the steps after it."""
+    hangs = tmp_path / "test_hangs.py"
+    hangs.write_text("import time\n\ndef test_hangs():\n    time.sleep(600)\n")
+    steps = (Step("hangs", "pytest", ("-q", "-p", "no:cacheprovider", str(hangs)), seconds=3),
+             Step("after", "scripts.step_figures", (str(tmp_path / "none.json"),)))
+    monkeypatch.setitem(SUITES, "hanging", Suite("a step that never ends", steps))
+    assert gpu_suite.main(["hanging", "--out", str(tmp_path / "out")]) == 1
+    assert "summary: hangs exit 124, after exit 1" in capsys.readouterr().out
