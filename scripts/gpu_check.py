@@ -1,4 +1,4 @@
-"""GPU check and forward timings for the fast path (one call on the GPU machine; see scripts/gpu_run.sh).
+"""GPU check and forward timings for the fast path (one call on the GPU machine: `python -m scripts.gpu_suite check`).
 
 1. The two ceilings: device-to-device copy bandwidth, and the physical floor of one forward
    (every weight byte read once) for the default model.

@@ -1,4 +1,4 @@
-"""What speculation could reach with no host work at all (2.5x plain): the fast path's forward timed on the
+"""What speculation could reach with no host work at all: the fast path's forward timed on the
 GPU alone, for one position (a plain step), a chain of K and a draft tree of N nodes. Forwards are queued back
 to back with no read-back in between, so the host runs ahead and the time a forward takes is the GPU's own.
 With a method's tau from a bench run, tau * t(1) / t(K) is the speedup that method would reach if drafting and

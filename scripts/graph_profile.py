@@ -19,8 +19,32 @@ from collections import Counter, defaultdict
 
 import torch
 
-from scripts.detail_speed import PROMPT, add_run_arguments, method_runs
+from specviz import load_model
 from specviz.api import encode, make_proposer, run_once
+from specviz.measure.bench import parse_method
+from specviz.proposers.checkpoints import load_draft_model
+from specviz.settings import DecodeSettings
+
+PROMPT = ("Explain how a hash map handles collisions, then write a short Python function that counts the words "
+          "in a text with a dictionary, and explain it line by line.")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, methods: str, temperature: float, max_new_tokens: int) -> None:
+    parser.add_argument("--methods", default=methods)
+    parser.add_argument("--temperature", type=float, default=temperature)
+    parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--out", required=True)
+
+
+def method_runs(args):
+    """The target, the distilled draft model, and (method, proposer name, settings) for each of args.methods:
+    the run's whole length (no stop at EOS), seed 0."""
+    target = load_model("default", device=args.device, dtype=args.dtype)
+    draft = load_draft_model("distilled", target)
+    base = DecodeSettings(max_new_tokens=args.max_new_tokens, stop_at_eos=False, temperature=args.temperature, seed=0)
+    return target, draft, [(method, *parse_method(method, base)) for method in args.methods.split(",")]
 
 
 def graph_replays(events: list[dict]) -> list[list[dict]]:

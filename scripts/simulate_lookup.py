@@ -4,7 +4,7 @@ draft path that matches what the target writes next: replaying the plain output 
 tokens each step would accept (exact where the speculative output equals the plain one; in bfloat16 it
 diverges on some prompts, so measured tau differs a little).
 
-    python -m scripts.simulate_lookup results/retrieval-h100/retrieval-h100-bf16-all.json \\
+    python -m scripts.simulate_lookup runs/bench.json \\
         --methods ngram:16,retrieval:16,retrieval:16:63 [--heads FOLDER]
 
 The results file must come from `specviz bench` (its rows keep each output's token ids); the prompts are read

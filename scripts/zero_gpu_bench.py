@@ -22,7 +22,7 @@ tokens over the runs' wall time, the speedup plain's wall time over the method's
     python -m scripts.zero_gpu_bench --target random:llama-tiny --per-category 1 --limit 2 \\
         --max-new-tokens 8 --big random:llama-tiny --big-prompts 1 --out /tmp/zero.json  # anywhere, to check it
 
-The default model is the file staged at /root/specviz-gpu where it is there (as scripts/gpu_common.sh finds it).
+The default model is the file staged at /root/specviz-gpu where it is there (as scripts/gpu_suite.py finds it).
 Nothing here imports gradio."""
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-STAGED = "/root/specviz-gpu/SmolLM2-135M-Instruct.Q4_1.gguf"
+from scripts.gpu_suite import STAGED  # the GPU machine's staged default model: one place says where
+
 PROMPTS = "data/spec_bench/question.jsonl"
 
 

@@ -1,6 +1,7 @@
 """Every path the docs name exists: a repository path (results/..., scripts/..., docs/..., specviz/..., assets/...,
 tests/..., data/...) in the tree, or, written COMMIT:PATH, in the repository's history at that commit (`git show
-COMMIT:PATH` gives it); every relative link of a Markdown file leads to a file or folder of the tree."""
+COMMIT:PATH` gives it); a journal entry (named DATE-COMMIT-...md) may name a path as it stood at its own commit;
+every relative link of a Markdown file leads to a file or folder of the tree."""
 import fnmatch
 import functools
 import re
@@ -14,6 +15,7 @@ DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "ass
 TOP = r"(?:results|scripts|docs|specviz|assets|tests|data|\.ci)"
 PATH = re.compile(rf"(?<![\w/.:-])(?:([0-9a-f]{{7,40}}):)?({TOP}/[\w./*-]*[\w*/])")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+JOURNAL = re.compile(r"\d{4}-\d{2}-\d{2}-([0-9a-f]{7,40})-")  # a benchmark run's entry: its date and commit
 PLACEHOLDERS = {"PATH", "DIR", "FOLDER", "NAME", "KEY", "FILE", "COMMIT", "DATE", "SLUG", "N", "X"}
 
 
@@ -66,11 +68,15 @@ def in_history(commit: str, path: str, files: frozenset[str]) -> bool:
 def missing(doc: Path, text: str, history=history_files) -> list[str]:
     """What a doc names that is not where it says."""
     out = []
+    entry = JOURNAL.match(doc.name)
     for commit, path in named_paths(text):
         if commit is None:
-            if not in_tree(path):
+            if in_tree(path):
+                continue
+            if not entry:
                 out.append(path)
-            continue
+                continue
+            commit = entry.group(1)  # the entry's run: the path as it stood then (a tool retired since)
         files = history(commit)
         if files is None:
             out.append(f"{commit}:{path} (no such commit in this clone)")
@@ -96,11 +102,15 @@ def test_every_path_a_doc_names_exists(doc):
 
 def test_a_missing_path_or_history_path_is_caught():
     """The control: a path that is not in the tree, one that is not at the commit named, a commit the clone
-    lacks and a broken link are each reported; what exists and placeholders are not."""
+    lacks and a broken link are each reported; what exists and placeholders are not. A journal entry's bare
+    path is looked for at the entry's own commit too, and only there."""
     history = {"abc1234": frozenset({"results/old/run.json"})}.get
     text = ("`results/nowhere.json`, `abc1234:results/old/run.json`, `abc1234:results/old/other.json`, "
-            "`fedcba9:results/x.json`, [gone](nowhere.md), [here](fast-path.md), `scripts/gpu_run.sh`, "
+            "`fedcba9:results/x.json`, [gone](nowhere.md), [here](fast-path.md), `scripts/gpu_suite.py`, "
             "`results/DIR/lessons.json`, `docs/benchmarks/*.md`, [docs/benchmarks/2026-11-28-6426b33-...](x).")
     assert missing(ROOT / "docs" / "design.md", text, history) == [
         "results/nowhere.json", "abc1234:results/old/other.json", "fedcba9:results/x.json (no such commit in this clone)",
         "link nowhere.md", "link x"]
+    entry = ROOT / "docs" / "benchmarks" / "2026-11-26-abc1234-a-run.md"
+    assert missing(entry, "`results/old/run.json`, `results/old/other.json`", history) == ["abc1234:results/old/other.json"]
+    assert missing(ROOT / "docs" / "design.md", "`results/old/run.json`", history) == ["results/old/run.json"]

@@ -29,7 +29,7 @@ def test_scripts_holds_tools_only():
     others = sorted(p.name for p in (ROOT / "scripts").iterdir()
                     if p.suffix not in (".py", ".sh") and p.name != "__pycache__")
     assert others == []
-    assert {"gpu_run.sh", "gpu_common.sh", "gpu_check.py", "screenshots.py"} <= set(SHELL_TOOLS) | {
+    assert {"gpu_suite.py", "stage_app_wheels.sh", "gpu_check.py", "screenshots.py"} <= set(SHELL_TOOLS) | {
         f"{name}.py" for name in PYTHON_TOOLS}
 
 
