@@ -9,7 +9,8 @@ import pytest
 from specviz import DecodeSettings, InvalidSettingError
 from specviz.api import encode, make_proposer, run_once
 from specviz.proposers import PlainProposer
-from specviz.ui import engine_lock, live, run_request, run_setup, sessions
+from specviz.ui import engine_lock, live, recorded_runs, run_request, run_setup, serving, sessions
+from specviz.ui.public import Profile
 
 PROMPT = "List the days of the week, one per line."
 
@@ -252,6 +253,27 @@ def test_a_session_with_a_run_going_is_never_evicted(target, monkeypatch):
         going.stop()
         for i in range(24):
             sessions.end_session(f"test-flood-{i}")
+
+
+@pytest.mark.quick
+def test_the_pool_keeps_the_models_of_a_sessions_unfinished_run():
+    """The pool (serving.py) asks the sessions which models their unfinished runs use, the pool launch makes too."""
+    released = threading.Event()
+
+    def records():  # a GPU call still computing: the session's run is unfinished
+        released.wait(60)
+        yield ("end", live.STOPPED, None)
+
+    request = run_request.RunRequest(PROMPT, "draft", "test-target", "test-drafter")
+    sessions.session("test-held").run = recorded_runs.RecordedRun(request, records())
+    try:
+        assert {"test-target", "test-drafter"} <= serving.pool().in_use()
+        with serving.served_as(Profile(memory_budget=2 ** 30)):
+            assert {"test-target", "test-drafter"} <= serving.pool().in_use()
+    finally:
+        released.set()
+        sessions.end_session("test-held")
+    assert not {"test-target", "test-drafter"} & serving.pool().in_use()  # control: its session is gone
 
 
 @pytest.mark.quick
