@@ -33,8 +33,8 @@ def sleep_when_waiting(environ=os.environ, loaded=sys.modules) -> bool:
 
 sleep_when_waiting()  # before anything imports torch
 
-from specviz.ui import launch, live  # noqa: E402
-from specviz.ui.live import configure_placement, configure_profile, machine_profile  # noqa: E402
+from specviz.ui import launch, serving  # noqa: E402
+from specviz.ui.serving import configure_placement, configure_profile, machine_profile  # noqa: E402
 from specviz.ui.mcp import mcp_wanted  # noqa: E402
 
 
@@ -59,4 +59,4 @@ if __name__ == "__main__":
     args = options()
     configure_placement(args.device_map, args.max_memory, args.draft_device)
     configure_profile(machine_profile())
-    launch(server_name=args.host, server_port=args.port, mcp=mcp_wanted(args.mcp, live.PROFILE.public))
+    launch(server_name=args.host, server_port=args.port, mcp=mcp_wanted(args.mcp, serving.profile().public))

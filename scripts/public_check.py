@@ -538,7 +538,7 @@ def serve_public():
     not: it serves as it does anywhere else)."""
     os.environ["SPECVIZ_PUBLIC"] = "1"
     from specviz.ui.app import build_demo, launch
-    from specviz.ui.live import configure_profile, machine_profile
+    from specviz.ui.serving import configure_profile, machine_profile
 
     configure_profile(machine_profile({**os.environ, "SPACE_ID": "public-check/local"}))
     demo = build_demo()
@@ -581,9 +581,9 @@ def check(url: str, args, httpx) -> int:
     if before is not None:
         budget = ""
         if args.serve:
-            from specviz.ui import live
+            from specviz.ui import serving
 
-            budget = f" (its models' budget: {live.PROFILE.memory_budget / 2 ** 30:.1f} GiB)"
+            budget = f" (its models' budget: {serving.profile().memory_budget / 2 ** 30:.1f} GiB)"
         print(f"server memory: {before:.0f} MiB before, {after:.0f} MiB after{budget}")
     if "after_cancel_s" in figures:
         print("cancelled run: the next 8-token run took {after_cancel_s:.2f} s, after a killed client {after_kill_s:.2f} "

@@ -63,13 +63,13 @@ def stop_load(burners: list[subprocess.Popen]) -> None:
 
 def browser_run(page, previous) -> dict:
     """Press Run on the page and wait for the run to end: the figures the page stated, and the run's own."""
-    from specviz.ui import live
+    from specviz.ui import live, sessions
 
     page.click("#sv-run")
     deadline = time.monotonic() + 600
     run = None
     while time.monotonic() < deadline:
-        runs = [r for r in live.live_runs() if r is not previous]
+        runs = [r for r in sessions.live_runs() if r is not previous]
         run = runs[-1] if runs else None
         if run is not None and run.finished:
             break

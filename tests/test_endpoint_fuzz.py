@@ -39,16 +39,11 @@ SMALL = {"max_new_tokens": 8, "batch_tokens": 4, "runs": 10, "prompt": "Count to
 @pytest.fixture(scope="module")
 def served(default_target):
     from specviz.ui.public import profile_from_env
-    from specviz.ui import live
+    from specviz.ui import serving
 
-    before = live.PROFILE, live.POOL
-    live.configure_profile(profile_from_env({"SPECVIZ_PUBLIC": "1", "SPECVIZ_MEMORY_BUDGET": "6GiB",
-                                             "SPECVIZ_PER_CLIENT": "0"}))
-    try:
-        with serve_app() as url, httpx.Client(base_url=url, timeout=120) as http:
-            yield http
-    finally:
-        live.PROFILE, live.POOL = before
+    public = profile_from_env({"SPECVIZ_PUBLIC": "1", "SPECVIZ_MEMORY_BUDGET": "6GiB", "SPECVIZ_PER_CLIENT": "0"})
+    with serving.served_as(public), serve_app() as url, httpx.Client(base_url=url, timeout=120) as http:
+        yield http
 
 
 def call(http, endpoint: str, data: list) -> tuple[str, object]:
@@ -126,11 +121,8 @@ def test_the_model_lists_offer_only_what_fits(served):
     for big in ("SmolLM2-1.7B", "Qwen2.5-7B", "Llama-3.1-8B"):  # 6.8, 30 and 32 GB in float32
         assert big not in types["target"]
     from specviz.ui.public import Profile
-    from specviz.ui import live
+    from specviz.ui import serving
 
-    public, live.PROFILE = live.PROFILE, Profile()
-    try:
+    with serving.served_as(Profile()):
         local = str(app.offered(app.TARGETS))
-    finally:
-        live.PROFILE = public
     assert "SmolLM2-1.7B" in local and "Qwen2.5-7B" in local and "Llama-3.1-8B" in local

@@ -361,7 +361,7 @@ def test_a_run_sends_its_first_update_once_it_has_started(default_target, monkey
     import types
 
     import specviz.ui.app as app_module
-    from specviz.ui.live import session
+    from specviz.ui.sessions import session
 
     app = app_module.SpecvizApp()
     app.build()

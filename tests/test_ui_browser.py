@@ -140,7 +140,7 @@ def test_the_stylesheet_words_every_tip_as_token_tip_does(browser, sampling):
 def test_closing_the_tab_ends_its_session(browser, url):
     import time
 
-    from specviz.ui import live
+    from specviz.ui import sessions
 
     context = browser.new_context()
     tab = context.new_page()
@@ -149,13 +149,13 @@ def test_closing_the_tab_ends_its_session(browser, url):
     set_field(tab, "sv-prompt", PROMPT)
     set_field(tab, "sv-max-new", "8")
     run_and_wait(tab)
-    key = next(k for k, state in live._sessions.items() if state.run is not None and state.run.request.prompt == PROMPT
-               and state.run.request.settings.max_new_tokens == 8)
+    key = next(k for k, state in sessions.kept_sessions().items() if state.run is not None
+               and state.run.request.prompt == PROMPT and state.run.request.settings.max_new_tokens == 8)
     context.close()
     deadline = time.monotonic() + 30
-    while key in live._sessions and time.monotonic() < deadline:
+    while key in sessions.kept_sessions() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert key not in live._sessions  # gradio's unload event ran and dropped the session
+    assert key not in sessions.kept_sessions()  # gradio's unload event ran and dropped the session
 
 
 def test_injection_strings_render_as_text_and_run_nothing(page):

@@ -103,15 +103,15 @@ RUN_TAB = dict(prompt=LONG["prompt"], method="ngram", target="default", draft="n
 
 def test_cancelled_run_tab_job_stops_its_worker(served):
     """The Run tab's streaming handler: a cancel closes it, and the run its worker thread advances stops."""
-    from specviz.ui import live
+    from specviz.ui import sessions
 
     url, client = served
     job = client.submit(**RUN_TAB)
-    wait_for(lambda: any(run.active for run in live.live_runs()), 120, "the run did not start")
+    wait_for(lambda: any(run.active for run in sessions.live_runs()), 120, "the run did not start")
     time.sleep(2.0)
     job.cancel()
-    wait_for(lambda: not any(run.active for run in live.live_runs()), 60, "the cancelled run kept running")
-    assert all(run.speculative.emitted < 512 for run in live.live_runs())
+    wait_for(lambda: not any(run.active for run in sessions.live_runs()), 60, "the cancelled run kept running")
+    assert all(run.speculative.emitted < 512 for run in sessions.live_runs())
     assert client.predict(**SHORT)["text"]
 
 

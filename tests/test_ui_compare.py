@@ -8,8 +8,8 @@ import pytest
 from specviz.measure.plausibility import TOLERANCE
 from specviz.proposers import PlainProposer
 from specviz.settings import DecodeSettings
-from specviz.ui import live, tabs, view
-from specviz.ui.live import RunRequest
+from specviz.ui import run_setup, tabs, view
+from specviz.ui.run_request import RunRequest
 
 PROMPT = "Repeat this sentence three times, word for word: The quick brown fox jumps over the lazy dog."
 SLOW = 0.5  # seconds a slowed plain step waits: a burst of other work, many times a step's own time on a loaded CPU
@@ -45,12 +45,12 @@ def slowed_plain(monkeypatch, runs: set[int]):
                 time.sleep(SLOW)
             return super().observe(feedback)
 
-    made_by_live = live.make_proposer  # how Compare's runs (live.RunSetup) make their proposers
+    made_by_live = run_setup.make_proposer  # how Compare's runs (run_setup.RunSetup) make their proposers
 
     def make_proposer(method, *args, **kwargs):
         return Slowed() if method == "plain" else made_by_live(method, *args, **kwargs)
 
-    monkeypatch.setattr(live, "make_proposer", make_proposer)
+    monkeypatch.setattr(run_setup, "make_proposer", make_proposer)
     return made
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from specviz import DecodeSettings
 from specviz.options import EngineOptions
-from specviz.ui import live
+from specviz.ui import live, run_request, run_setup
 from specviz.ui.form import FormError, read_form
 
 
@@ -21,13 +21,13 @@ def test_the_form_reads_the_toggle_as_a_flag():
 def test_the_request_sets_only_the_exact_switch(monkeypatch):
     monkeypatch.setenv("SPECVIZ_GRAPHS", "0")
     monkeypatch.delenv("SPECVIZ_EXACT", raising=False)
-    off = live.engine_options(live.RunRequest("p", "ngram", exact=False))
+    off = run_request.engine_options(run_request.RunRequest("p", "ngram", exact=False))
     assert off.exact is False and off.graphs is False  # the environment's other switches kept
-    assert live.engine_options(live.RunRequest("p", "ngram", exact=True)).exact is True
-    assert live.engine_options(live.RunRequest("p", "ngram")) == EngineOptions.from_environment()
+    assert run_request.engine_options(run_request.RunRequest("p", "ngram", exact=True)).exact is True
+    assert run_request.engine_options(run_request.RunRequest("p", "ngram")) == EngineOptions.from_environment()
     monkeypatch.setenv("SPECVIZ_EXACT", "0")
-    assert live.engine_options(live.RunRequest("p", "ngram")).exact is False  # None: the server's choice
-    assert live.engine_options(live.RunRequest("p", "ngram", exact=True)).exact is True  # the page's wins
+    assert run_request.engine_options(run_request.RunRequest("p", "ngram")).exact is False  # None: the server's choice
+    assert run_request.engine_options(run_request.RunRequest("p", "ngram", exact=True)).exact is True  # the page's wins
 
 
 @pytest.mark.quick
@@ -39,9 +39,9 @@ def test_the_run_tab_sends_the_toggle_last():
 @pytest.mark.parametrize("exact", [False, True])
 def test_both_runs_and_their_warm_up_get_the_requests_mode(default_target, monkeypatch, exact):
     warmed = []
-    monkeypatch.setattr(live, "warm_up", lambda *args, **kwargs: warmed.append(kwargs["options"]))
-    request = live.RunRequest("Count to five.", "ngram", settings=DecodeSettings(max_new_tokens=4, gamma=3),
-                              exact=exact)
+    monkeypatch.setattr(run_setup, "warm_up", lambda *args, **kwargs: warmed.append(kwargs["options"]))
+    request = run_request.RunRequest("Count to five.", "ngram", settings=DecodeSettings(max_new_tokens=4, gamma=3),
+                                     exact=exact)
     run = live.LiveRun(request, default_target, None)
     try:
         assert [o.exact for o in warmed] == [exact]

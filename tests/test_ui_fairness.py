@@ -8,8 +8,8 @@ import concurrent.futures
 import pytest
 from gradio_client import Client
 
-from specviz.ui.public import Profile, profile_from_env
-from specviz.ui import live
+from specviz.ui.public import profile_from_env
+from specviz.ui import serving
 from ui_server import serve_app
 
 PER_CLIENT = 4
@@ -20,13 +20,9 @@ RUN = dict(prompt="Say hello.", method="ngram", max_new_tokens=16, gamma=4, temp
 @pytest.fixture(scope="module")
 def public_url():
     # behind a Space's proxy the address is the last X-Forwarded-For entry (SPACE_ID makes the profile trust it)
-    live.configure_profile(profile_from_env({"SPECVIZ_PUBLIC": "1", "SPACE_ID": "owner/specviz",
-                                             "SPECVIZ_PER_CLIENT": str(PER_CLIENT)}))
-    try:
-        with serve_app() as url:
-            yield url
-    finally:
-        live.configure_profile(Profile())
+    public = profile_from_env({"SPECVIZ_PUBLIC": "1", "SPACE_ID": "owner/specviz", "SPECVIZ_PER_CLIENT": str(PER_CLIENT)})
+    with serving.served_as(public), serve_app() as url:
+        yield url
 
 
 def client_from(url: str, address: str) -> Client:

@@ -16,7 +16,7 @@ from gradio_client import Client
 
 from specviz import DecodeSettings
 from specviz.api import encode, make_proposer, run_once
-from specviz.ui import gpu, live
+from specviz.ui import gpu, live, recorded_runs, run_request, run_setup, sessions
 from ui_server import serve_app, wait_done
 
 PROMPT = "List the days of the week, one per line."
@@ -56,7 +56,8 @@ def test_a_run_computed_in_a_forked_call_replays_and_inspects_here(url, default_
     assert "Done" in final[STATUS]
     assert kinds_in(final[TOKENS]) == [t.kind.value for t in reference.tokens]  # exact, as a run in this process
     assert gpu.calls()["finished"] == before["finished"] + 1
-    assert any(isinstance(run, live.RecordedRun) for run in live.live_runs())  # the session keeps records only
+    # the session keeps records only
+    assert any(isinstance(run, recorded_runs.RecordedRun) for run in sessions.live_runs())
     assert gpu.calls()["running"] == 0
     gpu.retire_workers()  # the worker is gone (ZeroGPU lent its GPU elsewhere): what follows reads the records
     assert not multiprocessing.active_children()
@@ -108,8 +109,8 @@ REUSE_PROMPT = "Name three colours."
 def finished_run(client, prompt: str = REUSE_PROMPT):
     """A run of `prompt` through the served app: its final status and the session's RecordedRun."""
     final = wait_done(client.submit(**run_args(prompt=prompt, max_new_tokens=8), api_name="/run"))[-1]
-    runs = [run for run in live.live_runs() if run.request.prompt == prompt]
-    assert len(runs) == 1 and isinstance(runs[0], live.RecordedRun)  # one client: one session, its latest run
+    runs = [run for run in sessions.live_runs() if run.request.prompt == prompt]
+    assert len(runs) == 1 and isinstance(runs[0], recorded_runs.RecordedRun)  # one client: one session, its latest run
     return final, runs[0]
 
 
@@ -136,7 +137,7 @@ BOUND_PROMPT = "Name three rivers."  # its own: earlier tests' sessions keep the
 
 def test_a_preparation_past_its_bound_runs_eagerly_and_says_so(url, default_target, monkeypatch):
     client = Client(url, verbose=False)
-    monkeypatch.setattr(live, "CAPTURE_SECONDS", 0)  # what the next worker is forked with
+    monkeypatch.setattr(run_setup, "CAPTURE_SECONDS", 0)  # what the next worker is forked with
     gpu.retire_workers()
     try:
         final, run = finished_run(client, BOUND_PROMPT)
@@ -163,7 +164,7 @@ def test_the_status_while_a_worker_prepares():
 
 
 def models_in_use_here():
-    yield sorted(live.models_in_use())
+    yield sorted(sessions.models_in_use())
 
 
 def test_a_worker_does_not_take_the_apps_sessions_for_its_own():
@@ -178,12 +179,12 @@ def test_a_worker_does_not_take_the_apps_sessions_for_its_own():
         released.wait(60)
         yield ("end", live.STOPPED, None)
 
-    live.session(key).run = live.RecordedRun(live.RunRequest(PROMPT, "ngram"), records())
+    sessions.session(key).run = recorded_runs.RecordedRun(run_request.RunRequest(PROMPT, "ngram"), records())
     call = GpuFunction(models_in_use_here)
     try:
-        assert "default" in live.models_in_use()  # the control: this process's sessions hold it
+        assert "default" in sessions.models_in_use()  # the control: this process's sessions hold it
         assert list(call()) == [[]]  # the worker's copy of the sessions holds nothing of its own
     finally:
         released.set()
         call.retire()
-        live.end_session(key)
+        sessions.end_session(key)

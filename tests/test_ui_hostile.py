@@ -19,7 +19,7 @@ from gradio_client import Client
 
 from specviz.api import DecodeSettings
 from specviz.ui.public import profile_from_env
-from specviz.ui import admission, live
+from specviz.ui import admission, engine_lock, live, run_request, run_setup, serving, sessions
 from ui_server import wait_done
 
 PER_CLIENT = 4
@@ -35,18 +35,16 @@ SERVED: dict = {}  # the served demo: its queue is read to know when a run is un
 def url():
     from specviz.ui.app import build_demo, launch
 
-    before = live.PROFILE, live.POOL
-    live.configure_profile(profile_from_env({"SPECVIZ_PUBLIC": "1", "SPACE_ID": "owner/specviz",
-                                             "SPECVIZ_PER_CLIENT": str(PER_CLIENT), "SPECVIZ_MEMORY_BUDGET": "6GiB"}))
-    demo = SERVED["demo"] = build_demo()
-    try:
-        _, served, _ = launch(demo, server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
-        served = served.rstrip("/")
-        Client(served, verbose=False).predict(**SHORT)  # the model loaded and warm
-        yield served
-    finally:
-        demo.close()
-        live.PROFILE, live.POOL = before
+    with serving.served_as(profile_from_env({"SPECVIZ_PUBLIC": "1", "SPACE_ID": "owner/specviz",
+                                             "SPECVIZ_PER_CLIENT": str(PER_CLIENT), "SPECVIZ_MEMORY_BUDGET": "6GiB"})):
+        demo = SERVED["demo"] = build_demo()
+        try:
+            _, served, _ = launch(demo, server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+            served = served.rstrip("/")
+            Client(served, verbose=False).predict(**SHORT)  # the model loaded and warm
+            yield served
+        finally:
+            demo.close()
 
 
 def _queue():
@@ -84,7 +82,7 @@ def test_an_address_over_its_engine_budget_is_refused_while_another_waits(url):
     admission.LEDGER.charge("10.1.0.2", 10_000)  # as if it had run for hours in the window
     other = from_address(url, "10.1.0.3").submit(**dict(LONG, max_new_tokens=64))
     deadline = time.monotonic() + 120
-    while not any(admission.address_of(e.request, live.PROFILE) == "10.1.0.3"
+    while not any(admission.address_of(e.request, serving.profile()) == "10.1.0.3"
                   for e in admission.engine_events(_queue())):
         assert time.monotonic() < deadline, "the other address's run never reached the queue"
         time.sleep(0.05)
@@ -112,31 +110,31 @@ def raw_call(http: httpx.Client, endpoint: str, data: list, session: str | None 
 def test_free_calls_make_no_session_and_a_running_session_is_never_evicted(url, monkeypatch):
     """A student's Run-tab run while 40 free calls (Pause, Stop, Replay, the step slider) arrive from fresh
     sessions, the session table capped at 8: the run finishes and can be inspected."""
-    monkeypatch.setattr(live, "MAX_SESSIONS", 8)
+    monkeypatch.setattr(sessions, "MAX_SESSIONS", 8)
     student = from_address(url, "10.1.0.5")
     run_values = dict(prompt=LONG["prompt"], method="ngram", target="default", draft="none", gamma=4, temperature=0,
                       top_p=1, max_new_tokens=48, seed=0, compare_plain=True, step_mode=False, tree=0, draft_stop=0)
     job = student.submit(**run_values, api_name="/run")
     deadline = time.monotonic() + 300
-    while (state := live.find_session(student.session_hash)) is None or state.run is None:
+    while (state := sessions.find_session(student.session_hash)) is None or state.run is None:
         assert time.monotonic() < deadline and not job.done(), "the student's run did not start"
         time.sleep(0.05)
-    sessions_before = len(live._sessions)
+    sessions_before = len(sessions.kept_sessions())
     with httpx.Client(base_url=url, timeout=120) as http:
         for i in range(10):
             for endpoint, data in (("pause", []), ("stop", []), ("replay", [0.1]), ("inspect", [3])):
                 raw_call(http, endpoint, data)
-    assert len(live._sessions) <= sessions_before  # none of the forty made one
+    assert len(sessions.kept_sessions()) <= sessions_before  # none of the forty made one
     wait_done(job, 600)
-    state = live.find_session(student.session_hash)
+    state = sessions.find_session(student.session_hash)
     assert state is not None and state.run.phase == live.DONE, state and state.run.phase
     inspected = student.predict(step=1, api_name="/inspect")
     assert inspected[0] and "sv-tok" in str(inspected[0])  # the token view of step 1 of the student's run
 
 
 def finished_run():
-    request = live.RunRequest("Say hello.", "ngram", settings=DecodeSettings(max_new_tokens=16, gamma=4))
-    run = live.LiveRun(request, *live.load_models(request))
+    request = run_request.RunRequest("Say hello.", "ngram", settings=DecodeSettings(max_new_tokens=16, gamma=4))
+    run = live.LiveRun(request, *run_setup.load_models(request))
     run.start()
     run.join(300)
     assert run.phase == live.DONE
@@ -159,7 +157,7 @@ def test_replays_are_one_a_page_and_hold_no_worker_thread(url):
     run = finished_run()
     clients = [from_address(url, f"10.1.1.{i}") for i in range(6)]
     for client in clients:
-        live.session(client.session_hash).run = run
+        sessions.session(client.session_hash).run = run
     jobs = [client.submit(seconds_per_step=2.0, api_name="/replay") for client in clients]
     deadline = time.monotonic() + 120
     while sum(len(job.outputs()) > 0 for job in jobs) < len(jobs):
@@ -201,8 +199,8 @@ def test_a_long_speculate_shares_the_engine_with_a_short_one(url):
     long one still runs (the long one held the engine from its start to its end before)."""
     long_job = from_address(url, "10.1.2.1").submit(**LONG)
     deadline = time.monotonic() + 300
-    while not any(admission.address_of(e.request, live.PROFILE) == "10.1.2.1"
-                  for e in admission.engine_events(_queue())) or not live.ENGINE_LOCK.waiting:
+    while not any(admission.address_of(e.request, serving.profile()) == "10.1.2.1"
+                  for e in admission.engine_events(_queue())) or not engine_lock.ENGINE_LOCK.waiting:
         assert time.monotonic() < deadline, "the long run did not start"
         time.sleep(0.05)
     time.sleep(1.0)
@@ -262,16 +260,16 @@ def test_engine_time_is_charged_to_the_thread_s_meter(default_target):
     """Each hold of the engine lock is charged to the meter of the thread that holds it, and a run's worker
     takes its starter's meter."""
     charged = []
-    with live.metering(charged.append):
-        run = live.LiveRun(live.RunRequest("Say hello.", "ngram", settings=DecodeSettings(max_new_tokens=8, gamma=4)),
-                           default_target, None)
+    with engine_lock.metering(charged.append):
+        request = run_request.RunRequest("Say hello.", "ngram", settings=DecodeSettings(max_new_tokens=8, gamma=4))
+        run = live.LiveRun(request, default_target, None)
         run.start()
     run.join(300)
     assert run.phase == live.DONE
     steps = len(run.speculative.steps) + len(run.plain.steps)
     assert len(charged) >= steps and all(seconds >= 0 for seconds in charged)
     before = len(charged)  # control: outside a meter nothing is charged
-    with live.ENGINE_LOCK:
+    with engine_lock.ENGINE_LOCK:
         pass
     assert len(charged) == before
 

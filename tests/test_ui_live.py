@@ -1,5 +1,6 @@
 """The app's run driver (specviz/ui/live.py) on the real default model, without a server: worker threads,
-step mode, stop, engine-time accounting, the fair engine lock, form validation, sessions."""
+step mode, stop, engine-time accounting, the fair engine lock (engine_lock.py), form validation
+(run_request.py), sessions (sessions.py)."""
 import threading
 import time
 
@@ -8,7 +9,8 @@ import pytest
 from specviz import DecodeSettings, InvalidSettingError
 from specviz.api import encode, make_proposer, run_once
 from specviz.proposers import PlainProposer
-from specviz.ui import live
+from specviz.ui import engine_lock, live, recorded_runs, run_request, run_setup, serving, sessions
+from specviz.ui.public import Profile
 
 PROMPT = "List the days of the week, one per line."
 
@@ -19,8 +21,8 @@ def target(default_target):
 
 
 def new_run(target, max_new=24, method="ngram", compare_plain=True, **settings):
-    request = live.RunRequest(PROMPT, method, "default", None,
-                              DecodeSettings(max_new_tokens=max_new, gamma=4, **settings), compare_plain)
+    request = run_request.RunRequest(PROMPT, method, "default", None,
+                                     DecodeSettings(max_new_tokens=max_new, gamma=4, **settings), compare_plain)
     return live.LiveRun(request, target, None)
 
 
@@ -141,7 +143,7 @@ def test_pause_then_stop_releases_everything(target):
     assert run.phase == live.STOPPED and run.speculative.closed and run.plain.closed
     assert len(run.speculative.steps) == paused_at
     assert not run.start()  # a stopped run stays stopped
-    assert live.ENGINE_LOCK.waiting == 0
+    assert engine_lock.ENGINE_LOCK.waiting == 0
 
 
 def test_stop_while_running_ends_within_a_step(target):
@@ -155,7 +157,7 @@ def test_stop_while_running_ends_within_a_step(target):
     assert not run.active and run.phase == live.STOPPED
     assert time.monotonic() - started < 10  # one step at most (a step is ~0.1-1 s on a busy 2-core CPU)
     assert len(run.speculative.steps) < 300 and run.speculative.result is None
-    assert live.ENGINE_LOCK.waiting == 0
+    assert engine_lock.ENGINE_LOCK.waiting == 0
 
 
 def test_errors_inside_a_run_are_reported_not_raised(target, monkeypatch):
@@ -171,7 +173,7 @@ def test_errors_inside_a_run_are_reported_not_raised(target, monkeypatch):
 
 
 def test_fair_lock_serves_in_arrival_order():
-    lock = live.FairLock()
+    lock = engine_lock.FairLock()
     order = []
     lock.__enter__()
     threads = []
@@ -200,88 +202,110 @@ def test_fair_lock_serves_in_arrival_order():
 ])
 def test_form_values_are_validated(form, fragment):
     with pytest.raises(InvalidSettingError, match=fragment):
-        live.settings_from_form(**form)
+        run_request.settings_from_form(**form)
 
 
 def test_form_values_from_widgets():
-    settings = live.settings_from_form(96.0, 4.0, 0.7, 0.9, None)  # sliders give floats, an empty box None
+    settings = run_request.settings_from_form(96.0, 4.0, 0.7, 0.9, None)  # sliders give floats, an empty box None
     assert (settings.max_new_tokens, settings.gamma, settings.temperature, settings.top_p, settings.seed) == (96, 4, 0.7, 0.9, None)
     assert settings.draft_stop == 0.0
-    assert live.settings_from_form(96.0, 4.0, 0, 1, 0, 0, 0.5).draft_stop == 0.5
-    assert live.model_name("  none ") is None and live.model_name(" Qwen/Qwen2.5-0.5B ") == "Qwen/Qwen2.5-0.5B"
+    assert run_request.settings_from_form(96.0, 4.0, 0, 1, 0, 0, 0.5).draft_stop == 0.5
+    assert run_request.model_name("  none ") is None and run_request.model_name(" Qwen/Qwen2.5-0.5B ") == "Qwen/Qwen2.5-0.5B"
 
 
 def test_sessions_track_models_in_use_and_evict_the_oldest_idle_first(target, monkeypatch):
-    monkeypatch.setattr(live, "MAX_SESSIONS", 3)
+    monkeypatch.setattr(sessions, "MAX_SESSIONS", 3)
     run = new_run(target, compare_plain=False)  # made, not started: a run waiting in step mode
-    live.session("test-a").run = run
-    assert "default" in live.models_in_use()
+    sessions.session("test-a").run = run
+    assert "default" in sessions.models_in_use()
     for key in ("test-b", "test-c", "test-d"):
-        live.session(key)
-    assert run.phase == live.READY and live.find_session("test-a") is not None  # the idle test-b went first
-    assert live.find_session("test-b") is None
-    handlers = [live.session(key).watch() for key in ("test-c", "test-d")]  # busy: handlers running
-    live.session("test-e")
+        sessions.session(key)
+    assert run.phase == live.READY and sessions.find_session("test-a") is not None  # the idle test-b went first
+    assert sessions.find_session("test-b") is None
+    handlers = [sessions.session(key).watch() for key in ("test-c", "test-d")]  # busy: handlers running
+    sessions.session("test-e")
     assert run.phase == live.STOPPED  # no idle session left: the paused run's went, its run stopped
-    assert "default" not in live.models_in_use()
+    assert "default" not in sessions.models_in_use()
     del handlers
     for key in ("test-c", "test-d", "test-e"):
-        live.end_session(key)
+        sessions.end_session(key)
 
 
 def test_a_session_with_a_run_going_is_never_evicted(target, monkeypatch):
-    monkeypatch.setattr(live, "MAX_SESSIONS", 2)
+    monkeypatch.setattr(sessions, "MAX_SESSIONS", 2)
     going = new_run(target, max_new=512, compare_plain=False)
-    live.session("test-going").run = going
-    handler = live.session("test-handler").watch()  # a handler of this session is running (a replay, a tab)
+    sessions.session("test-going").run = going
+    handler = sessions.session("test-handler").watch()  # a handler of this session is running (a replay, a tab)
     going.start()
     try:
         for i in range(20):
-            live.session(f"test-flood-{i}")
+            sessions.session(f"test-flood-{i}")
         assert going.active and going.phase == live.RUNNING  # not stopped by the flood
-        assert live.find_session("test-going") is not None and live.find_session("test-handler") is not None
+        assert sessions.find_session("test-going") is not None and sessions.find_session("test-handler") is not None
         # control: the same flood without the running worker and handler pushes them out
         going.stop()
         going.join(30)
         del handler
         for i in range(20, 24):
-            live.session(f"test-flood-{i}")
-        assert live.find_session("test-going") is None and live.find_session("test-handler") is None
+            sessions.session(f"test-flood-{i}")
+        assert sessions.find_session("test-going") is None and sessions.find_session("test-handler") is None
     finally:
         going.stop()
         for i in range(24):
-            live.end_session(f"test-flood-{i}")
+            sessions.end_session(f"test-flood-{i}")
+
+
+@pytest.mark.quick
+def test_the_pool_keeps_the_models_of_a_sessions_unfinished_run():
+    """The pool (serving.py) asks the sessions which models their unfinished runs use, the pool launch makes too."""
+    released = threading.Event()
+
+    def records():  # a GPU call still computing: the session's run is unfinished
+        released.wait(60)
+        yield ("end", live.STOPPED, None)
+
+    request = run_request.RunRequest(PROMPT, "draft", "test-target", "test-drafter")
+    sessions.session("test-held").run = recorded_runs.RecordedRun(request, records())
+    try:
+        assert {"test-target", "test-drafter"} <= serving.pool().in_use()
+        with serving.served_as(Profile(memory_budget=2 ** 30)):
+            assert {"test-target", "test-drafter"} <= serving.pool().in_use()
+    finally:
+        released.set()
+        sessions.end_session("test-held")
+    assert not {"test-target", "test-drafter"} & serving.pool().in_use()  # control: its session is gone
 
 
 @pytest.mark.quick
 def test_the_session_cap_follows_memory_and_spares_busy_sessions():
-    idle, paused, busy = live.IDLE, live.PAUSED_RUN, live.BUSY
+    idle, paused, busy = sessions.IDLE, sessions.PAUSED_RUN, sessions.BUSY
     held = [(busy, 900), (idle, 100), (paused, 300), (idle, 50), (busy, 10)]  # least recently used first
-    assert live.sessions_to_drop(held, most=10, memory=1_000) == [1, 3, 2]  # idle ones, then the paused run
-    assert live.sessions_to_drop(held, most=10, memory=1_300) == [1]
-    assert live.sessions_to_drop(held, most=3, memory=10 ** 9) == [1, 3]  # the count alone
-    assert live.sessions_to_drop([(busy, 10 ** 9)] * 5, most=1, memory=1) == []  # busy ones never
+    assert sessions.sessions_to_drop(held, most=10, memory=1_000) == [1, 3, 2]  # idle ones, then the paused run
+    assert sessions.sessions_to_drop(held, most=10, memory=1_300) == [1]
+    assert sessions.sessions_to_drop(held, most=3, memory=10 ** 9) == [1, 3]  # the count alone
+    assert sessions.sessions_to_drop([(busy, 10 ** 9)] * 5, most=1, memory=1) == []  # busy ones never
     # control: counted alone, five sessions under a cap of ten keep 1,360 units whatever the memory
-    assert live.sessions_to_drop(held, most=10, memory=10 ** 9) == []
+    assert sessions.sessions_to_drop(held, most=10, memory=10 ** 9) == []
 
 
 def test_a_call_with_nothing_to_act_on_makes_no_session():
-    before = len(live._sessions)
-    assert live.find_session("test-nobody") is None
-    blank = live.existing_session_of(type("Request", (), {"session_hash": "test-nobody"})())
-    assert blank.run is None and len(live._sessions) == before
-    live.remember_width("test-nobody", True)  # a page's width, told before its first run
-    assert len(live._sessions) == before
-    assert live.session("test-nobody").narrow  # its first run's session takes it
-    live.end_session("test-nobody")
+    before = len(sessions.kept_sessions())
+    assert sessions.find_session("test-nobody") is None
+    blank = sessions.existing_session_of(type("Request", (), {"session_hash": "test-nobody"})())
+    assert blank.run is None and len(sessions.kept_sessions()) == before
+    sessions.remember_width("test-nobody", True)  # a page's width, told before its first run
+    assert len(sessions.kept_sessions()) == before
+    assert sessions.session("test-nobody").narrow  # its first run's session takes it
+    sessions.end_session("test-nobody")
 
 
 def test_an_app_run_warms_up_once(monkeypatch):
     """Loading the models does not warm up; the run does, once, for its own settings and proposer."""
     calls = []
-    monkeypatch.setattr(live, "warm_up", lambda *args, **kwargs: calls.append((args[1:], kwargs)))
-    request = live.RunRequest("Count to five.", "ngram", settings=DecodeSettings(max_new_tokens=8, gamma=3, tree=6))
-    target, draft = live.load_models(request)
+    monkeypatch.setattr(run_setup, "warm_up", lambda *args, **kwargs: calls.append((args[1:], kwargs)))
+    request = run_request.RunRequest("Count to five.", "ngram",
+                                     settings=DecodeSettings(max_new_tokens=8, gamma=3, tree=6))
+    target, draft = run_setup.load_models(request)
     live.LiveRun(request, target, draft)
     assert len(calls) == 1
     (positions, _, proposers), kwargs = calls[0]
@@ -289,11 +313,11 @@ def test_an_app_run_warms_up_once(monkeypatch):
 
 
 def test_the_draft_method_on_the_default_target_drafts_with_its_distilled_model():
-    assert live.drafter_for("draft", "default", "none") == "distilled"
-    assert live.drafter_for("draft", "default", "default") == "default"  # a chosen drafter stands
-    assert live.drafter_for("draft", "HuggingFaceTB/SmolLM2-1.7B-Instruct", "none") is None  # nothing ships for it
-    assert live.drafter_for("adaptive", "default", "none") is None  # adaptive drafts with EAGLE then
-    assert live.drafter_for("ngram", "default", "default") is None  # a method without a drafter ignores the field
+    assert run_request.drafter_for("draft", "default", "none") == "distilled"
+    assert run_request.drafter_for("draft", "default", "default") == "default"  # a chosen drafter stands
+    assert run_request.drafter_for("draft", "HuggingFaceTB/SmolLM2-1.7B-Instruct", "none") is None  # nothing ships for it
+    assert run_request.drafter_for("adaptive", "default", "none") is None  # adaptive drafts with EAGLE then
+    assert run_request.drafter_for("ngram", "default", "default") is None  # a method without a drafter ignores the field
 
 
 def test_next_step_clicked_after_pause_before_the_pause_lands_each_take_a_step(target):

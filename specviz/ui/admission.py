@@ -60,7 +60,7 @@ class Ledger:
             del self._spent[address]
 
     def charger(self, address: str):
-        """What an engine request's time is charged to (live.metering)."""
+        """What an engine request's time is charged to (engine_lock.metering)."""
         return lambda seconds: self.charge(address, seconds)
 
     def spent(self, address: str, window: float) -> float:

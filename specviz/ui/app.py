@@ -1,7 +1,7 @@
 """The Gradio app: the Run tab's widgets and events, and the frames that show a LiveRun in them.
 
 Handlers never hold models (they live in specviz.models.loading' process-wide registry) or engine state in gr.State
-(it is deep-copied per session): a session's run lives in live.py's session table, keyed by gradio's
+(it is deep-copied per session): a session's run lives in sessions.py's table, keyed by gradio's
 session hash. Streaming handlers poll a worker thread and send as few updates as pacing.Pacer lets
 through: a token update at most every TOKEN_INTERVAL, a chart update every CHART_INTERVAL (docs/design.md,
 "Pitfalls")."""
@@ -34,10 +34,13 @@ from .form import MAX_NEW_TOKENS, Form
 from .frames import EarlyScript
 from .gpu import CAPTURE_SECONDS, forks, gpu
 from .learn import RUN_TAB, SAVED_MAX_BYTES, LearnTab, bugs_api, distribution_api
-from . import live
+from . import serving
 from .mcp import check_installed, only_these_tools
-from .live import (FAILED, LiveRun, RecordedRun, RunRequest, Session, drafter_for, end_session, existing_session_of,
-                   load_models, model_name, remember_width, run_records, session_key)
+from .live import FAILED, LiveRun
+from .recorded_runs import RecordedRun, run_records
+from .run_request import RunRequest, drafter_for, model_name
+from .run_setup import load_models
+from .sessions import Session, end_session, existing_session_of, remember_width, session_key
 from .pacing import Pacer
 from .readouts import (TRACE_MAX_AGE, engine_metrics, loading_message, plot, preparing_message, replay_status,
                        status_of, step_story, summary_of, token_text, token_view, trace_file)
@@ -87,14 +90,14 @@ RUN_FIELDS = ("prompt", "method", "target", "draft", "gamma", "temperature", "to
 def offered(choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The model choices this server offers: all for a local user; on a public server those its profile allows
     (a preset that cannot fit its memory is left out), and the owner's additions."""
-    profile = live.PROFILE
+    profile = serving.profile()
     kept = [(label, value) for label, value in choices if value == "none" or profile.offers(value)]
     return kept + [(extra, extra) for extra in sorted(profile.extra_models) if extra not in {v for _, v in kept}]
 
 
 def offered_pairs() -> dict[str, tuple[str, str]]:
     """The preset pairs whose target and drafter fit this server's memory together."""
-    profile = live.PROFILE
+    profile = serving.profile()
     if not profile.public:
         return dict(PAIRS)
     return {label: pair for label, pair in PAIRS.items()
@@ -234,7 +237,7 @@ class SpecvizApp:
             check_drafter(form.method, draft_name)  # the engine's check, before anything loads
         except MissingDrafterError:  # said as the page offers it
             raise MissingDrafterError("the draft method needs a drafter: pick one in the drafter list (or a preset "
-                                      "pair)" + ("" if live.PROFILE.public else ", or type a Hub id, a folder or a "
+                                      "pair)" + ("" if serving.profile().public else ", or type a Hub id, a folder or a "
                                                  ".gguf file")) from None
         baseline = form.compare_plain and form.method != "plain"  # plain against itself would be no comparison
         run_request = RunRequest(form.prompt, form.method, form.target, draft_name, form.settings, baseline, form.exact)
@@ -481,7 +484,7 @@ class SpecvizApp:
                         gr.Examples([[e["prompt"], e["method"]] for e in examples()], inputs=[self.prompt, self.method],
                                     example_labels=[e["label"] for e in examples()], label="Example prompts")
                         with gr.Row():
-                            public = live.PROFILE.public  # a public server offers its list, nothing typed in
+                            public = serving.profile().public  # a public server offers its list, nothing typed in
                             self.pair = gr.Dropdown(list(offered_pairs()), value=None, label="Preset pair (Hub)",
                                                     min_width=260)
                             self.target = gr.Dropdown(offered(TARGETS), value=DEFAULT_MODEL, allow_custom_value=not public,
@@ -645,7 +648,7 @@ def build_demo() -> gr.Blocks:
 
 def launch(demo: gr.Blocks | None = None, mcp: bool = False, **kwargs):
     """Queue with explicit concurrency and serve; kwargs go to Blocks.launch (server_port, prevent_thread_lock...).
-    The profile (live.configure_profile) is the one the demo was built with: on a public server, requests over a
+    The profile (serving.configure_profile) is the one the demo was built with: on a public server, requests over a
     session's or a client's share are refused at the queue's door, and uploads are bounded. mcp: also serve
     /speculate and /distribution as MCP tools (ui/mcp.py decides when; off, gradio's environment cannot turn it on)."""
     demo = demo or build_demo()
@@ -656,11 +659,11 @@ def launch(demo: gr.Blocks | None = None, mcp: bool = False, **kwargs):
     # a public server closes gradio's direct route (/gradio_api/run/<name>): it skips the queue, its admission
     # and its cancels (gradio closes it by itself on a Space only, and the profile is offered for self-hosting)
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE,
-               api_open=False if live.PROFILE.public else None)
-    admit_fairly(demo, live.PROFILE)
+               api_open=False if serving.profile().public else None)
+    admit_fairly(demo, serving.profile())
     app_kwargs = dict(kwargs.pop("app_kwargs", None) or {})
     app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), Middleware(EarlyScript)]
-    if live.PROFILE.public:
+    if serving.profile().public:
         kwargs.setdefault("max_file_size", SAVED_MAX_BYTES)
         kwargs.setdefault("show_error", True)
     return demo.launch(css=css(), js=PAGE_JS, app_kwargs=app_kwargs, **kwargs)

@@ -2,9 +2,10 @@
 plain decoding of the same batches, so that a class sees where speculation stops paying as the batch grows
 (batch.py, batch_bench.py). The cost curve beside it (the Cost curve tab) says why.
 
-`draft` drafts with the draft model the Run tab picks (live.drafter_for: on the default target the distilled
-one shipped for it); on another target, with the target itself. `draft (target itself)` always drafts with the
-target: every draft is accepted, so what it loses against plain decoding is the verify pass's cost alone."""
+`draft` drafts with the draft model the Run tab picks (run_request.drafter_for: on the default target the
+distilled one shipped for it); on another target, with the target itself. `draft (target itself)` always drafts
+with the target: every draft is accepted, so what it loses against plain decoding is the verify pass's cost
+alone."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -20,13 +21,15 @@ from ..lessons.batch_size import prompts_for
 from ..measure.plausibility import BUSY
 from ..proposers.checkpoints import load_draft_model
 from ..settings import DecodeSettings
-from . import charts, live, render
+from . import charts, render, serving
 from .endpoint import form_handler, pull, stopped_message
 from .form import BATCH_METHODS as FORM_BATCH_METHODS
 from .form import message_of
 from .gpu import gpu
-from .live import ENGINE_LOCK, PLACEMENT, drafter_for, load_target
+from .engine_lock import ENGINE_LOCK
 from .readouts import plot
+from .run_request import drafter_for
+from .serving import load_target
 from .tabs import stop_tab
 
 SELF_DRAFT = "draft (target itself)"
@@ -84,17 +87,17 @@ class BatchTab:
             return batch_drafting("draft", model, model)
         if method == "draft":
             chosen = drafter_for("draft", name, None)
-            draft = (load_draft_model(chosen, model, PLACEMENT.draft_device or str(model.device)) if chosen
-                     else model)
+            device = serving.placement().draft_device or str(model.device)
+            draft = load_draft_model(chosen, model, device) if chosen else model
             return batch_drafting("draft", model, draft)
         return lambda: make_proposer(method, model)
 
     def on_measure(self, form, state, cancel):
         batch_sizes = parse_batch_sizes(form.batch_sizes)
-        largest = PUBLIC_MAX_BATCH if live.PROFILE.public else MAX_BATCH  # a batch is one uninterrupted stretch
+        largest = PUBLIC_MAX_BATCH if serving.profile().public else MAX_BATCH  # a batch is one uninterrupted stretch
         if max(batch_sizes) > largest:
             raise SpecvizError(f"batch sizes up to {largest} here, got {max(batch_sizes)}")
-        if live.PROFILE.public and form.batch_tokens > PUBLIC_MAX_TOKENS:
+        if serving.profile().public and form.batch_tokens > PUBLIC_MAX_TOKENS:
             raise SpecvizError(f"new tokens up to {PUBLIC_MAX_TOKENS} here, got {form.batch_tokens}")
         if len(batch_sizes) > 8:
             raise SpecvizError(f"at most 8 batch sizes at once, got {len(batch_sizes)}")
@@ -127,7 +130,7 @@ def batch_records(name: str, method: str, batch_sizes: list[int], settings: Deco
     size, summary so far, forward costs so far) after each size, or ("failed", message). A GPU call; other users'
     runs interleave between its batches."""
     try:
-        with live.POOL.using(name):
+        with serving.pool().using(name):
             model = load_target(name)
             ids = [encode(model, prompt) for prompt in prompts]
             drafting = BatchTab.drafting(method, name, model)

@@ -28,13 +28,16 @@ from ..engine.run import SpeculativeRun
 from ..errors import SpecvizError
 from ..models.loading import DEFAULT_MODEL
 from ..proposers import PlainProposer
-from . import live
+from . import serving
 from .admission import LEDGER, address_of
 from .cancel import Cancel
 from .form import Form, message_of, read_form
 from .gpu import gpu
-from .live import (RunRequest, RunSetup, SteppedRun, capture_bound, drafter_for, engine_result,
-                   existing_session_of, load_models, metering, session_of)
+from .engine_lock import metering
+from .run_request import RunRequest, drafter_for
+from .run_setup import RunSetup, capture_bound, load_models
+from .sessions import existing_session_of, session_of
+from .stepped_runs import SteppedRun, engine_result
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,7 @@ def _signature(fields: Sequence[str], defaults: dict) -> inspect.Signature:
 
 def charge_of(request):
     """Where a request's engine time is charged: its client address's share of LEDGER."""
-    return LEDGER.charger(address_of(request, live.PROFILE))
+    return LEDGER.charger(address_of(request, serving.profile()))
 
 
 def form_handler(fields: Sequence[str], handle: Callable, show_error: Callable[[str], object],
@@ -78,7 +81,7 @@ def form_handler(fields: Sequence[str], handle: Callable, show_error: Callable[[
         async def handler(*args, **kwargs):
             values, state, cancel, _ = begin(args, kwargs)
             try:
-                form = read_form(values, live.PROFILE)
+                form = read_form(values, serving.profile())
                 async for frame in handle(form, state, cancel):
                     yield frame
             except (GeneratorExit, asyncio.CancelledError):
@@ -92,7 +95,7 @@ def form_handler(fields: Sequence[str], handle: Callable, show_error: Callable[[
             values, state, cancel, charge = begin(args, kwargs)
             frames = None
             try:
-                form = read_form(values, live.PROFILE)
+                form = read_form(values, serving.profile())
                 frames = handle(form, state, cancel)
                 while True:  # each resumption may run in another of gradio's threads: each is metered
                     with metering(charge):
@@ -114,7 +117,7 @@ def form_handler(fields: Sequence[str], handle: Callable, show_error: Callable[[
             values, state, cancel, charge = begin(args, kwargs)
             try:
                 with metering(charge):
-                    return handle(read_form(values, live.PROFILE), state, cancel)
+                    return handle(read_form(values, serving.profile()), state, cancel)
             except Exception as error:
                 return fail(error)
 
@@ -187,10 +190,10 @@ def page_url(request) -> str:
 def speculate_records(request: RunRequest) -> Iterator[tuple]:
     """Plain decoding, then the method, of one prompt, a step at a time under the engine lock (as the Run tab's
     runs: other users' steps interleave, so a long request slows the others by a share, not by its length; its
-    times are on engine time, live.engine_result): ("step",) after every step, then ("report", the JSON), or
-    ("failed", message). A GPU call: it runs where gpu() puts it, and closing it ends it at its next step."""
+    times are on engine time, stepped_runs.engine_result): ("step",) after every step, then ("report", the JSON),
+    or ("failed", message). A GPU call: it runs where gpu() puts it, and closing it ends it at its next step."""
     try:
-        with live.POOL.using(request.target, request.draft):
+        with serving.pool().using(request.target, request.draft):
             target, draft = load_models(request)
             setup = RunSetup.make(dataclasses.replace(request, compare_plain=False), target, draft)  # one at a time
             setup.prepare(capture_bound())  # within a ZeroGPU call's bound, else it goes on without graphs
@@ -235,7 +238,7 @@ def speculate(prompt: str, method: str = "ngram", max_new_tokens: int = 64, gamm
     cancel = state.watch()
     try:
         form: Form = read_form(dict(prompt=prompt, method=method, max_new_tokens=max_new_tokens, gamma=gamma,
-                                    temperature=temperature, seed=seed, target=target, draft=draft), live.PROFILE)
+                                    temperature=temperature, seed=seed, target=target, draft=draft), serving.profile())
         draft_name = drafter_for(form.method, form.target, form.draft)
         api.check_drafter(form.method, draft_name)
         run_request = RunRequest(form.prompt, form.method, form.target, draft_name, form.settings)

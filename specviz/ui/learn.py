@@ -25,11 +25,14 @@ from ..lessons.progress import Progress, left_text, progress_of, time_left
 from ..lessons.saved import SavedLesson, SavedLessonError, load_lessons
 from ..models.loading import DEFAULT_MODEL
 from ..rule.theory import expected_speedup
-from . import charts, live, render
+from . import charts, render, serving
 from .endpoint import charge_of, form_handler, pull, stopped_message
 from .form import message_of, read_form
 from .gpu import gpu
-from .live import ENGINE_LOCK, encode_prompt, load_target, metering, session_of
+from .engine_lock import ENGINE_LOCK, metering
+from .run_setup import encode_prompt
+from .serving import load_target
+from .sessions import session_of
 from .batch_tab import BatchTab, batch_lesson_figure
 from .readouts import plot
 from .tabs import stop_tab
@@ -263,7 +266,7 @@ def lesson_records(name: str, start: Callable, prompt: str | None = None) -> Ite
     yields (one at a time under the engine lock, so that other users' steps interleave), or ("failed", message).
     A GPU call: `start` must pickle (a module-level function, or a functools.partial of one)."""
     try:
-        with live.POOL.using(name):
+        with serving.pool().using(name):
             model = load_target(name)
             if prompt is not None:  # a caller's prompt: its tokens within the profile's limit
                 encode_prompt(model, prompt)
@@ -321,7 +324,7 @@ def distribution_api(prompt: str = LESSONS["exact"]["prompt"], method: str = "me
     cancel = session_of(request).watch()
     try:
         form = read_form(dict(prompt=prompt, method=method, runs=runs, temperature=temperature, seed=seed,
-                              wrong=wrong, target=target), live.PROFILE)
+                              wrong=wrong, target=target), serving.profile())
         start = functools.partial(lessons.distribution, prompt=form.prompt, method=form.method, runs=form.runs,
                                   temperature=form.settings.temperature, first_seed=form.settings.seed or 0,
                                   wrong=form.wrong)
@@ -347,7 +350,7 @@ def bugs_api(prompt: str = lessons.bugs.PROMPT, method: str = lessons.bugs.METHO
     cancel = session_of(request).watch()
     try:
         form = read_form(dict(prompt=prompt, method=method, runs=runs, temperature=temperature, rounding=rounding,
-                              target=target), live.PROFILE)
+                              target=target), serving.profile())
         if len(form.prompt) > BUGS_PROMPT_CHARS:
             raise SpecvizError(f"the prompt is limited to {BUGS_PROMPT_CHARS} characters here, got {len(form.prompt)}")
         if form.method not in BUGS_METHODS:
@@ -444,7 +447,7 @@ class LearnTab:
     def on_saved(self, paths, alpha, gamma, c):
         """Draws each opened lesson with the functions a live run uses, its status saying where it was measured."""
         try:  # the what-if sliders' values, read at the boundary as every handler's are
-            form = read_form({"alpha": alpha, "what_if_gamma": gamma, "cost": c}, live.PROFILE)
+            form = read_form({"alpha": alpha, "what_if_gamma": gamma, "cost": c}, serving.profile())
         except SpecvizError as error:
             return {self.saved_status: render.status_html(str(error), "error")}
         found, errors = read_saved(paths)

@@ -72,7 +72,8 @@ def main(argv=None) -> int:
     from ..models.loading import load_model
     from ..proposers import PlainProposer
     from ..settings import DecodeSettings
-    from . import live
+    from . import live, sessions
+    from .run_request import RunRequest
     from .app import build_demo, example_prompts, launch
 
     target = load_model("default")
@@ -93,7 +94,7 @@ def main(argv=None) -> int:
                 "tokens": trace["metrics"]["new_tokens"], "updates": reply["updates"], "token_ids": trace["token_ids"]}
 
     def driver(prompt: str) -> dict:
-        run = live.LiveRun(live.RunRequest(prompt, args.method, "default", None, settings), target, None)
+        run = live.LiveRun(RunRequest(prompt, args.method, "default", None, settings), target, None)
         run.start()
         run.join()
         return engine_figures(run)
@@ -133,12 +134,12 @@ def main(argv=None) -> int:
             page.locator("#sv-method input").first.press("Enter")
 
     def in_browser(prompt: str) -> dict:
-        before = {id(run) for run in live.live_runs()}
+        before = {id(run) for run in sessions.live_runs()}
         page.locator("#sv-prompt textarea").fill(prompt)
         page.click("#sv-run")
         deadline = time.monotonic() + 600
         while True:  # the run this click started, once finished, then its last frame on the screen
-            runs = [run for run in live.live_runs() if id(run) not in before]
+            runs = [run for run in sessions.live_runs() if id(run) not in before]
             if runs and runs[0].finished:
                 break
             assert time.monotonic() < deadline, "the browser's run did not finish"

@@ -17,7 +17,8 @@ from ..measure.plausibility import noise_note
 from ..proposers.distilled import DISTILLED
 from ..records.schema import RunResult, StepRecord, TokenRecord
 from . import render, view
-from .live import BASELINE, FAILED, PAUSED, READY, RUNNING, STOPPED, LiveRun, SteppedRun
+from .live import BASELINE, FAILED, PAUSED, READY, RUNNING, STOPPED, LiveRun
+from .stepped_runs import SteppedRun
 
 
 def plot(figure: dict) -> PlotData:

@@ -17,12 +17,16 @@ from ..measure.measured import load_measured
 from ..records.oracle import oracle_figures
 from ..measure.plausibility import BUSY, noise_note, speedup_doubt
 from ..proposers import METHODS
-from . import charts, live, render, view
+from . import charts, render, serving, view
 from .endpoint import form_handler, pull, stopped_message
 from .form import message_of
 from .gpu import gpu
-from .live import (ENGINE_LOCK, RunRequest, RunSetup, StepLog, SteppedRun, capture_bound, drafter_for,
-                   encode_prompt, existing_session_of, load_models, load_target)
+from .engine_lock import ENGINE_LOCK
+from .run_request import RunRequest, drafter_for
+from .run_setup import RunSetup, capture_bound, encode_prompt, load_models
+from .serving import load_target
+from .sessions import existing_session_of
+from .stepped_runs import StepLog, SteppedRun
 from .readouts import plot, plural
 
 COMPARE_FIELDS = ("prompt", "methods", "target", "draft", "gamma", "temperature", "top_p", "max_new_tokens", "seed",
@@ -53,13 +57,13 @@ def compare_records(request: RunRequest, methods: tuple[str, ...]) -> Iterator[t
     right before it, and its row keeps the second pair (with its doubt, if that one fails too). A GPU call: it
     runs where gpu() puts it, and closing it ends it at its next step."""
     try:
-        with live.POOL.using(request.target, request.draft):
+        with serving.pool().using(request.target, request.draft):
             target, draft = load_models(request)
             encode_prompt(target, request.prompt)  # a prompt it cannot take fails the comparison, before any method
             settings = request.settings
 
             def timed(method: str):  # one run, step by step: yields its progress, returns its SteppedRun
-                # prepared within the bound of a ZeroGPU call, else it goes on without graphs (live.RunSetup)
+                # prepared within the bound of a ZeroGPU call, else it goes on without graphs (run_setup.RunSetup)
                 setup = RunSetup.make(dataclasses.replace(request, method=method, compare_plain=False), target, draft)
                 setup.prepare(capture_bound())
                 stepped = SteppedRun(SpeculativeRun(target, setup.proposer, setup.prompt_ids, settings, request.prompt,
@@ -128,7 +132,7 @@ def cost_records(name: str) -> Iterator[tuple]:
     """The target's forward time against positions and batch size: ("device", label), then ("point", CostPoint)
     one at a time (other users' runs interleave between them), or ("failed", message). A GPU call."""
     try:
-        with live.POOL.using(name):
+        with serving.pool().using(name):
             model = load_target(name)
             yield ("device", f"{model.device.type} ({model.describe()}, {str(model.dtype).replace('torch.', '')})")
             measurements = measure_cost_curve(model, as_measured=True)

@@ -12,7 +12,7 @@ GAMMA_CURVE_MAX = 16
 
 
 def running_metrics(steps: list[StepRecord], engine_seconds: float, prefill_seconds: float = 0.0) -> RunMetrics:
-    """RunMetrics of the steps so far, with speeds on `engine_seconds` (see live.py: engine time)."""
+    """RunMetrics of the steps so far, with speeds on `engine_seconds` (see stepped_runs.py: engine time)."""
     emitted = steps[-1].total_emitted if steps else 0
     return summarize(steps, emitted, engine_seconds, prefill_seconds)
 

@@ -1,0 +1,57 @@
+"""A run as a page or a client asks for it (RunRequest), read from the form's values: its settings, its models, and
+the drafter it loads."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..models.loading import DEFAULT_MODEL
+from ..options import EngineOptions
+from ..proposers.distilled import DISTILLED
+from ..settings import DecodeSettings
+from . import serving
+from .form import read_form
+
+USES_DRAFT_MODEL = ("draft", "adaptive")  # methods that take the drafter field (adaptive drafts with it if given)
+
+
+@dataclass
+class RunRequest:
+    prompt: str
+    method: str
+    target: str = DEFAULT_MODEL
+    draft: str | None = None
+    settings: DecodeSettings = field(default_factory=DecodeSettings)
+    compare_plain: bool = True
+    exact: bool | None = None  # the exact mode of the target's forward (a GPU's); None: as the environment says
+
+
+def engine_options(request: RunRequest) -> EngineOptions:
+    """The engine's switches for a request's runs: the environment's, with the request's exact mode."""
+    options = EngineOptions.from_environment()
+    return options if request.exact is None else replace(options, exact=request.exact)
+
+
+def settings_from_form(max_new_tokens, gamma, temperature, top_p=1.0, seed=None, tree=0, draft_stop=0.0) -> DecodeSettings:
+    """Widget values (sliders give floats, an empty number box None) to validated DecodeSettings, through the
+    boundary's one reader (form.read_form)."""
+    values = dict(max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature, top_p=top_p, seed=seed,
+                  tree=tree, draft_stop=draft_stop)
+    return read_form({k: (None if v == "" else v) for k, v in values.items()}, serving.profile()).settings
+
+
+def model_name(value) -> str | None:
+    """A model field's value: None when empty (or 'none')."""
+    text = str(value or "").strip()
+    return None if text.lower() in ("", "none") else text
+
+
+def drafter_for(method: str, target_name: str, draft_value) -> str | None:
+    """The drafter a run loads: the one chosen, for the methods that take one; for `draft` on the default
+    target with none chosen, the draft model distilled from it (shipped in assets/drafters)."""
+    if method not in USES_DRAFT_MODEL:
+        return None
+    chosen = model_name(draft_value)
+    if chosen is None and method == "draft" and target_name == DEFAULT_MODEL:
+        return DISTILLED
+    return chosen
+
