@@ -141,7 +141,7 @@ class RunTab(RunControls):
         job.start()
         try:
             # no update before the load has taken a while: the page was cleared before it asked for the run, and
-            # a browser on the same machine spends 30 to 60 ms on any update, which would land on the run's first
+            # a browser on the same machine spends tens of ms on any update, which would land on the run's first
             # steps (the prefill is in its measured time)
             while job.is_alive() and not cancel.is_set():
                 job.join(0.5)

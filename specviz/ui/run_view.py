@@ -13,8 +13,8 @@ from .live import LiveRun, RecordedRun
 from .pacing import Pacer
 from .readouts import engine_metrics, plot, status_of, step_story, summary_of, token_text, token_view, trace_file
 
-# seconds between token-view updates while streaming: each costs a browser on the same machine 30 to 60 ms of
-# CPU whatever it carries (a status line alone as much as the token view), taken from the engine on 2 cores
+# seconds between token-view updates while streaming: each costs a browser on the same machine tens of ms of CPU
+# whatever it carries (a status line alone as much as the token view), taken from the engine (docs/app.md)
 TOKEN_INTERVAL = 1.0
 CHART_INTERVAL = 2.0  # seconds between chart updates while streaming
 # seconds no step starts after an update is sent, so that a browser on the same cores draws it between steps
