@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    titles = {lesson.key: tab_title(lesson.key) for lesson in LESSONS}  # as the tab bar names them
+    titles = {lesson.key: tab_title(lesson) for lesson in LESSONS}  # as the tab bar names them
     files = {}
     if args.saved:
         from specviz.lessons.saved import file_name

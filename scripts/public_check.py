@@ -317,15 +317,15 @@ def poisoned_file(folder: Path) -> Path:
 
 def check_poisoned(http, log: Log) -> None:
     log.section("a poisoned saved lesson file")
-    from specviz.ui import learn
+    from specviz.ui import learn_saved
 
     with tempfile.TemporaryDirectory() as folder:
         path = poisoned_file(Path(folder))
         with path.open("rb") as handle:
             uploaded = http.post("/gradio_api/upload", files={"files": ("poisoned.json", handle, "application/json")})
         log.line("upload to the server", f"HTTP {uploaded.status_code}", uploaded.status_code in (200, 413))
-        found, errors = learn.read_saved([str(path)])
-        shown = learn.saved_summary_html(found, errors) + "".join(learn.saved_status_html(s) for s in found.values())
+        found, errors = learn_saved.read_saved([str(path)])
+        shown = learn_saved.saved_summary_html(found, errors) + "".join(learn_saved.saved_status_html(s) for s in found.values())
         live_tags = [tag for tag in ("<img", "<a ", "<b>b</b>") if tag in shown]
         log.line("rendered by the Learn tab's saved-run view", "as text" if not live_tags and "&lt;img" in shown
                  else f"live markup: {live_tags}", not live_tags and "&lt;img" in shown)
@@ -472,12 +472,12 @@ def check_edges(url: str, http, log: Log) -> None:
         message = message_of(event, got) if event != "dropped" else ""
         ok = bool(message) and "went wrong" not in message and "object at 0x" not in message
         log.line(what, f"{event}: {str(message or got)[:100]!r}", ok)
-    from specviz.ui import learn
+    from specviz.ui import learn_saved
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "deep.json"
         path.write_text("[" * 100_000 + "]" * 100_000)
-        _, errors = learn.read_saved([str(path)])
+        _, errors = learn_saved.read_saved([str(path)])
         log.line("a saved file nested 100,000 deep", repr(errors[0][:90]) if errors else "read",
                  bool(errors) and "recursion" not in errors[0])
 

@@ -178,7 +178,7 @@ def main(argv=None) -> int:
 
     from specviz.lessons.saved import device_name, git_commit
     from specviz.models.loading import load_model
-    from specviz.ui.app import examples
+    from specviz.ui.assets import examples
 
     example = examples()[0]
     prompt, method = example["prompt"], example["method"]

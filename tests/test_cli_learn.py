@@ -52,7 +52,7 @@ def test_learn_refuses_a_place_it_cannot_write_before_measuring(capsys, tmp_path
 def test_the_file_of_json_opens_in_the_learn_tab(tmp_path, capsys):
     from specviz.lessons.saved import load_lessons
     from specviz.models.testing import save_tiny_model
-    from specviz.ui.learn import read_saved
+    from specviz.ui.learn_saved import read_saved
 
     folder = save_tiny_model(tmp_path / "tiny")
     out = tmp_path / "lessons.json"

@@ -113,7 +113,7 @@ def test_the_local_profile_takes_what_the_public_one_refuses():
 def test_the_model_lists_offer_only_what_fits(served):
     """The page's lists in the public profile (a 6 GiB budget, float32): the default, the shipped drafter and the
     presets that fit; not the 1.7B, 7B and 8B targets, which a local user's lists keep (control)."""
-    from specviz.ui import app
+    from specviz.ui import run_tab
 
     run = served.get("/gradio_api/info").json()["named_endpoints"]["/run"]["parameters"]
     types = {p["parameter_name"]: p["python_type"]["type"] for p in run}
@@ -124,5 +124,5 @@ def test_the_model_lists_offer_only_what_fits(served):
     from specviz.ui import serving
 
     with serving.served_as(Profile()):
-        local = str(app.offered(app.TARGETS))
+        local = str(run_tab.offered(run_tab.TARGETS))
     assert "SmolLM2-1.7B" in local and "Qwen2.5-7B" in local and "Llama-3.1-8B" in local

@@ -10,7 +10,7 @@ from specviz.cli import main
 from specviz.lessons.catalogue import LESSONS
 from specviz.lessons.saved import SavedLessonError, load_lesson, measured_on, save_lesson
 from specviz.models.testing import save_tiny_model
-from specviz.ui import learn
+from specviz.ui import learn_figures, learn_saved
 from specviz.ui.batch_tab import batch_lesson_figure
 
 PROMPT = [1, 5, 9, 2, 7, 3]
@@ -21,10 +21,10 @@ def widgets(key: str, record) -> list:
     """Everything the Learn tab draws from a lesson's record, through the functions a live run uses."""
     lesson = BY_KEY[key]
     drawn = [lesson.headers(record), lesson.rows(record), lesson.sentence(record)]
-    extra = {"mechanic": lambda r: [learn.mechanic_html(r)],
-             "exact": lambda r: list(learn.unchanged_widgets(r)),
-             "cost": lambda r: [learn.verify_cost_figure(r)],
-             "acceptance": lambda r: [learn.what_if_figure(r, 0.7, 4, 0.05)],
+    extra = {"mechanic": lambda r: [learn_figures.mechanic_html(r)],
+             "exact": lambda r: list(learn_figures.unchanged_widgets(r)),
+             "cost": lambda r: [learn_figures.verify_cost_figure(r)],
+             "acceptance": lambda r: [learn_figures.what_if_figure(r, 0.7, 4, 0.05)],
              "batch": lambda r: [batch_lesson_figure(r)],
              "drafters": lambda r: []}[key]
     return drawn + extra(record)
@@ -60,7 +60,7 @@ def test_every_lesson_read_back_draws_what_the_live_record_draws(live_records, t
     cost = live_records["cost"]
     slower = lessons.VerifyCost(cost.device, [lessons.CostPoint("positions", p.x, p.ms * 2, p.context) for p in cost.points],
                                 cost.weight_bytes, cost.bandwidth_gbs, cost.bandwidth_source)
-    assert learn.verify_cost_figure(slower) != drawn["cost"][-1]
+    assert learn_figures.verify_cost_figure(slower) != drawn["cost"][-1]
 
 
 def test_the_command_line_writes_one_complete_file_a_lesson(tmp_path, capsys):
@@ -79,7 +79,7 @@ def test_the_command_line_writes_one_complete_file_a_lesson(tmp_path, capsys):
     assert [p.x for p in saved.record.points] == [1, 2, 3, 5, 8, 12, 16]
     assert saved.label.startswith(f"measured on {data['measured']['device']}, {data['measured']['date']}, ")
     other = load_lesson((out / "lesson-6-drafters.json").read_text())
-    assert other.lesson.number == 6 and learn.drafter_rows(other.record)  # control: the other file, the other lesson
+    assert other.lesson.number == 6 and lessons.drafter_rows(other.record)  # control: the other file, the other lesson
 
 
 @pytest.mark.quick
@@ -103,12 +103,12 @@ def test_a_file_that_is_not_a_saved_lesson_says_what_is_wrong(tmp_path):
             load_lesson(bad, "bad.json")
     # in the tab: the bad file is reported by name, the good one is still drawn
     (tmp_path / "bad.json").write_text("{not json")
-    found, errors = learn.read_saved([str(path), str(tmp_path / "bad.json"), str(tmp_path / "missing.json")])
+    found, errors = learn_saved.read_saved([str(path), str(tmp_path / "bad.json"), str(tmp_path / "missing.json")])
     assert list(found) == ["cost"] and len(errors) == 2
     assert errors[0].startswith("bad.json is not JSON") and errors[1].startswith("missing.json: cannot be read")
-    summary = learn.saved_summary_html(found, errors)
+    summary = learn_saved.saved_summary_html(found, errors)
     assert "sv-error" in summary and "NVIDIA H100 80GB HBM3" in summary and "not live" in summary
-    assert "Saved run, not measured here" in learn.saved_status_html(found["cost"])
+    assert "Saved run, not measured here" in learn_saved.saved_status_html(found["cost"])
 
 
 @pytest.mark.quick
@@ -138,7 +138,7 @@ def test_a_deeply_nested_file_says_so_not_python_s_recursion_text(tmp_path):
     lesson = {"format": "specviz-lesson", "version": 1, "key": "cost", "record": json.loads(record)}
     for name, text in [("deep.json", "[" * 100_000 + "]" * 100_000), ("record.json", json.dumps(lesson))]:
         (tmp_path / name).write_text(text)
-        found, errors = learn.read_saved([str(tmp_path / name)])
+        found, errors = learn_saved.read_saved([str(tmp_path / name)])
         assert not found and len(errors) == 1, errors
         assert errors[0].startswith(name) and "recursion" not in errors[0], errors
-    assert "nested too deeply" in learn.read_saved([str(tmp_path / "deep.json")])[1][0]
+    assert "nested too deeply" in learn_saved.read_saved([str(tmp_path / "deep.json")])[1][0]

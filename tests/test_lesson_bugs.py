@@ -77,7 +77,7 @@ def test_bfloat16_spacing_near_a_logit():
 def test_a_saved_run_reads_back_as_the_record_it_was(record, tmp_path):
     from specviz.lessons.catalogue import LESSONS
     from specviz.lessons.saved import load_lesson, save_lesson
-    from specviz.ui.learn import bugs_figure
+    from specviz.ui.learn_figures import bugs_figure
 
     lesson = next(lesson for lesson in LESSONS if lesson.key == "bugs")
     record.rounding = bugs.Rounding("a prompt", "eagle", ["a", " b"], ["a", " c"], True, 1, None,
@@ -95,11 +95,11 @@ def test_a_saved_run_reads_back_as_the_record_it_was(record, tmp_path):
                                          ("temperature", 0.0), ("temperature", float("nan")), ("prompt", ""),
                                          ("prompt", "x" * 3000)])
 def test_the_endpoint_refuses_a_bad_request_before_loading_a_model(field, value, monkeypatch):
-    from specviz.ui import learn
+    from specviz.ui import learn_endpoints, learn_runs
 
-    monkeypatch.setattr(learn, "load_target", lambda *a, **k: pytest.fail("a model was loaded"))
-    with pytest.raises(learn.gr.Error):
-        learn.bugs_api(**{"prompt": "Tell me a joke."} | {field: value})
+    monkeypatch.setattr(learn_runs, "load_target", lambda *a, **k: pytest.fail("a model was loaded"))
+    with pytest.raises(learn_endpoints.gr.Error):
+        learn_endpoints.bugs_api(**{"prompt": "Tell me a joke."} | {field: value})
 
 
 def parted_rounding(**exact) -> bugs.Rounding:

@@ -46,14 +46,14 @@ def steps_in(html_text):
 
 @pytest.fixture(scope="module")
 def url(default_target):  # the model loaded once for the whole session, shared through the registry
-    import specviz.ui.app as app_module
+    import specviz.ui.run_view as run_view
 
-    old = app_module.TOKEN_INTERVAL, app_module.CHART_INTERVAL
+    old = run_view.TOKEN_INTERVAL, run_view.CHART_INTERVAL
     # so that tokens arrive in several updates and charts mid-run even when the machine is fast
-    app_module.TOKEN_INTERVAL, app_module.CHART_INTERVAL = 0.05, 0.3
+    run_view.TOKEN_INTERVAL, run_view.CHART_INTERVAL = 0.05, 0.3
     with serve_app() as address:
         yield address
-    app_module.TOKEN_INTERVAL, app_module.CHART_INTERVAL = old
+    run_view.TOKEN_INTERVAL, run_view.CHART_INTERVAL = old
 
 
 @pytest.fixture(scope="module")
@@ -274,8 +274,9 @@ def test_the_step_slider_handles_its_events_in_order():
 def test_switching_from_a_self_drafter_to_adaptive_drops_it():
     from specviz.ui.app import SpecvizApp
 
-    app = SpecvizApp()
-    app.build()
+    built = SpecvizApp()
+    built.build()
+    app = built.run  # the Run tab
     assert app.on_method("adaptive", "default", "default") == {app.draft: "none"}
     kept = app.on_method("adaptive", "HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct")
     assert not isinstance(kept[app.draft], str)  # a real drafter stays (gr.skip)
@@ -360,11 +361,13 @@ def test_a_run_sends_its_first_update_once_it_has_started(default_target, monkey
     a browser on the same machine spends 30 to 60 ms on any update, which would land on the run's first steps."""
     import types
 
-    import specviz.ui.app as app_module
+    import specviz.ui.run_tab as run_tab
+    from specviz.ui.app import SpecvizApp
     from specviz.ui.sessions import session
 
-    app = app_module.SpecvizApp()
-    app.build()
+    built = SpecvizApp()
+    built.build()
+    app = built.run  # the Run tab
 
     def first_update(key):
         request = types.SimpleNamespace(session_hash=key)
@@ -376,8 +379,8 @@ def test_a_run_sends_its_first_update_once_it_has_started(default_target, monkey
 
     first, started = first_update("first-update-fast")
     assert started and "Step mode" in first[app.status]  # the run's own first frame, nothing before it
-    load = app_module.load_models
-    monkeypatch.setattr(app_module, "load_models", lambda request: (time.sleep(0.8), load(request))[1])
+    load = run_tab.load_models
+    monkeypatch.setattr(run_tab, "load_models", lambda request: (time.sleep(0.8), load(request))[1])
     first, started = first_update("first-update-slow")  # control: a load that takes a while is reported
     assert not started and "Loading" in first[app.status] and set(first) == {app.status}
 

@@ -427,7 +427,7 @@ def test_a_run_is_asked_for_after_two_frames_or_in_a_hidden_tab_after_a_fifth_of
     """AFTER_PAINT passes the event's inputs on unchanged once the browser has drawn two frames; a tab that
     draws none (hidden) still gets its run, 0.2 s later. Each case takes the other path away, so that what
     passes the inputs on is known, not guessed from a time."""
-    from specviz.ui.app import AFTER_PAINT
+    from specviz.ui.run_tab import AFTER_PAINT
 
     passed_on = """async ([frames]) => {
         const wait = window.setTimeout.bind(window);

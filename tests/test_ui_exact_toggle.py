@@ -32,7 +32,7 @@ def test_the_request_sets_only_the_exact_switch(monkeypatch):
 
 @pytest.mark.quick
 def test_the_run_tab_sends_the_toggle_last():
-    from specviz.ui.app import RUN_FIELDS
+    from specviz.ui.run_tab import RUN_FIELDS
     assert RUN_FIELDS[-1] == "exact"  # appended: API callers that send the earlier fields by position still work
 
 

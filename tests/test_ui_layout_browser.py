@@ -7,11 +7,13 @@ import re
 
 import pytest
 
-from specviz.ui.learn import TAB_NAMES, tab_title
+from specviz.lessons.catalogue import LESSONS
+from specviz.ui.learn import tab_title
 from ui_server import CHROMIUM, CHROMIUM_ARGS, require_chromium, serve_app
 
 require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api")
+BY_KEY = {lesson.key: lesson for lesson in LESSONS}
 
 CONTROLS = ("#sv-stop", "#sv-pause", "#sv-next", "#sv-resume", "#sv-replay")
 PROMPT = "Repeat this sentence: The quick brown fox jumps over the lazy dog."
@@ -73,8 +75,8 @@ def test_the_run_controls_show_only_when_they_mean_something(browser, url):
 def test_every_lesson_is_in_the_bar_at_1280_px_and_in_the_picker_on_a_phone(browser, url):
     tab = open_page(browser, url)
     tab.get_by_role("tab", name="Learn").click()
-    for key in TAB_NAMES:
-        assert tab.get_by_role("tab", name=tab_title(key)).is_visible(), key  # none behind the "..." menu
+    for lesson in LESSONS:
+        assert tab.get_by_role("tab", name=tab_title(lesson)).is_visible(), lesson.key  # none behind the "..." menu
     assert not tab.locator("#sv-learn-pick").is_visible()  # the bar is enough here
     tab.context.close()
     phone = open_page(browser, url, 390, 844)
@@ -84,9 +86,9 @@ def test_every_lesson_is_in_the_bar_at_1280_px_and_in_the_picker_on_a_phone(brow
     tabs.get_by_text("Learn", exact=True).click()
     picker = phone.locator("#sv-learn-pick")
     picker.wait_for(state="visible", timeout=30_000)
-    for key in TAB_NAMES:
-        assert picker.get_by_text(tab_title(key)).is_visible(), key
-    picker.get_by_text(tab_title("bugs")).click()
+    for lesson in LESSONS:
+        assert picker.get_by_text(tab_title(lesson)).is_visible(), lesson.key
+    picker.get_by_text(tab_title(BY_KEY["bugs"])).click()
     phone.locator("#sv-learn-bugs").wait_for(state="visible", timeout=30_000)
     assert phone.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
     phone.context.close()
@@ -95,7 +97,7 @@ def test_every_lesson_is_in_the_bar_at_1280_px_and_in_the_picker_on_a_phone(brow
 def test_lesson_1_lanes_are_every_step_its_table_lists_and_the_status_counts(browser, url):
     tab = open_page(browser, url)
     tab.get_by_role("tab", name="Learn").click()
-    tab.get_by_role("tab", name=tab_title("mechanic")).click()
+    tab.get_by_role("tab", name=tab_title(BY_KEY["mechanic"])).click()
     tab.evaluate("""() => { window.svSaid = []; new MutationObserver(() => {
         const s = document.querySelector('#sv-learn-mechanic-status'); if (s) window.svSaid.push(s.innerText); })
         .observe(document.body, {childList: true, subtree: true, characterData: true}); }""")
@@ -116,7 +118,7 @@ def test_lesson_1_lanes_are_every_step_its_table_lists_and_the_status_counts(bro
 def test_example_labels_are_whole(browser, url):
     """Gradio cuts an example's label past 60 characters ("..."): every label is shown as written, and not
     clipped by the page either."""
-    from specviz.ui.app import examples
+    from specviz.ui.assets import examples
 
     labels = [example["label"] for example in examples()]
     for width in (1280, 390):

@@ -8,7 +8,7 @@ import pytest
 from specviz import lessons
 from specviz.lessons.common import p_text
 from specviz.records.schema import TokenKind, TokenRecord
-from specviz.ui import learn
+from specviz.ui import learn, learn_figures, learn_runs
 
 
 
@@ -28,33 +28,33 @@ def _distribution(wrong_counts: Counter) -> lessons.Distribution:
 @pytest.mark.quick
 def test_distribution_widgets_say_pass_and_caught():
     record = _distribution(Counter({1: 170, 2: 30}))
-    fig = _valid(learn.distribution_figure(record))
+    fig = _valid(learn_figures.distribution_figure(record))
     assert [len(t["y"]) for t in fig["data"][:3]] == [3, 3, 3]  # two tokens and "other"
     assert "&lt;dog&gt;" in fig["data"][0]["x"][1]  # token text shown as characters
-    sentence = learn.distribution_sentence(record)
+    sentence = lessons.distribution_sentence(record)
     assert record.passed and record.caught
     assert p_text(record.p_value) in sentence and "**caught**" in sentence
     # a p-value of exactly 0 (a token the target never writes) is a failure, not a missing value
     record.exact = {1: 1.0}
     assert record.exact_p_value == 0.0 and not record.passed and record.caught
     # control: a wrong verifier whose output happens to match is reported as not caught
-    assert "not caught" in learn.distribution_sentence(_distribution(Counter({1: 119, 2: 81})))
-    assert learn.distribution_sentence(None) == "" and _valid(learn.distribution_figure(None))
+    assert "not caught" in lessons.distribution_sentence(_distribution(Counter({1: 119, 2: 81})))
+    assert lessons.distribution_sentence(None) == "" and _valid(learn_figures.distribution_figure(None))
 
 
 @pytest.mark.quick
 def test_verify_cost_widgets_name_the_ratio_and_the_stated_floor():
     points = [lessons.CostPoint("positions", k, ms, 128) for k, ms in [(1, 40.0), (4, 60.0), (8, 100.0)]]
     record = lessons.VerifyCost("cpu (x)", points, 540_000_000, 20.0, "assumed for a CPU (not measured)")
-    fig = _valid(learn.verify_cost_figure(record))
+    fig = _valid(learn_figures.verify_cost_figure(record))
     assert fig["data"][1]["y"][0] == pytest.approx(27.0)
-    sentence = learn.verify_cost_sentence(record)
+    sentence = lessons.verify_cost_sentence(record)
     assert "2.50× the time of one" in sentence and "27.0 ms" in sentence and "assumed" in sentence
     assert "grows with K" in sentence and "too low" not in sentence
     # control: a forward faster than the assumed floor says the assumption was too low
     fast = lessons.VerifyCost("cpu (x)", [lessons.CostPoint("positions", k, ms, 128) for k, ms in [(1, 15.0), (8, 20.0)]],
                               540_000_000, 20.0, "assumed")
-    assert "at least 36 GB/s" in learn.verify_cost_sentence(fast) and "barely grows" in learn.verify_cost_sentence(fast)
+    assert "at least 36 GB/s" in lessons.verify_cost_sentence(fast) and "barely grows" in lessons.verify_cost_sentence(fast)
 
 
 @pytest.mark.quick
@@ -66,10 +66,10 @@ def test_a_verify_cost_the_machine_slowed_is_not_told_as_a_story():
 
     busy = [lessons.CostPoint("positions", k, ms, 128) for k, ms in [(1, 210.4), (4, 60.2), (8, 66.0), (16, 75.6)]]
     record = lessons.VerifyCost("cpu (x)", busy, 540_000_000, 20.0, "assumed")
-    sentence = learn.verify_cost_sentence(record)
+    sentence = lessons.verify_cost_sentence(record)
     assert BUSY in sentence and "barely grows" not in sentence and "grows with K" not in sentence
     quiet = [lessons.CostPoint("positions", k, ms, 128) for k, ms in [(1, 56.4), (4, 60.2), (8, 66.0), (16, 75.6)]]
-    told = learn.verify_cost_sentence(lessons.VerifyCost("cpu (x)", quiet, 540_000_000, 20.0, "assumed"))
+    told = lessons.verify_cost_sentence(lessons.VerifyCost("cpu (x)", quiet, 540_000_000, 20.0, "assumed"))
     assert BUSY not in told and "1.34× the time of one" in told and "barely grows" in told
     # the Cost curve tab tells the same measurement the same way
     assert cost_sentence(quiet).split(" The weights")[0] in told and BUSY in cost_sentence(busy)
@@ -79,12 +79,12 @@ def test_a_verify_cost_the_machine_slowed_is_not_told_as_a_story():
 def test_acceptance_widgets():
     rows = [lessons.AcceptanceRow("code", "eagle", 4, 0.8, 3.2, 0.1, 1.6, 2.4, 32),
             lessons.AcceptanceRow("code", "ngram", 4, None, 1.0, None, 0.9, None, 32)]
-    table = learn.acceptance_rows(rows)
+    table = lessons.acceptance_rows(rows)
     assert table[0][5] == "1.60×" and "Li et al. 2024" in table[0][7] and table[1][2] == "–"
-    fig = _valid(learn.what_if_figure(rows, 0.5, 4, 0.1))
+    fig = _valid(learn_figures.what_if_figure(rows, 0.5, 4, 0.1))
     assert fig["data"][1]["y"][0] == pytest.approx(lessons.expected_speedup(0.5, 4, 0.1))
     assert fig["data"][2]["x"] == [0.8]  # runs that drafted nothing have no alpha to place
-    sentence = learn.acceptance_sentence(rows)
+    sentence = lessons.acceptance_sentence(rows)
     assert "1.60×" in sentence and "0.90×" in sentence
 
 
@@ -93,16 +93,16 @@ def test_drafter_and_mechanic_widgets():
     rows = [lessons.DrafterCost("ngram", 0, 0, 135_000_000, 540_000_000, 0.2, 1.3),
             lessons.DrafterCost("retrieval", 0, 100_000_000, 135_000_000, 540_000_000, 0.2, 1.7),
             lessons.DrafterCost("eagle", 20_000_000, 80_000_000, 135_000_000, 540_000_000, 0.6, 2.5)]
-    assert learn.drafter_rows(rows)[2][3] == "14.8%"
-    sentence = learn.drafter_sentence(rows)
+    assert lessons.drafter_rows(rows)[2][3] == "14.8%"
+    sentence = lessons.drafter_sentence(rows)
     assert "τ 2.50" in sentence and "80.0 MB extra (14.8% of the target)" in sentence
     assert "Nothing extra at all: ngram." in sentence and "retrieval holds no weights but 100.0 MB" in sentence
     tokens = [TokenRecord(1, "a", TokenKind.ACCEPTED, 0), TokenRecord(2, "b", TokenKind.REJECTED, 0),
               TokenRecord(3, "c", TokenKind.RESAMPLED, 0)]
     record = lessons.Mechanic("eagle", "p", None, [lessons.MechanicStep(0, ["a", "b"], 1, "c", 2, 30.0)], tokens)
-    assert 'class="sv-lesson-steps"' in learn.mechanic_html(record) and "tok-rejected" in learn.mechanic_html(record)
-    assert learn.mechanic_rows(record)[0][2] == "1 of 2"
-    assert "2.00 tokens per forward" in learn.mechanic_sentence(record)
+    assert 'class="sv-lesson-steps"' in learn_figures.mechanic_html(record) and "tok-rejected" in learn_figures.mechanic_html(record)
+    assert lessons.mechanic_rows(record)[0][2] == "1 of 2"
+    assert "2.00 tokens per forward" in lessons.mechanic_sentence(record)
 
 
 def test_distribution_endpoint_returns_both_histograms_and_p_values(default_target):
@@ -148,10 +148,10 @@ def test_a_lesson_midway_says_it_is_partial_and_gives_no_verdict():
     """Midway through lesson 2 the wrong verifier is often not caught yet: the sentence must read as partial,
     not as the result ("not caught at this many runs")."""
     record = _distribution(Counter({1: 119, 2: 81}))  # an uncaught wrong verifier
-    midway = learn.distribution_sentence(record, False)
+    midway = lessons.distribution_sentence(record, False)
     assert midway.startswith("**Partial") and "not caught at this many runs" not in midway
     assert "no difference found" not in midway and "not caught yet" in midway
-    final = learn.distribution_sentence(record, True)  # control: the finished lesson gives its verdict
+    final = lessons.distribution_sentence(record, True)  # control: the finished lesson gives its verdict
     assert "Partial" not in final and "not caught at this many runs" in final
 
 
@@ -166,9 +166,9 @@ def test_the_status_line_counts_n_of_n_and_the_time_left():
     samples = [(0.0, 0), (60.0, 400), (90.0, 400), (100.0, 430)]
     assert time_left(samples, done.total) == pytest.approx(170 / (30 / 10), rel=0.01)
     assert time_left(samples[:1], done.total) is None and time_left(samples, None) is None
-    html = learn.measuring_html(done, samples, 100.0)
+    html = learn_runs.measuring_html(done, samples, 100.0)
     assert "430 of 600 runs" in html and "s left" in html and "Partial" in html
-    assert learn.partial_note(record).startswith(" What is shown is partial")
+    assert learn_runs.partial_note(record).startswith(" What is shown is partial")
 
 
 @pytest.mark.quick

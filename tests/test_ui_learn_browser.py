@@ -6,7 +6,7 @@ import re
 import pytest
 
 from scripts.lesson_screenshots import open_tab  # a lesson's sub-tab may sit in the row's overflow menu
-from specviz.ui.learn import LESSONS
+from specviz.lessons.catalogue import SETTINGS
 from ui_server import CHROMIUM, CHROMIUM_ARGS, require_chromium, serve_app
 
 
@@ -106,7 +106,7 @@ def test_open_in_the_run_tab_fills_it_in(page):
     prompt = page.locator("#sv-prompt textarea")
     prompt.wait_for(state="visible", timeout=10_000)
     page.wait_for_function("p => document.querySelector('#sv-prompt textarea').value === p",
-                           arg=LESSONS["mechanic"]["prompt"], timeout=10_000)
+                           arg=SETTINGS["mechanic"]["prompt"], timeout=10_000)
     assert page.get_by_role("tab", name="Run", exact=True).get_attribute("aria-selected") == "true"
     assert page.get_by_role("tab", name="Learn").get_attribute("aria-selected") == "false"
     page.get_by_role("tab", name="Learn").click()  # back, for any later test

@@ -1,7 +1,7 @@
 """The streaming pacer on a made-up clock: which updates a run's view gets, and which it does not."""
 import pytest
 
-from specviz.ui import app
+from specviz.ui import run_view
 from specviz.ui.live import BASELINE, RUNNING
 from specviz.ui.pacing import Pacer
 
@@ -62,13 +62,13 @@ def token_updates_during(interval, seconds, step_every=0.05):
     """Updates a speculative run of `seconds` (a step each `step_every`) gets before its end, polled as the app
     polls (every 0.03 s): the ones a browser on the same machine draws while the engine runs."""
     timeline = polls(0.0, seconds, 0.03, lambda i: int(i * 0.03 / step_every) + 1, RUNNING)
-    return len(stream(Pacer(interval, app.CHART_INTERVAL, started=0.0), timeline))
+    return len(stream(Pacer(interval, run_view.CHART_INTERVAL, started=0.0), timeline))
 
 
 def test_a_speculative_run_of_a_second_and_a_half_gets_one_update_before_its_end():
     # each update costs a browser on the same machine 30 to 60 ms of CPU, whatever it carries (docs/app.md):
     # the example prompts' speculative runs last 0.1 to 2 s on the 2-core machine
-    assert app.TOKEN_INTERVAL >= 1.0
-    assert token_updates_during(app.TOKEN_INTERVAL, 1.6) == 1
-    assert token_updates_during(app.TOKEN_INTERVAL, 0.9) == 0
+    assert run_view.TOKEN_INTERVAL >= 1.0
+    assert token_updates_during(run_view.TOKEN_INTERVAL, 1.6) == 1
+    assert token_updates_during(run_view.TOKEN_INTERVAL, 0.9) == 0
     assert token_updates_during(0.5, 1.6) == 3  # control: the interval before, three updates in the same run

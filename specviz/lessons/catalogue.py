@@ -33,12 +33,15 @@ class Lesson:
     number: int
     key: str
     title: str
+    short: str  # the title where room is short: the Learn tab's bar holds every lesson's in a row
     claim: str
     run: Callable[[LoadedModel], Iterator]  # the lesson's generator on a loaded target
-    headers: Callable[[object], list[str]]
+    headers: Callable[[object], list[str]]  # of a record, or of None: the table's before the lesson has run
     rows: Callable[[object], list[list]]
     sentence: Callable[[object], str]  # markdown: the measured figure in **bold**
+    record_type: object  # what `run` yields (a dataclass, or a list of one): a saved run is read back as it
     sources: tuple[str, ...] = ()  # what the lesson quotes rather than measures, one line each
+    minutes: int = 1  # how long it takes on a quiet 2-core CPU, rounded up: 1 is under a minute
 
 
 def _mechanic(target: LoadedModel) -> Iterator:
@@ -55,8 +58,8 @@ def _unchanged_rows(record: exactness.Unchanged) -> list[list]:
     return [] if record.sampled is None else exactness.distribution_rows(record.sampled)
 
 
-def _unchanged_headers(record: exactness.Unchanged) -> list[str]:
-    return [] if record.sampled is None else exactness.distribution_headers(record.sampled)
+def _unchanged_headers(record: exactness.Unchanged | None) -> list[str]:
+    return [] if record is None or record.sampled is None else exactness.distribution_headers(record.sampled)
 
 
 def _batch_sentence(record: batch_size.BatchSizes) -> str:
@@ -64,21 +67,22 @@ def _batch_sentence(record: batch_size.BatchSizes) -> str:
 
 
 LESSONS = [
-    Lesson(1, "mechanic", "The mechanic", steps.CLAIM, _mechanic, lambda r: steps.HEADERS,
-           steps.mechanic_rows, steps.mechanic_sentence),
-    Lesson(2, "exact", "The output does not change", exactness.CLAIM, _unchanged, _unchanged_headers,
-           _unchanged_rows, exactness.unchanged_sentence),
-    Lesson(3, "cost", "Checking K costs about one", forward_cost.CLAIM, forward_cost.verify_cost,
-           lambda r: forward_cost.HEADERS, forward_cost.verify_cost_rows, forward_cost.verify_cost_sentence),
-    Lesson(4, "acceptance", "Acceptance decides the win", speedup.CLAIM, speedup.acceptance,
-           lambda r: speedup.HEADERS, speedup.acceptance_rows, speedup.acceptance_sentence,
+    Lesson(1, "mechanic", "The mechanic", "Mechanic", steps.CLAIM, _mechanic, lambda r: steps.HEADERS,
+           steps.mechanic_rows, steps.mechanic_sentence, steps.Mechanic),
+    Lesson(2, "exact", "The output does not change", "Same output", exactness.CLAIM, _unchanged, _unchanged_headers,
+           _unchanged_rows, exactness.unchanged_sentence, exactness.Unchanged),
+    Lesson(3, "cost", "Checking K costs about one", "Cost of K", forward_cost.CLAIM, forward_cost.verify_cost,
+           lambda r: forward_cost.HEADERS, forward_cost.verify_cost_rows, forward_cost.verify_cost_sentence,
+           forward_cost.VerifyCost),
+    Lesson(4, "acceptance", "Acceptance decides the win", "Acceptance", speedup.CLAIM, speedup.acceptance,
+           lambda r: speedup.HEADERS, speedup.acceptance_rows, speedup.acceptance_sentence, list[speedup.AcceptanceRow],
            tuple([*literature_lines(), f"Spec-Bench's leaderboard beside specviz: {SPEC_BENCH_SOURCE}", *spec_bench_lines()])),
-    Lesson(5, "batch", "Where it stops paying: batch size", batch_size.CLAIM, batch_size.batch_sizes,
-           lambda r: batch_size.HEADERS, batch_size.batch_rows, _batch_sentence),
-    Lesson(6, "drafters", "What each drafter costs", drafters.CLAIM, drafters.drafter_costs,
-           lambda r: drafters.HEADERS, drafters.drafter_rows, drafters.drafter_sentence),
-    Lesson(7, "bugs", "How speculative decoding goes wrong", bugs.CLAIM, bugs.bugs, lambda r: bugs.HEADERS,
-           bugs.bug_rows, bugs.bug_sentence),
+    Lesson(5, "batch", "Where it stops paying: batch size", "Batch size", batch_size.CLAIM, batch_size.batch_sizes,
+           lambda r: batch_size.HEADERS, batch_size.batch_rows, _batch_sentence, batch_size.BatchSizes),
+    Lesson(6, "drafters", "What each drafter costs", "Drafters", drafters.CLAIM, drafters.drafter_costs,
+           lambda r: drafters.HEADERS, drafters.drafter_rows, drafters.drafter_sentence, list[drafters.DrafterCost]),
+    Lesson(7, "bugs", "How speculative decoding goes wrong", "Bugs", bugs.CLAIM, bugs.bugs, lambda r: bugs.HEADERS,
+           bugs.bug_rows, bugs.bug_sentence, bugs.Bugs, minutes=2),
 ]
 
 

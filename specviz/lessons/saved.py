@@ -27,20 +27,11 @@ import torch
 
 from ..errors import SpecvizError
 from ..models.loading import LoadedModel
-from .batch_size import BatchSizes
-from .bugs import Bugs
 from .catalogue import LESSONS, Lesson
-from .drafters import DrafterCost
-from .exactness import Unchanged
-from .forward_cost import VerifyCost
-from .speedup import AcceptanceRow
-from .steps import Mechanic
 
 FORMAT = "specviz-lesson"
 MANY = "specviz-lessons"  # every lesson of one `learn --json` run in one file
 VERSION = 1
-RECORD_TYPES = {"mechanic": Mechanic, "exact": Unchanged, "cost": VerifyCost, "acceptance": list[AcceptanceRow],
-                "batch": BatchSizes, "drafters": list[DrafterCost], "bugs": Bugs}  # what each lesson's generator yields
 
 
 class SavedLessonError(SpecvizError):
@@ -266,7 +257,7 @@ def _lesson(data: dict, name: str) -> SavedLesson:
     if problem:
         raise SavedLessonError(f"{name}: lesson {lesson.number}'s record is damaged: {problem}")
     try:
-        record = decode(RECORD_TYPES[lesson.key], data["record"])
+        record = decode(lesson.record_type, data["record"])
         lesson.sentence(record)  # a record that decodes but cannot be drawn fails here, not in the tab
     except (KeyError, TypeError, ValueError, AttributeError, StopIteration, ZeroDivisionError) as error:
         raise SavedLessonError(f"{name}: lesson {lesson.number}'s record is incomplete or damaged ({error})") from None

@@ -1,0 +1,106 @@
+"""A lesson measured for the Learn tab and its endpoints: in a GPU call, one record at a time under the engine lock
+(other users' steps in between), and the status line that counts how far it has come."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from .. import lessons
+from ..errors import SpecvizError
+from ..lessons.progress import Progress, left_text, progress_of, time_left
+from . import render, serving
+from .endpoint import pull, stopped_message
+from .form import message_of
+from .gpu import gpu
+from .engine_lock import ENGINE_LOCK
+from .run_setup import encode_prompt
+from .serving import load_target
+
+
+def lesson_records(name: str, start: Callable, prompt: str | None = None) -> Iterator[tuple]:
+    """A lesson measured on the target `name`: ("loaded",), then ("record", record) for each record start(model)
+    yields (one at a time under the engine lock, so that other users' steps interleave), or ("failed", message).
+    A GPU call: `start` must pickle (a module-level function, or a functools.partial of one)."""
+    try:
+        with serving.pool().using(name):
+            model = load_target(name)
+            if prompt is not None:  # a caller's prompt: its tokens within the profile's limit
+                encode_prompt(model, prompt)
+            yield ("loaded",)
+            records = start(model)
+            try:
+                while True:
+                    with ENGINE_LOCK:
+                        record = next(records, None)
+                    if record is None:
+                        return
+                    yield ("record", record)
+            finally:
+                records.close()
+    except Exception as error:
+        yield ("failed", message_of(error))
+
+
+def exact_records(model, prompt: str, method: str, max_new: int, runs: int, temperature: float) -> Iterator:
+    """The exactness lesson as the tab runs it: the greedy pair, then the histograms as they fill."""
+    yield lessons.greedy_side_by_side(model, prompt, method, max_new_tokens=max_new)
+    yield from lessons.distribution(model, prompt, method, runs, temperature)
+
+
+def last_record(target: str, start: Callable, cancel, prompt: str | None = None) -> object:
+    """A lesson run to its end in a GPU call, as an endpoint answers it: its last record, or SpecvizError with
+    the lesson's failure or, when the caller cancelled, the stopped message."""
+    record = None
+    for item in pull(gpu(lesson_records)(target, start, prompt), cancel):
+        if item[0] == "failed":
+            raise SpecvizError(item[1])
+        if item[0] == "record":
+            record = item[1]
+    if cancel.is_set() or record is None:
+        raise SpecvizError(stopped_message(cancel))
+    return record
+
+
+def stream_lesson(cancel, status, target: str, start: Callable, draw: Callable) -> Iterator[dict]:
+    """Loads the target, then runs the lesson one record at a time (other users' steps in between), in a GPU
+    call (lesson_records: `start` must pickle), stopping between records when Stop is pressed. The status line
+    says how far it has come and the time left; what is drawn before the end is partial, and says so."""
+    yield {status: render.status_html(f"Loading {target}…", "info")}
+    last, began, samples = None, time.monotonic(), []
+    for item in pull(gpu(lesson_records)(target, start), cancel):
+        if item[0] == "failed":
+            yield {status: render.status_html(item[1], "error")}
+            return
+        if item[0] == "record":
+            last = item[1]
+            done = progress_of(last)
+            if done is not None:
+                samples.append((time.monotonic(), done.done))
+            yield {status: measuring_html(done, samples, time.monotonic() - began), **draw(last, False)}
+        else:
+            began = time.monotonic()
+            yield {status: measuring_html(None, [], 0.0)}
+    if cancel.is_set():
+        yield {status: render.status_html(stopped_message(cancel) + partial_note(last), "warn")}
+    elif last is not None:
+        yield {status: render.status_html(f"Done in {elapsed_text(time.monotonic() - began)}: measured just now "
+                                          "on this machine.", "ok"), **draw(last, True)}
+
+
+def elapsed_text(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def measuring_html(done: Progress | None, samples: list[tuple[float, int]], elapsed: float) -> str:
+    """The status line while a lesson runs: "n of N" in its unit, the time so far and the time left at the
+    recent pace, and that what is drawn is partial."""
+    if done is None:
+        return render.status_html(f"Measuring… {elapsed_text(elapsed)}", "info")
+    left = left_text(time_left(samples, done.total))
+    return render.status_html(f"Measuring: {done} · {elapsed_text(elapsed)}" + (f" · {left}" if left else "")
+                              + ". Partial results below until it is done.", "info")
+
+
+def partial_note(record) -> str:
+    done = progress_of(record) if record is not None else None
+    return f" What is shown is partial: {done}." if done is not None and not done.finished else ""
