@@ -412,5 +412,5 @@ def test_speculate_and_compare_report_the_oracle_and_the_accepted_lengths(url):
     status, table, _ = client.predict(PROMPT, ["ngram"], "default", "none", 4, 0, 1, 16, 0, api_name="/compare")
     rows = {row[0]: dict(zip(table["headers"], row)) for row in table["data"]}
     assert float(rows["plain"]["oracle τ"]) == 1 and rows["plain"]["steps accepting 0…γ"] == "–"  # the control
-    assert float(rows["ngram"]["oracle τ"]) >= float(rows["ngram"]["τ"]) and rows["ngram"]["oracle speedup"].endswith("×")
+    assert float(rows["ngram"]["oracle τ"]) >= float(rows["ngram"]["τ"]) and rows["ngram"]["oracle speedup"].split(" (")[0].endswith("×")  # "(noisy)" on a busy machine
     assert rows["ngram"]["verifying"].endswith("%")
