@@ -54,7 +54,7 @@ from ..runners.static import StaticRunner
 from ..rule.sampling import DeviceWarp, exponential_noise
 from .device_acceptance import (advance, advance_sampled, advance_sampled_lean, advance_tree, advance_tree_sampled,
                                 advance_tree_sampled_lean, write_tree)
-from .device_detail import step_detail, detail_of
+from .device_detail import detail_of, step_detail
 from .device_outcome import StepOutcome, chain_outcome, tree_outcome
 from .device_state import LoopState
 
