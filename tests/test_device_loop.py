@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specviz.engine import device_loop
+from specviz.engine import device_acceptance, device_loop
 from specviz.rule import tree_device
 from specviz.proposers import ngram_device, retrieval_device
 from specviz.api import encode, make_proposer, run_once
@@ -153,7 +153,7 @@ def test_accept_greedy_matches_verify_greedy():
         choices = logits.argmax(-1)
         draft = torch.where(torch.rand(gamma, generator=rng) < 0.7, choices[:gamma], torch.randint(0, 5, (gamma,), generator=rng))
         length = int(torch.randint(0, gamma + 1, (1,), generator=rng))
-        _, accepted, next_token = device_loop.accept_greedy(logits, draft, torch.tensor(length))
+        _, accepted, next_token = device_acceptance.accept_greedy(logits, draft, torch.tensor(length))
         verdict = verify_greedy(draft[:length], logits[:length + 1])
         assert (int(accepted), int(next_token)) == (verdict.n_accepted, verdict.next_token)
 

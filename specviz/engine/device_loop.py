@@ -2,7 +2,7 @@
 `medusa`, the draft model and `early-exit`; chains and draft trees), greedy or sampled, with every step's work
 on the GPU.
 
-Why: on a GPU a small target's verify pass is short, and the host loop (engine.py) spends a good part of a
+Why: on a GPU a small target's verify pass is short, and the host loop (engine/run.py) spends a good part of a
 step on the host while the GPU waits: reading the verdict, looking up the next draft, launching the next pass
 (docs/fast-path.md has the measurements). Here a step is two CUDA graphs that read and write only device
 tensors:
@@ -13,9 +13,9 @@ tensors:
    forwards over a cache of their own, proposers/eagle_device.py, medusa_device.py, draft_model_device.py)
    written into the verify pass's input;
 2. the verify pass (the fast path's forward, runners.static.StaticRunner.decode) and acceptance (greedy, or
-   speculative sampling: verify.accept_sampled, the residual, a draw): the accepted tokens appended to the
-   sequence on the device, the next pass's first token and position set, and what the target computed for
-   them handed to the drafter (DeviceLookup.observe: EAGLE's features, Medusa's hidden state).
+   speculative sampling: device_acceptance.py): the accepted tokens appended to the sequence on the device, the
+   next pass's first token and position set, and what the target computed for them handed to the drafter
+   (DeviceLookup.observe: EAGLE's features, Medusa's hidden state).
 
 Sampled runs draw from a generator of the loop's own, registered with its graphs and seeded from the run's seed
 before the first step: a seed reproduces a run. Temperature, top-k and top-p are tensors the graphs read
@@ -25,308 +25,38 @@ With a draft tree (`--tree N`), the lookup writes the weighted trie's N best nod
 the trees tree.weighted_trie makes) with their depths and visibility; the verify pass walks the tree greedily
 (tree_device.walk_tree) and moves the accepted path's keys and values next to the root's, as StaticRunner.keep_nodes does.
 
-The host only replays them and reads each step's log (its draft, the target's choices, how many were accepted)
-one step behind, while the GPU runs the next step: the GPU never waits for the host. The run stops on the host's
-reading (max_new_tokens, EOS): the step already launched then is computed and dropped (its time is counted).
-
-Nothing in a step reads a value back to the host (a graph cannot hold that): no tensor is indexed by a 0-d
-tensor (that reads the index back), gather / index_select instead; no tensor is made from a host list.
+The host only replays them and reads each step's log (device_outcome.py) one step behind, while the GPU runs the
+next step: the GPU never waits for the host. The run stops on the host's reading (max_new_tokens, EOS): the step
+already launched then is computed and dropped (its time is counted). The graphs' tensors are a LoopState
+(device_state.py).
 
 With detail (the app's runs), the verify graph also keeps its logits and drafts, and a third graph computes from
-them what the app shows of each step (step_detail): the target's top tokens at every position and its
-probability of each drafted token, read back with the step's log, so that the host builds the app's records one
-step behind. That graph runs on a second stream (EngineOptions.detail_stream), beside the next step's lookup and
-verify pass: a top-k over the vocabulary is a noticeable part of a small target's step, and its small kernels leave
-most of the card idle (docs/fast-path.md has the figures). It first copies the kept logits aside, so that the next
-verify pass waits only for that copy before it overwrites them.
+them what the app shows of each step (device_detail.py), read back with the step's log. That graph runs on a
+second stream (EngineOptions.detail_stream), beside the next step's lookup and verify pass: a top-k over the
+vocabulary is a noticeable part of a small target's step, and its small kernels leave most of the card idle
+(docs/fast-path.md has the figures). It first copies the kept logits aside, so that the next verify pass waits
+only for that copy before it overwrites them.
 
-Exactly the drafts of the host proposers (tests compare them step by step), greedy acceptance as
-verify.verify_greedy does it (the output is plain greedy output) and sampled acceptance by the same rule as
-verify.verify_sampled and tree.walk_sampled (the output has the target's distribution; tests check it against
-the exact distribution, with controls that must fail). The same functions run eagerly on a CPU (the tests),
-without graphs.
+Exactly the drafts of the host proposers (tests compare them step by step), and the host loop's acceptance (the
+output is plain greedy output, or has the target's distribution; tests check it against the exact distribution,
+with controls that must fail). The same functions run eagerly on a CPU (the tests), without graphs.
 """
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
 import torch
 
-from ..rule import tree as trees
 from ..options import EngineOptions
 from ..proposers.base import DeviceLookup
-from ..records.schema import TopTokens
 from ..runners.graphs import MIN_SPAN, capture_graph, compiled_static, graph_span
 from ..runners.static import StaticRunner
-from ..rule.sampling import DeviceWarp, draw_with_noise, exponential_noise, warp_with
-from ..rule.tree_device import walk_tree, walk_tree_sampled
-from ..rule.verify import accept_sampled, next_distribution
-
-
-# acceptance: pure tensor functions ---------------------------------------------------------------------------
-
-def accept_greedy(logits: torch.Tensor, draft: torch.Tensor, draft_length: torch.Tensor):
-    """verify.verify_greedy on the device: logits [G + 1, V], draft [G] (its first draft_length real) ->
-    (the target's choices [G + 1], accepted n [], the next token [])."""
-    choices = logits.argmax(-1)
-    gamma = draft.shape[0]
-    agrees = (draft == choices[:gamma]) & (torch.arange(gamma, device=draft.device) < draft_length)
-    accepted = agrees.int().cumprod(0).sum()
-    return choices, accepted, choices.gather(0, accepted[None])[0]
-
-
-def top_figures(probs: torch.Tensor, tokens: torch.Tensor, rows: torch.Tensor, top: int) -> torch.Tensor:
-    """probs [R, V] -> one float32 row: the `top` most probable tokens at each row (probabilities [R, top], then
-    their ids [R, top], exact as floats below 2^24), then each token's probability at its row (tokens, rows [N])."""
-    values, ids = probs.topk(top, dim=-1)
-    drafted = probs.index_select(0, rows).gather(1, tokens[:, None])[:, 0]
-    return torch.cat([values.flatten(), ids.float().flatten(), drafted])
-
-
-def step_detail(p: torch.Tensor, tokens: torch.Tensor, parent_rows: torch.Tensor, top: int,
-                q: torch.Tensor | None = None, drawn: tuple | None = None) -> torch.Tensor:
-    """What the app shows of a verify pass, as one float32 row: the target's distributions' (p [W, V]: the softmax
-    of its logits, or what a sampled step warped them to) top_figures at each position, with each drafted token's
-    probability at its parent's row (tokens, parent_rows [W - 1]); with q [G, V], a chain's drafter's distribution
-    at each draft, its top_figures after them; with drawn (a sampled step's: the distribution its next token was
-    drawn from [V], the row it was drawn at [1], the token [1]), that distribution's top tokens, then p of the
-    token at its row."""
-    row = [top_figures(p, tokens, parent_rows, top)]
-    if q is not None:
-        gamma = q.shape[0]
-        row.append(top_figures(q, tokens[:gamma], torch.arange(gamma, device=q.device), top))
-    if drawn is not None:
-        distribution, at, token = drawn
-        none = token[:0]
-        row.append(top_figures(distribution[None], none, none, top))
-        row.append(p.index_select(0, at).gather(1, token[:, None])[:, 0])
-    return torch.cat(row)
-
-
-def read_detail(values: list[float], rows: int, top: int, drafted: int
-                ) -> tuple[list[list[float]], list[list[int]], list[float]]:
-    """A top_figures row back on the host: (top probabilities [rows][top], top ids [rows][top], the tokens'
-    probabilities [drafted])."""
-    size = rows * top
-    probs = [values[row * top:(row + 1) * top] for row in range(rows)]
-    ids = [[int(i) for i in values[size + row * top:size + (row + 1) * top]] for row in range(rows)]
-    return probs, ids, values[2 * size:2 * size + drafted]
-
-
-def append_accepted(sequence, length, inputs, draft, accepted, next_token) -> None:
-    """The accepted drafts [the first `accepted` of draft] and the next token appended to sequence (the first
-    `length` [1] entries; its last entry is a sink for the slots not written), and the next pass's first token
-    and position set (inputs = [the last token, the draft or tree, the first position])."""
-    gamma = draft.shape[0]
-    slots = torch.arange(gamma + 1, device=inputs.device)
-    values = torch.where(slots < accepted, torch.cat([draft, draft.new_zeros(1)]), next_token)
-    sink = sequence.shape[0] - 1
-    sequence.index_copy_(0, torch.where(slots <= accepted, length + slots, sink), values)
-    length.add_(accepted + 1)
-    inputs[0].copy_(next_token)
-    inputs[-1:].copy_(length - 1)
-
-
-def advance(logits, sequence, length, inputs, draft_length, log) -> torch.Tensor:
-    """After a verify pass over inputs = [the last token, the draft [G], the first position]: accept greedily and
-    append (append_accepted). log [2G + 3]: the draft, the target's choices, the draft's length, accepted.
-    Returns accepted []."""
-    gamma = inputs.shape[0] - 2
-    draft = inputs[1:gamma + 1]
-    choices, accepted, next_token = accept_greedy(logits, draft, draft_length)
-    log.copy_(torch.cat([draft, choices, draft_length[None], accepted[None]]))
-    append_accepted(sequence, length, inputs, draft, accepted, next_token)
-    return accepted
-
-
-def advance_sampled(logits, q, temperature, top_k, top_p, filtered: bool, uniforms, noise, residual: bool,
-                    sequence, length, inputs, draft_length, log, values) -> torch.Tensor:
-    """advance() by speculative sampling: p, the target's warped distributions (sampling.warp_with); q [G, V]
-    the drafter's (None: one-hot); uniforms [G] and noise [V] (Exp(1)) drawn by the caller. log as advance()'s,
-    the target's choices -1 but the next token at row accepted; values [2G]: each draft's acceptance probability,
-    then the uniforms. residual=False: the control that resamples from p (verify_sampled_without_residual).
-    Returns accepted [], p [G + 1, V] and what the next token was drawn from [V] (what the app shows)."""
-    gamma = inputs.shape[0] - 2
-    draft = inputs[1:gamma + 1]
-    p = warp_with(logits, temperature, top_k, top_p, filtered)
-    accept, accepted = accept_sampled(p, q, draft, draft_length, uniforms)
-    left = next_distribution(p, q, draft, draft_length, accepted, residual)
-    next_token = draw_with_noise(left, noise)
-    choices = torch.full((gamma + 1,), -1, dtype=torch.long, device=draft.device).index_copy(
-        0, accepted[None], next_token[None])
-    log.copy_(torch.cat([draft, choices, draft_length[None], accepted[None]]))
-    values.copy_(torch.cat([accept, uniforms]))
-    append_accepted(sequence, length, inputs, draft, accepted, next_token)
-    return accepted, p, left
-
-
-def advance_sampled_lean(*args) -> torch.Tensor:
-    """advance_sampled() without what only the app's detail reads: compiled, p and the draw's distribution then
-    need not be written out. Returns accepted []."""
-    return advance_sampled(*args)[0]
-
-
-def write_tree(nodes, inputs, depths, visible, parents, real) -> None:
-    """A draft tree (tokens, parents, depths, real [B], ancestors [B, B]: DeviceLookup.draft_tree's) written into
-    the verify pass's inputs: ids (the root first), depths [B + 1] and visibility [B + 1, B + 1] (the root sees
-    itself, every node the root and its ancestors), and parents, real [B] (what advance_tree reads)."""
-    node_tokens, node_parents, node_depths, node_real, ancestors = nodes
-    inputs[1:node_tokens.shape[0] + 1].copy_(node_tokens)
-    depths[1:].copy_(node_depths)
-    visible[1:, 1:].copy_(ancestors)
-    parents.copy_(node_parents)
-    real.copy_(node_real)
-
-
-def keep_path(sequence, length, inputs, tokens, path, accepted, next_token, gamma: int):
-    """After a tree verify pass: the accepted path's tokens and the next token appended. Returns (the cache slots
-    of the path's nodes, the slots they move to: right after the root's), for the caller to move their keys and
-    values, and the path's rows of the pass (the root's, then its nodes') [gamma + 1]."""
-    slots = torch.arange(gamma + 1, device=inputs.device)
-    start = inputs[-1:]  # the root's slot
-    behind = start + 1 + slots[:gamma]
-    moved = torch.where(slots[:gamma] < accepted, start + 1 + path, behind)  # the rest stay: past what is kept
-    rows = torch.cat([slots[:1], path + 1])
-    append_accepted(sequence, length, inputs, tokens.gather(0, path), accepted, next_token)
-    return moved, behind, rows
-
-
-def advance_tree(logits, sequence, length, inputs, depths, visible, parents, real, log, gamma: int):
-    """advance() after a tree verify pass over inputs = [the last token, the tree [B], the first position]: the
-    tree walked greedily, its accepted path kept (keep_path). log [3B + 3]: the tree's tokens, parents, the
-    target's choices, the number of real nodes, accepted. Returns keep_path's and accepted."""
-    budget = parents.shape[0]
-    tokens = inputs[1:budget + 1]
-    choices, accepted, path, next_token = walk_tree(logits, tokens, parents, real, visible[1:, 1:], depths[1:], gamma)
-    log.copy_(torch.cat([tokens, parents, choices, real.sum()[None], accepted[None]]))
-    return (*keep_path(sequence, length, inputs, tokens, path, accepted, next_token, gamma), accepted)
-
-
-def advance_tree_sampled(logits, temperature, top_k, top_p, filtered: bool, uniforms, noise, residual: bool,
-                         sequence, length, inputs, depths, parents, real, log, values, gamma: int):
-    """advance_tree() by the sampled walk (tree_device.walk_tree_sampled). log [3B + 3]: the tree's tokens,
-    parents, then B + 1 entries: the path's nodes (its first min(gamma, B)) and last the next token; the number
-    of real nodes, accepted. values [3B]: each node's acceptance probability, its token's probability at its
-    parent's row, its uniform. residual=False: the control that draws from p where the walk stops. Returns
-    keep_path's, accepted, p [B + 1, V] and what the next token was drawn from [V] (what the app shows)."""
-    budget = parents.shape[0]
-    tokens = inputs[1:budget + 1]
-    p = warp_with(logits, temperature, top_k, top_p, filtered)
-    accepted, path, left, accept = walk_tree_sampled(p, tokens, parents, real, depths[1:], uniforms, gamma)
-    if not residual:
-        left = p.index_select(0, torch.where(accepted > 0, path.gather(0, (accepted - 1).clamp(min=0)[None]) + 1, 0))[0]
-    next_token = draw_with_noise(left, noise)
-    walked = torch.cat([path, path.new_zeros(budget + 1)])[:budget + 1].index_copy(0, path.new_full((1,), budget),
-                                                                                   next_token[None])
-    log.copy_(torch.cat([tokens, parents, walked, real.sum()[None], accepted[None]]))
-    p_of = p.index_select(0, parents + 1).gather(1, tokens[:, None])[:, 0]
-    values.copy_(torch.cat([accept, p_of, uniforms]))
-    return (*keep_path(sequence, length, inputs, tokens, path, accepted, next_token, gamma), accepted, p, left)
-
-
-def advance_tree_sampled_lean(*args):
-    """advance_tree_sampled() without what only the app's detail reads (as advance_sampled_lean): returns
-    keep_path's and accepted."""
-    return advance_tree_sampled(*args)[:4]
-
-
-# the loop ---------------------------------------------------------------------------------------------------
-
-class LoopState:
-    """The tensors that a loop's graphs read and write (fixed addresses) and its graphs: one lookup graph and
-    one verify graph per attention span. Kept in the runner's workspace beside the runner's own graphs (and
-    dropped with them when the cache grows). tree: the nodes of a draft tree (0: a chain). drafting: the
-    lookup's own tensors (DeviceLookup.workspace). sampled: a sampled run's state too (its generator, its
-    settings as tensors, q and the verifier's figures)."""
-
-    def __init__(self, device: torch.device, capacity: int, gamma: int, tree: int = 0, detail_top: int = 0,
-                 drafting=None, sampled: DeviceWarp | None = None, vocab: int = 0, has_q: bool = False):
-        self.capacity = capacity
-        width = tree + 1 if tree else gamma + 1  # the verify pass's positions
-        self.sequence = torch.zeros(capacity + gamma + 2, dtype=torch.long, device=device)  # last entry: a sink
-        self.length = torch.zeros(1, dtype=torch.long, device=device)
-        self.inputs = torch.zeros(width + 1, dtype=torch.long, device=device)  # the verify pass's: ids, start
-        self.draft_length = torch.zeros((), dtype=torch.long, device=device)
-        self.log = torch.zeros(3 * tree + 3 if tree else 2 * gamma + 3, dtype=torch.long, device=device)
-        self.drafting = drafting
-        self.warp = sampled
-        # a sampled step's figures (acceptance probabilities, uniforms; a tree's: also p at each parent's row)
-        self.values = torch.zeros((3 * tree if tree else 2 * gamma) if sampled else 0, device=device)
-        # q: a chain's drafter's distributions (sampled: what it drew from; with detail: what the app shows)
-        self.q = torch.zeros(gamma, vocab, device=device) if (sampled or detail_top) and has_q and not tree else None
-        self.generator = torch.Generator(device) if sampled else None
-        # step_detail's row (detail_top: its top tokens a position; 0: no detail): the target's positions, the
-        # drafter's, a sampled step's next token's distribution
-        rows = width + (gamma if self.q is not None else 0) + (sampled is not None)
-        self.detail = torch.zeros(rows * (2 * detail_top + 1) - 1 if detail_top else 0, device=device)
-        # what step_detail reads: the verify pass's logits (a sampled step's: p), drafts and the rows that score
-        # them, a chain's q, a sampled step's draw, as the verify graph leaves them ("kept") and as the detail
-        # graph copies them aside ("taken"); made by the first verify step, which runs before any capture
-        self.kept: list[torch.Tensor] | None = None
-        self.taken: list[torch.Tensor] | None = None
-        self.chain_rows = torch.arange(gamma, device=device)  # a chain's drafts are scored at rows 0..gamma-1
-        self.kept_rows = torch.arange(gamma + 1, device=device)  # a chain's positions kept, as observe() reads them
-        if tree:  # the tree's layout (write_tree writes it)
-            self.depths = torch.zeros(width, dtype=torch.long, device=device)
-            self.visible = torch.eye(width, dtype=torch.bool, device=device)
-            self.visible[:, 0] = True
-            self.parents = torch.full((tree,), -1, dtype=torch.long, device=device)
-            self.real = torch.zeros(tree, dtype=torch.bool, device=device)
-        self.lookup_graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.verify_graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.take_graph: torch.cuda.CUDAGraph | None = None  # kept -> taken
-        self.detail_graph: torch.cuda.CUDAGraph | None = None  # taken -> detail
-        # the detail graphs' own memory pool: graphs in one pool may reuse each other's temporaries, which is
-        # safe only for graphs that never run at once, and these run beside the verify graphs
-        self.pool = None
-
-    def keep(self, given: tuple) -> None:
-        """Copies what step_detail reads into `kept` (made on the first call, with `taken`, its copy's place):
-        DeviceLoop._verify_step's."""
-        if self.kept is None:
-            self.kept = [torch.empty_like(t) for t in given]
-            self.taken = [torch.empty_like(t) for t in given]
-        for mine, value in zip(self.kept, given):
-            mine.copy_(value)
-
-    def start(self, sequence: torch.Tensor) -> None:
-        """sequence [T] on the device: copies that queue behind what runs there (a prefill), no wait."""
-        count = sequence.shape[0]
-        self.sequence[:count].copy_(sequence, non_blocking=True)
-        self.length.fill_(count)
-        self.inputs[:1].copy_(sequence[-1:], non_blocking=True)
-        self.inputs[-1].fill_(count - 1)
-
-
-@dataclass
-class StepOutcome:
-    draft_ids: list[int]
-    choices: list[int]  # the target's argmax after each draft prefix [len(draft_ids) + 1]; sampled: the next
-    # token at n_accepted (the rest -1)
-    n_accepted: int
-    draft_ms: float
-    verify_ms: float
-    tree_size: int = 0  # a tree's nodes (draft_ids: the line shown, as the host loop's _verify_tree shows it)
-    detail: "StepDetail | None" = None  # with detail: the target's (and a model drafter's) figures along draft_ids
-    accept_probs: list[float] | None = None  # sampled: each draft's acceptance probability (as verify_sampled's)
-    uniforms: list[float] | None = None  # sampled: the draws compared with them (NaN where none was)
-    doubted: bool = False  # the drafter ended its chain early, doubting its last token (settings.draft_stop)
-
-    @property
-    def next_token(self) -> int:
-        return self.choices[self.n_accepted]
-
-
-@dataclass
-class StepDetail:
-    """The target's figures of a step along the drafts shown, as the host loop's records hold them."""
-    p_drafts: list[float]  # the target's probability of each draft token
-    tops: list[TopTokens]  # the target's most probable tokens before each draft token and after the last
-    q_drafts: list[float] | None = None  # a model drafter's (chains): its probability of each draft token
-    q_tops: list[TopTokens] | None = None  # and its most probable tokens at each
-    next_top: TopTokens | None = None  # sampled: the most probable tokens of what the next token was drawn from
-    next_p: float | None = None  # sampled: the target's (warped) probability of the next token
+from ..rule.sampling import DeviceWarp, exponential_noise
+from .device_acceptance import (advance, advance_sampled, advance_sampled_lean, advance_tree, advance_tree_sampled,
+                                advance_tree_sampled_lean, write_tree)
+from .device_detail import detail_of, step_detail
+from .device_outcome import StepOutcome, chain_outcome, tree_outcome
+from .device_state import LoopState
 
 
 class DeviceLoop:
@@ -358,7 +88,7 @@ class DeviceLoop:
         self._write_tree = compiled_static(write_tree) if compiled else write_tree
         self._advance_tree = compiled_static(advance_tree) if compiled else advance_tree
         # a sampled step that filters (top-k, top-p: a sort over the vocabulary) runs eagerly inside its graph:
-        # compiled, Inductor failed on it on a GPU (torch 2.11), and such runs fell back to the host loop
+        # Inductor's compile of it is not reliable on a GPU, and a failed one would send such runs to the host loop
         compiled_sampling = compiled and not self.filtered
         self._advance_sampled = compiled_static(advance_sampled_lean) if compiled_sampling else advance_sampled_lean
         self._advance_tree_sampled = (compiled_static(advance_tree_sampled_lean) if compiled_sampling
@@ -610,80 +340,12 @@ class DeviceLoop:
             for event in events[2:]:  # the step's log, then its detail (when it has one)
                 event.synchronize()
             draft_ms, verify_ms = events[0].elapsed_time(events[1]), events[1].elapsed_time(events[2])
-        log, gamma = row.tolist(), self.gamma
         figures = values.tolist() if self.sampled else None
         if self.tree:
-            outcome, line = self._tree_outcome(log, figures, draft_ms, verify_ms)
+            outcome, line = tree_outcome(row.tolist(), figures, self.tree, draft_ms, verify_ms)
         else:
-            length, accepted = log[2 * gamma + 1], log[2 * gamma + 2]
-            outcome, line = StepOutcome(draft_ids=log[:length], choices=log[gamma:gamma + length + 1],
-                                        n_accepted=accepted, draft_ms=draft_ms, verify_ms=verify_ms,
-                                        doubted=self.lookup.stops and length < gamma), range(length)
-            if figures is not None:
-                outcome.accept_probs = figures[:length]
-                outcome.uniforms = figures[gamma:gamma + length]
+            outcome, line = chain_outcome(row.tolist(), figures, self.gamma, draft_ms, verify_ms, self.lookup.stops)
         if self.detail_top:
-            outcome.detail = self._detail_of(detail.tolist(), line)
+            outcome.detail = detail_of(detail.tolist(), line, self.detail_top, self.width, self.gamma,
+                                       self.lookup.has_q and not self.tree, self.sampled)
         return outcome
-
-    def _detail_of(self, values: list[float], line) -> "StepDetail":
-        """A step_detail row read back along the line shown (a chain's drafts; a tree's nodes)."""
-        top, width, gamma = self.detail_top, self.width, self.gamma
-        probs, ids, drafted = read_detail(values, width, top, width - 1)
-        rows = [0] + [node + 1 for node in line]  # the rows before each token shown, and after the last
-        detail = StepDetail(p_drafts=[drafted[node] for node in line],
-                            tops=[TopTokens(ids=ids[r], probs=probs[r]) for r in rows])
-        rest = values[width * (2 * top + 1) - 1:]
-        if self.lookup.has_q and not self.tree:  # a chain's drafter's figures after the target's
-            probs, ids, drafted = read_detail(rest, gamma, top, gamma)
-            detail.q_drafts = [drafted[i] for i in line]
-            detail.q_tops = [TopTokens(ids=ids[i], probs=probs[i]) for i in line]
-            rest = rest[gamma * (2 * top + 1):]
-        if self.sampled:  # where the next token was drawn from, and p of it
-            probs, ids, _ = read_detail(rest, 1, top, 0)
-            detail.next_top, detail.next_p = TopTokens(ids=ids[0], probs=probs[0]), rest[2 * top]
-        return detail
-
-    def _tree_outcome(self, log: list[int], figures: list[float] | None, draft_ms: float, verify_ms: float
-                      ) -> tuple[StepOutcome, list[int]]:
-        """A tree step's log, shown as the host loop's _verify_tree shows it: the accepted path, then the
-        drafter's favourite line below where it stopped, with the target's choice before each (sampled: the
-        acceptance probability of each node the walk tried, and where it tried none, p at its parent's row)."""
-        budget = self.tree
-        count, accepted = log[3 * budget + 1], log[3 * budget + 2]
-        tokens, parents = log[:count], log[budget:budget + count]
-        walked = log[2 * budget:3 * budget + 1]
-        if figures is None:
-            path = trees.walk_greedy(tokens, parents, walked[:count + 1]).path
-            if len(path) != accepted:
-                raise RuntimeError(f"the device accepted {accepted} tree nodes where the host's walk accepts {len(path)}")
-        else:
-            path = walked[:accepted]
-        line = path + trees.first_child_chain(parents, path[-1] if path else -1)
-        if figures is None:
-            choices = [walked[row] for row in [0] + [node + 1 for node in line]]
-        else:
-            choices = [-1] * len(line) + [-1]
-            choices[accepted] = walked[budget]
-        outcome = StepOutcome(draft_ids=[tokens[node] for node in line], choices=choices, n_accepted=accepted,
-                              draft_ms=draft_ms, verify_ms=verify_ms,
-                              tree_size=0 if trees.is_chain(parents) else count)  # as the host loop counts it
-        if figures is not None:
-            accept, p_of, uniforms = figures[:budget], figures[budget:2 * budget], figures[2 * budget:]
-            tried = tried_nodes(parents, path)
-            outcome.accept_probs = [accept[node] if node in tried else p_of[node] for node in line]
-            outcome.uniforms = [uniforms[node] if node in tried else float("nan") for node in line]
-        return outcome, line
-
-
-def tried_nodes(parents: list[int], path: list[int]) -> set[int]:
-    """The nodes a sampled walk tried: below the root and each node of the accepted path, the children in order
-    up to the one accepted (every child where the walk stopped)."""
-    kids = trees.children(parents)
-    tried = set()
-    for above, taken in zip([-1] + path, path + [None]):
-        for child in kids[above + 1]:
-            tried.add(child)
-            if child == taken:
-                break
-    return tried

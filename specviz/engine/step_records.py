@@ -121,7 +121,7 @@ def figures_from_logits(draft_probs, draft_logits, draft_ids: list[int], logits:
 
 
 def figures_from_device(detail, n: int) -> StepFigures:
-    """A step's figures from the device loop's StepDetail (device_loop.py), n drafts accepted in the output: the
+    """A step's figures from the device loop's StepDetail (device_detail.py), n drafts accepted in the output: the
     drafter's where it has them (a model's chain), else None, as for a lookup on the host. A sampled step's detail
     has where its next token was drawn from; a greedy step's next token is the target's argmax, so its
     probability is the top one at row n."""

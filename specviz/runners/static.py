@@ -3,7 +3,7 @@
 Why: with transformers' eager forward a small model's step on a GPU costs the same whatever the number of
 positions (docs/fast-path.md): Python and kernel launches, not arithmetic. Here
 
-- the KV cache is one preallocated tensor per layer; a forward writes its tokens' keys and values at their
+- the KV cache is preallocated (static_cache.py); a forward writes its tokens' keys and values at their
   positions and attends over the positions up to its own, so rolling back is setting `length` (free);
 - the decoder runs as a plain function of tensors: fused q/k/v and gate/up projections, no cache objects,
   no mask factories, so that a forward is few kernels;
@@ -11,8 +11,8 @@ positions (docs/fast-path.md): Python and kernel launches, not arithmetic. Here
   optionally over torch.compile'd layers (fewer, fused kernels);
 - where graphs or compile are unavailable (CPU, ZeroGPU) the same function runs eagerly: same results;
 - on a CPU in float32 the weight matrices are prepacked once for oneDNN: a forward of 1 to 9 positions then
-  costs about the same (MKL's products repack the weights on every call: a 5-position forward cost 1.5
-  one-position forwards), and a row's result does not depend on the rows beside it.
+  costs about the same (MKL's products repack the weights on every call), and a row's result does not
+  depend on the rows beside it.
 
 StaticRunner has CausalRunner's interface (forward, rollback, reset, length), so the engine and every
 drafter use it unchanged; make_runner() picks it for every model it supports and CausalRunner otherwise.
@@ -33,6 +33,7 @@ from .clock import device_clock
 from ..models.configs import head_dim, kv_heads, norm_eps
 from ..options import EngineOptions
 from .causal import CausalRunner
+from .static_cache import StaticCache
 from ..settings import MAX_GAMMA, MAX_TREE
 from ..rule.tree import check_tree, depths as tree_depths, unpack_visibility, visibility_words
 from .graphs import (MIN_SPAN, CapturedGraph, capture_graph, compiled_fn, graph_span, next_power_of_two,
@@ -44,14 +45,14 @@ from .onednn import model_matrices, onednn_allowed, onednn_linear, parameter_byt
 MAX_GRAPH_POSITIONS = MAX_GAMMA + 1  # forwards over more positions (prefills) go through in chunks:
 PREFILL_CHUNK = 256  # positions of one captured prefill forward (the last chunk of an input padded)
 LONG_PREFILL_CHUNK = 512  # ... while more than PREFILL_CHUNK positions remain: long prompts prefill faster in
-# larger chunks, short ones slower (docs/benchmarks, 2026-11-27, the device loop)
+# larger chunks, short ones slower (docs/performance.md)
 MAX_TREE_POSITIONS = MAX_TREE + 1  # a tree verify pass: the last accepted token and the tree
 
 
-class StaticRunner:
+class StaticRunner(StaticCache):
     """Runs new tokens of one sequence (batch 1) through a Llama-family model over a static KV cache.
 
-    Same contract as runner.CausalRunner: forward(ids [K]) appends K tokens and returns (logits [K or 1, V]
+    Same contract as causal.CausalRunner: forward(ids [K]) appends K tokens and returns (logits [K or 1, V]
     float32, hidden [K, H]); rollback(length) keeps the first `length` tokens; the cache holds exactly the
     first `length` tokens of the sequence (positions past it hold stale values that no forward attends to).
     A runner serves one sequence at a time; its workspace goes back to the model's pool when the runner
@@ -140,78 +141,6 @@ class StaticRunner:
         self._finalizer()
         self.workspace = None
 
-    # cache -------------------------------------------------------------------------------------------
-    @property
-    def capacity(self) -> int:
-        return self.workspace.capacity
-
-    def reset(self) -> None:
-        self.length = 0
-
-    @property
-    def supports_tree(self) -> bool:
-        """Draft trees need every cached position visible; a sliding window is not implemented for them."""
-        return self.window is None
-
-    def rollback(self, length: int) -> None:
-        """Keep only the first `length` tokens: nothing to copy, later forwards overwrite the rest."""
-        if length > self.length:
-            raise ValueError(f"cannot roll forward: cache holds {self.length} tokens, asked for {length}")
-        self.length = length
-
-    @torch.inference_mode()
-    def keep_nodes(self, first_slot: int, node_slots: list[int]) -> None:
-        """After a tree verify pass: keep the first `first_slot` tokens, then the accepted nodes (written at
-        `node_slots`, ascending) moved down into the slots that follow: one gather and one copy over the keys
-        and values of every layer."""
-        count = len(node_slots)
-        if node_slots != list(range(first_slot, first_slot + count)):
-            source = torch.tensor(node_slots, dtype=torch.long).to(self.device, non_blocking=True)
-            cache = self.workspace.keys_values  # keys and values at once; index_select copies first: the ranges
-            cache.narrow(3, first_slot, count).copy_(cache.index_select(3, source))  # may overlap
-        self.rollback(first_slot + count)
-
-    def move_slots(self, sources: torch.Tensor, targets: torch.Tensor) -> None:
-        """Copy the keys and values (every layer's) at slots `sources` to slots `targets` (tensors on the
-        device): tensor work only, so it can be captured in a graph (the device loop's accepted tree path)."""
-        cache = self.workspace.keys_values
-        cache.index_copy_(3, targets, cache.index_select(3, sources))
-
-    def ensure_capacity(self, needed: int) -> None:
-        """Grow the cache (and the RoPE tables) to hold `needed` positions. On a GPU it starts at 1024 and
-        doubles, so that graphs, which point at the cache, are rarely captured again."""
-        space = self.workspace
-        if needed <= space.capacity:
-            return
-        if needed > self.context_length:
-            raise ValueError(f"{needed} positions exceed the model's context of {self.context_length}")
-        floor = 1024 if self.use_graphs else 64
-        capacity = min(self.context_length, max(floor, next_power_of_two(needed)))
-        # keys and values in one tensor [2, layers, kv_heads, capacity, head_dim]: keep_nodes moves both at once
-        keys_values = torch.zeros((2, len(self.layers), self.kv_heads, capacity, self.head_dim), dtype=self.dtype,
-                                  device=self.device)
-        if space.keys_values is not None:
-            keys_values[:, :, :, : space.capacity].copy_(space.keys_values)
-        space.keys_values, space.capacity = keys_values, capacity
-        space.keys, space.values = keys_values[0], keys_values[1]
-        positions = torch.arange(capacity, device=self.device)[None]
-        probe = torch.zeros(1, dtype=self.dtype, device=self.device)
-        with torch.no_grad():
-            cos, sin = self.rotary(probe, positions)
-        space.cos, space.sin = cos[0].to(self.dtype).contiguous(), sin[0].to(self.dtype).contiguous()
-        # the graphs point at the old tensors; dropping them all also frees their memory pool, so the next
-        # capture must start a new one (capturing into a freed pool fails inside PyTorch's allocator)
-        space.graphs.clear()
-        space.users.clear()
-        space.pool = None
-
-    def layer_keys_values(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """(keys, values) of every layer over the cached tokens, [1, kv_heads, length, head_dim] as
-        transformers lays them out (for tests that compare with a fresh prefill)."""
-        space = self.workspace
-        return [(space.keys[i, :, : self.length][None], space.values[i, :, : self.length][None])
-                for i in range(len(self.layers))]
-
     # forward -----------------------------------------------------------------------------------------
     def decode(self, ids: torch.Tensor, start: torch.Tensor, span: int, last_only: bool,
                 depths: torch.Tensor | None = None, visible: torch.Tensor | None = None, compiled: bool = True,
@@ -242,7 +171,7 @@ class StaticRunner:
         pending = torch.zeros_like(x)  # each layer's MLP output, added by the next layer (decoder_layer)
         for i, layer in enumerate(self.layers):
             # the cache sliced to the span here, not inside the compiled layer: traced first with the span equal
-            # to the capacity, torch.compile took them for one size and failed on every shorter span after
+            # to the capacity, torch.compile takes them for one size and fails on every shorter span after
             x, pending = layer_fn(x, pending, self.layer_tensors[i], layer.eps, space.keys[i, :, :span],
                                   space.values[i, :, :span], cos, sin, positions, mask, self.heads, self.kv_heads,
                                   self.head_dim)
@@ -333,7 +262,7 @@ class StaticRunner:
     def _forward_in_chunks(self, token_ids: torch.Tensor, logits_for: str):
         """A long input (a prompt) through captured graphs of LONG_PREFILL_CHUNK positions while more than
         PREFILL_CHUNK remain (and fit in the context), then of PREFILL_CHUNK, the last chunk padded:
-        eagerly, a forward is some 600 kernel launches from Python whatever the prompt's length, where a replay
+        eagerly, a forward is hundreds of kernel launches from Python whatever the prompt's length, where a replay
         is one (docs/fast-path.md). The padding's keys and values land in slots past the input, where
         no token looks before its own forward has overwritten them (as with a padded draft tree). With
         logits_for="none" the chunks' graphs have no output layer (its product for every row, their float32
