@@ -1,7 +1,9 @@
-"""The package's imports, read from its source with ast: every import points down the layers (ui and cli -> api
--> engine -> proposers -> runners -> core) or stays in its layer, no modules import each other in a circle
+"""The package's shape, read from its source with ast: every import points down the layers (one a folder: ui and cli
+-> lessons -> measure -> api -> train -> engine -> proposers -> runners -> rule -> methods -> settings -> models ->
+records -> errors and options) or stays in its layer, no modules import each other in a circle
 (imports inside functions count: they only hide a circle), nothing in the package imports its test helpers
-(specviz/models/testing.py), and nothing outside specviz/ui imports a UI package (the GPU machine has none)."""
+(specviz/models/testing.py), nothing outside specviz/ui imports a UI package (the GPU machine has none), only the front doors stay at the top
+and no module grows past what one reading holds."""
 import ast
 from pathlib import Path
 
@@ -9,16 +11,23 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# top first; a module belongs to the layer of its longest matching name (a name matches itself and what is
-# under it: "specviz.engine.batch" is not "specviz.measure.batch_bench")
+# top first: each folder of specviz/ is a layer, and the front doors at the top level sit where what they import
+# puts them; a module belongs to the layer of its longest matching name (a name matches itself and what is under
+# it: "specviz.engine.batch" is not "specviz.measure.batch_bench")
 LAYERS = [
     ("ui and cli", ["specviz.ui", "specviz.cli", "specviz.__main__"]),
-    ("api", ["specviz.api", "specviz.measure.bench", "specviz.measure.batch_bench", "specviz.measure.measured", "specviz.measure.exactness_check",
-             "specviz.measure.cost_curve", "specviz.lessons", "specviz.train", "specviz.ui.gpu_worker"]),
-    ("engine", ["specviz.engine.run", "specviz.engine.step", "specviz.engine.step_records", "specviz.engine.device_loop", "specviz.engine.device_acceptance",
-                "specviz.engine.device_detail", "specviz.engine.device_outcome", "specviz.engine.device_state", "specviz.engine.batch"]),
-    ("proposers", ["specviz.proposers", "specviz.engine.batch_draft"]),
+    ("lessons", ["specviz.lessons"]),
+    ("measure", ["specviz.measure"]),
+    ("api", ["specviz.api"]),
+    ("train", ["specviz.train"]),
+    ("engine", ["specviz.engine"]),
+    ("proposers", ["specviz.proposers"]),
     ("runners", ["specviz.runners"]),
+    ("rule", ["specviz.rule"]),
+    ("methods", ["specviz.methods"]),
+    ("settings", ["specviz.settings"]),
+    ("models", ["specviz.models"]),
+    ("records", ["specviz.records"]),
     ("core", ["specviz"]),
 ]
 FACE = "specviz"  # the package's __init__: it hands the public names on, from every layer
@@ -130,7 +139,7 @@ def graph():
 def test_every_module_has_a_layer(graph):
     inside, _ = graph
     assert all(layer_of(name) is not None for name in inside)
-    assert layer_of("specviz.measure.batch_bench") == 1 and layer_of("specviz.engine.batch") == 2  # names, not string prefixes
+    assert layer_of("specviz.measure.batch_bench") == 2 and layer_of("specviz.engine.batch") == 5  # names, not string prefixes
 
 
 def test_every_import_points_down_the_layers(graph):
@@ -176,3 +185,38 @@ def test_imports_inside_functions_and_relative_forms_are_read(tmp_path):
     files = modules(package)
     inside, _ = imports_of("specviz.sub.user", files["specviz.sub.user"], set(files))
     assert inside == {"specviz.sub.leaf", "specviz.core", "specviz.sub"}
+
+
+FRONT_DOORS = {"__init__", "__main__", "api", "cli", "settings", "options", "errors", "methods"}
+MAX_LINES = 500  # past this a module holds more than one job (split it at its seams)
+
+
+def top_level_strays(package_dir: Path) -> list[str]:
+    """The modules at the package's top level that are not its front doors (the rest live in a layer's folder)."""
+    return sorted(p.stem for p in package_dir.glob("*.py") if p.stem not in FRONT_DOORS)
+
+
+def oversized(package_dir: Path, limit: int = MAX_LINES) -> list[str]:
+    """'path: lines' for every module of the package over `limit` lines."""
+    return [f"{p.relative_to(package_dir.parent)}: {n}" for p in sorted(package_dir.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > limit]
+
+
+def test_only_the_front_doors_stay_at_the_top_level():
+    assert top_level_strays(ROOT / "specviz") == []
+
+
+def test_no_module_is_over_the_line_limit():
+    assert oversized(ROOT / "specviz") == []
+
+
+def test_a_stray_module_or_a_long_one_is_caught(tmp_path):
+    """The control: a package with a stray top-level module and one module a line over the limit."""
+    package = tmp_path / "specviz"
+    (package / "engine").mkdir(parents=True)
+    (package / "api.py").write_text("")
+    (package / "helpers.py").write_text("")
+    (package / "engine" / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (package / "engine" / "short.py").write_text("x = 1\n" * MAX_LINES)
+    assert top_level_strays(package) == ["helpers"]
+    assert oversized(package) == [f"specviz/engine/long.py: {MAX_LINES + 1}"]
