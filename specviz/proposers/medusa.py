@@ -14,7 +14,7 @@ from torch import nn
 
 from ..rule.sampling import draw, warp_probs
 from ..rule.tree import product_tree
-from .base import Draft, Feedback, Proposer
+from .base import Draft, Feedback, Proposer, ProposerRequest
 from .draft_head import DraftHead
 
 # Candidates per head in a draft tree: up to this many, never more than the tree has nodes. Wide matters:
@@ -141,3 +141,10 @@ class MedusaProposer(Proposer):
         if new > 0 and feedback.target_hidden is not None:
             self.last_hidden = feedback.target_hidden[new - 1]
             self.known += new
+
+
+def build(request: ProposerRequest) -> MedusaProposer:
+    """`medusa`'s proposer (specviz.methods): the heads of --heads, or those shipped for the target."""
+    from .checkpoints import load_drafter  # imported here: checkpoints loads MedusaHeads from this module
+
+    return MedusaProposer(load_drafter("medusa", request.target, request.heads, request.options))
