@@ -12,8 +12,7 @@ import time
 
 from .errors import SpecvizError
 from . import methods as registry
-from .methods import (EXACTNESS_PROMPT, PATTERN_PROMPT, check_batchable, exactness_prompt,  # noqa: F401
-                      parse_batch_sizes, parse_method)  # (the prompts: re-exported, the registry's)
+from .methods import check_batchable, exactness_prompt, parse_batch_sizes, parse_method
 from .options import set_for_this_process
 from .records.schema import TokenKind
 from .settings import MAX_TREE, DecodeSettings

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 import gradio as gr
 
 from .. import lessons
+from .. import methods as registry
 from ..errors import SpecvizError
 from ..lessons import (acceptance_rows, acceptance_sentence, distribution_sentence, drafter_rows, drafter_sentence,  # noqa: F401
                        mechanic_rows, mechanic_sentence, side_by_side_sentence, verify_cost_sentence)
@@ -334,7 +335,7 @@ def distribution_api(prompt: str = LESSONS["exact"]["prompt"], method: str = "me
         cancel.set()
 
 
-BUGS_METHODS = ("eagle", "medusa", "early-exit")  # drafters that draw their first draft from a q (lesson 7 needs one)
+BUGS_METHODS = tuple(m.name for m in registry.methods() if m.draws_from_q and not m.uses_draft_model)  # drafters that draw their first draft from a q (lesson 7 needs one; its form has no draft model)
 BUGS_PROMPT_CHARS = 2000  # lesson 7 tests the first new token: a long prompt only costs the forward
 
 

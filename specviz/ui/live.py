@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from .. import methods as registry
 from ..api import encode, make_proposer, warm_up
 from ..engine.run import SpeculativeRun
 from ..errors import SpecvizError
@@ -224,7 +225,7 @@ READY, RUNNING, PAUSED, BASELINE, DONE, STOPPED, FAILED = "ready", "running", "p
 
 SLICE_SECONDS = 0.2  # engine time the speculative run takes before plain decoding catches up with it: long
 # enough that a GPU's step left in flight at a switch (device_loop.py) is a small share of a slice
-USES_DRAFT_MODEL = ("draft", "adaptive")  # methods that take the drafter field (adaptive drafts with it if given)
+USES_DRAFT_MODEL = registry.names(uses_draft_model=True)  # methods that take the drafter field (adaptive drafts with it if given)
 
 
 @dataclass
