@@ -335,7 +335,8 @@ def distribution_api(prompt: str = LESSONS["exact"]["prompt"], method: str = "me
         cancel.set()
 
 
-BUGS_METHODS = tuple(m.name for m in registry.methods() if m.draws_from_q and not m.uses_draft_model)  # drafters that draw their first draft from a q (lesson 7 needs one; its form has no draft model)
+# drafters that draw their first draft from a q (lesson 7 needs one), without a draft model (its form has none)
+BUGS_METHODS = tuple(m.name for m in registry.methods() if m.draws_from_q and not m.uses_draft_model)
 BUGS_PROMPT_CHARS = 2000  # lesson 7 tests the first new token: a long prompt only costs the forward
 
 
