@@ -181,6 +181,7 @@ for _entry in (
            device_drafter=None, exactness_prompt="pattern"),
 ):
     register(_entry)
+del _entry
 
 METHODS = names()  # the built-in methods' names (specviz.METHODS); a list that must see methods registered later
 # reads names()
