@@ -17,28 +17,28 @@ from .engine.device_loop import DeviceLoop
 from .engine.run import SpeculativeRun
 from .runners.graphs import check_capture_deadline
 from .runners.static import make_runner
-from .errors import InvalidSettingError, MissingDrafterError
+from .errors import MissingDrafterError
 from .models.loading import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
 from .options import EngineOptions
 from .records.oracle import run_oracle
-from .proposers import (METHODS, AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,
-                        NgramProposer, PlainProposer, Proposer, RetrievalProposer)
-from .proposers.checkpoints import load_draft_model, load_drafter, shipped_drafter_exists
+from . import methods
+from .methods import DRAFT_MODEL, check_batchable  # noqa: F401  (check_batchable: re-exported, the registry's)
+from .proposers import PlainProposer, Proposer, ProposerRequest
+from .proposers.adaptive import default_lookup  # noqa: F401  (re-exported: `adaptive`'s default lookup)
+from .proposers.checkpoints import load_draft_model
 from .proposers.early_exit import decoder_layers, default_exit_layer, truncated_view
 from .records.schema import RunResult, StepRecord, TopTokens
 from .settings import DecodeSettings, check_prompt_text
 from .engine.step_records import TOP_N
 
 
-BATCHED_METHODS = ("plain", "ngram", "retrieval", "draft", "early-exit")  # what batch.decode_batch drafts with
-
-
 def check_drafter(method: str, draft) -> None:
-    """The one check that a method has the drafter model it needs: `draft` (the method that drafts with a separate
-    model) needs one. draft: a loaded model or its name, before anything is loaded; None or "": none chosen."""
-    if method == "draft" and not draft:
-        raise MissingDrafterError("the draft method needs a draft model: choose one ('default', a Hub id, a folder or a "
-                                  ".gguf file: --draft on the command line, draft= in the API, the drafter list "
+    """The one check that a method has the drafter model it needs: a method that needs a draft model
+    (methods.DRAFT_MODEL: `draft`, which drafts with a separate model) needs one. draft: a loaded model or its
+    name, before anything is loaded; None or "": none chosen."""
+    if DRAFT_MODEL in methods.method(method).needs and not draft:
+        raise MissingDrafterError(f"the {method} method needs a draft model: choose one ('default', a Hub id, a folder "
+                                  "or a .gguf file: --draft on the command line, draft= in the API, the drafter list "
                                   "in the app)")
 
 
@@ -52,61 +52,21 @@ def make_proposer(
     adaptive_lookup: str = "auto",
     options: EngineOptions | None = None,
 ) -> Proposer:
-    """A fresh proposer for `method`. `draft` is the drafter model for `draft` (and for `adaptive`'s base);
-    `heads` the trained drafter for `medusa` and `eagle`, the datastore for `retrieval` (folder or Hub id;
-    None = the one shipped for the default target). `adaptive_lookup`: what `adaptive` looks up beside a model
-    drafter, "ngram" (the sequence), "retrieval" (the sequence and the datastore) or "auto" (default_lookup).
-    options: the engine's switches for the drafter's own runners and graphs (None: from the environment)."""
+    """A fresh proposer for `method`, built by its registered builder (specviz.methods). `draft` is the drafter
+    model for `draft` (and for `adaptive`'s base); `heads` the trained drafter for `medusa` and `eagle`, the
+    datastore for `retrieval` (folder or Hub id; None = the one shipped for the default target).
+    `adaptive_lookup`: what `adaptive` looks up beside a model drafter, "ngram" (the sequence), "retrieval" (the
+    sequence and the datastore) or "auto" (default_lookup). options: the engine's switches for the drafter's own
+    runners and graphs (None: from the environment)."""
+    entry = methods.method(method)  # an unknown name is refused here, with the names there are
     options = options or EngineOptions.from_environment()
-    vocab_size = target.vocab_size
-    if method == "plain":
-        return PlainProposer()
-    if method == "ngram":
-        return NgramProposer()
-    if method == "retrieval":
-        return RetrievalProposer(load_drafter("retrieval", target, heads))
-    if method == "early-exit":
-        return EarlyExitDrafter(target.model, vocab_size, exit_layer, options)
-    if method == "draft":
-        check_drafter(method, draft)
-        check_same_vocabulary(target, draft)
-        return ModelDrafter(draft.model, vocab_size, options)
-    if method == "medusa":
-        return MedusaProposer(load_drafter("medusa", target, heads, options))
-    if method == "eagle":
-        return EagleProposer(load_drafter("eagle", target, heads, options), options)
-    if method == "adaptive":
-        base = adaptive_base
-        if base == "auto":
-            if draft is not None:
-                base = "draft"
-            elif heads is not None or shipped_drafter_exists("eagle", target):
-                base = "eagle"
-            else:
-                base = "ngram"
-        if base in ("adaptive", "plain"):
-            raise InvalidSettingError(f"adaptive cannot run on top of {base!r}; choose draft, ngram, retrieval, "
-                                      "early-exit, medusa or eagle")
-        if adaptive_lookup not in ("auto", "ngram", "retrieval"):
-            raise InvalidSettingError(f"adaptive looks up with auto, ngram or retrieval, not {adaptive_lookup!r}")
-        if adaptive_lookup == "auto":
-            adaptive_lookup = default_lookup(target)
-        # lookup costs next to nothing: beside a model drafter it goes first (adaptive.py says why)
-        if base in ("ngram", "retrieval"):
-            lookup = None
-        elif adaptive_lookup == "retrieval":
-            lookup = RetrievalProposer(load_drafter("retrieval", target, None))
-        else:
-            lookup = NgramProposer()
-        return AdaptiveProposer(make_proposer(base, target, draft, exit_layer, heads=heads, options=options),
-                                lookup=lookup)
-    raise InvalidSettingError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    check_drafter(method, draft)
 
+    def another(name: str) -> Proposer:
+        return make_proposer(name, target, draft, exit_layer, heads=heads, options=options)
 
-def check_batchable(method: str) -> None:
-    if method not in BATCHED_METHODS:
-        raise InvalidSettingError(f"{method} does not batch: batched decoding runs {', '.join(BATCHED_METHODS)} "
-                                  "(a drafter that reads the target's hidden states would need them per row)")
+    return entry.builder()(ProposerRequest(target, draft, exit_layer, heads, adaptive_base, adaptive_lookup, options,
+                                           another))
 
 
 def batch_drafting(method: str, target: LoadedModel, draft: LoadedModel | None = None,
@@ -123,16 +83,6 @@ def batch_drafting(method: str, target: LoadedModel, draft: LoadedModel | None =
         check_same_vocabulary(target, draft)
         return ModelDrafting(draft.model, target.vocab_size)
     return lambda: make_proposer(method, target, heads=heads)
-
-
-def default_lookup(target: LoadedModel) -> str:
-    """What `adaptive` looks up by default beside a model drafter. On a CPU, retrieval (where a datastore
-    ships for the target): its lookup is nothing beside a forward there, and it finds more than the sequence
-    alone. On a GPU, n-gram lookup: there the datastore's lookup is a real share of a step (docs/performance.md
-    has the measurements)."""
-    if target.device.type == "cpu" and shipped_drafter_exists("retrieval", target):
-        return "retrieval"
-    return "ngram"
 
 
 def encode(target: LoadedModel, prompt: str, chat: bool = True) -> list[int]:

@@ -11,25 +11,13 @@ import sys
 import time
 
 from .errors import SpecvizError
-from .methods import METHODS, parse_batch_sizes, parse_method
+from . import methods as registry
+from .methods import check_batchable, exactness_prompt, parse_batch_sizes, parse_method
 from .options import set_for_this_process
 from .records.schema import TokenKind
 from .settings import MAX_TREE, DecodeSettings
 
 EXIT_BAD_INPUT = 2
-# check-exactness's default prompt for each method: one on which its drafts are both accepted and rejected often
-# enough to test both paths of the verifier. The lookups, adaptive and Medusa accept most on a pattern sent as is;
-# EAGLE and the draft model, which learnt the target's chat answers, on a chat question. Early exit at its default
-# cut (a quarter of the layers) accepts next to nothing on either: the check cuts it at 7/8, unless --exit-layer
-# says otherwise.
-EXACTNESS_PROMPT = "Name one animal, one colour and one city."
-PATTERN_PROMPT = "one two three four five, " * 4 + "one two"  # sent without the chat template
-PATTERN_METHODS = ("ngram", "retrieval", "adaptive", "medusa")
-
-
-def exactness_prompt(method: str) -> tuple[str, bool]:
-    """check-exactness's default prompt for a method, and whether it is sent as is (no chat template)."""
-    return (PATTERN_PROMPT, True) if method in PATTERN_METHODS else (EXACTNESS_PROMPT, False)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,7 +50,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                             "auto: retrieval on a CPU where a datastore ships for the target, else ngram)")
     group.add_argument("--gamma", type=int, default=4, help="draft tokens per step, 1..32 (adaptive: the maximum)")
     group.add_argument("--tree", type=int, default=0, help="0 = draft a chain; N = a draft tree of up to N tokens, "
-                       f"depth gamma, verified in one pass (ngram, retrieval, medusa, eagle; 1..{MAX_TREE})")
+                       f"depth gamma, verified in one pass ({registry.tree_drafting()}; 1..{MAX_TREE})")
     group.add_argument("--draft-stop", type=_number, default=0.0,
                        help="draft and early-exit: end a draft after a token the drafter gives less than this "
                             "probability (e.g. 0.5; 0 = always gamma tokens)")
@@ -104,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen = commands.add_parser("generate", help="run one prompt and show every step")
     gen.add_argument("--prompt", required=True, help="the text to continue; sent through the target's chat template "
                      "as a user turn unless --raw-prompt")
-    gen.add_argument("--method", default="ngram", choices=METHODS, help="the drafter (plain: none, the baseline; "
+    gen.add_argument("--method", default="ngram", choices=registry.names(), help="the drafter (plain: none, the baseline; "
                      "default %(default)s)")
     add_model_options(gen)
     gen.add_argument("--compare-plain", action="store_true", help="also run plain decoding and report the speedup")
@@ -128,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="at most N prompts for transformers, spread over the categories")
     bench.add_argument("--batch-sizes", default="", help="decode batches of these sizes, e.g. 1,2,4,8,16: per method "
                        "and batch size, tokens/s, latency a token, tau and the speedup over plain decoding of the "
-                       "same batches (plain, ngram, retrieval, draft and early-exit batch)")
+                       f"same batches ({registry.joined(registry.names(batchable=True))} batch)")
     bench.add_argument("--compare-single", action="store_true", help="with --batch-sizes: batch 1 through both the "
                        "single-sequence loop (what batch 1 uses) and the batched runner, side by side (rows carry path)")
     bench.add_argument("--out", required=True, help="where to write the results JSON")
@@ -139,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Tests that a method's sampled output is the target's distribution. "
                                 "--dtype auto means float32 here, on a GPU too: in bfloat16 the test also measures "
                                 "rounding.")
-    check.add_argument("--method", default="ngram", choices=[m for m in METHODS if m != "plain"],
+    check.add_argument("--method", default="ngram", choices=registry.names(drafts=True),
                        help="the method whose sampled output is tested (default %(default)s)")
     check.add_argument("--prompt", default=None, help="default: one on which the method's drafts are both accepted "
                        "and rejected (a repeated pattern, sent as is, for the lookups; a chat question for the model "
@@ -257,8 +245,10 @@ def cmd_bench(args) -> int:
 
 def bench_batches(args, methods: list[str]) -> int:
     if args.transformers or args.heads or args.device_map:
-        raise SpecvizError("--batch-sizes runs plain, ngram, retrieval, draft and early-exit on one device: drop "
+        raise SpecvizError(f"--batch-sizes runs {registry.joined(registry.names(batchable=True))} on one device: drop "
                            "--transformers, --heads and --device-map")
+    for spec in methods:
+        check_batchable(parse_method(spec, settings_from(args))[0])  # refused before torch is imported
     from tqdm import tqdm
 
     from .measure.batch_bench import run_batch_bench

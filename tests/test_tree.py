@@ -207,13 +207,13 @@ def test_caches_equal_a_fresh_prefill_after_tree_steps(tiny_target):
 
 
 def test_methods_without_trees_draft_chains_with_a_warning(tiny_target, tiny_drafter):
-    from specviz.proposers import TREE_METHODS
+    from specviz.methods import names
 
     settings = DecodeSettings(max_new_tokens=16, gamma=3, tree=8)
     plain = run_once(tiny_target, PlainProposer(), PROMPT, settings)
     for method in ("draft", "early-exit", "adaptive"):
         proposer = make_proposer(method, tiny_target, tiny_drafter)
-        assert not proposer.drafts_trees and method not in TREE_METHODS
+        assert not proposer.drafts_trees and method not in names(drafts_trees=True)
         with pytest.warns(UserWarning, match="drafts chains"):
             result = run_once(tiny_target, proposer, PROMPT, settings)
         assert result.token_ids == plain.token_ids

@@ -251,9 +251,10 @@ def test_batch_view_measures_speedup_against_batch_size(url):
 def test_the_batch_view_drafts_with_the_distilled_model_or_the_target_itself(default_target):
     from specviz.engine.batch_draft import ModelDrafting
     from specviz.models.loading import DEFAULT_MODEL
-    from specviz.ui.batch_tab import BATCH_METHODS, SELF_DRAFT, BatchTab
+    from specviz.ui.batch_tab import BatchTab
+    from specviz.ui.form import SELF_DRAFT, batch_methods
 
-    assert {"draft", SELF_DRAFT} <= set(BATCH_METHODS)
+    assert {"draft", SELF_DRAFT} <= set(batch_methods())
     distilled = BatchTab.drafting("draft", DEFAULT_MODEL, default_target)
     itself = BatchTab.drafting(SELF_DRAFT, DEFAULT_MODEL, default_target)
     assert isinstance(distilled, ModelDrafting) and isinstance(itself, ModelDrafting)

@@ -22,6 +22,7 @@ from ..rule import verify as verification
 from ..runners.clock import device_clock
 from .device_loop import DeviceLoop
 from ..errors import InvalidSettingError
+from ..methods import tree_drafting
 from ..records.metrics import summarize
 from ..models.loading import LoadedModel
 from ..options import EngineOptions
@@ -139,8 +140,7 @@ class SpeculativeRun:
         self.runner = runner or make_runner(target.model, options=self.options)
         if self.settings.tree and not proposer.drafts_trees:
             if proposer.drafts:  # plain decoding drafts nothing: nothing to say
-                warnings.warn(f"specviz: {proposer.name} drafts chains; draft trees are for ngram, retrieval, medusa, eagle "
-                              "and adaptive on medusa or eagle")
+                warnings.warn(f"specviz: {proposer.name} drafts chains; draft trees are for {tree_drafting()}")
             self.settings = dataclasses.replace(self.settings, tree=0)
         if self.settings.tree and not self.runner.supports_tree:
             warnings.warn(f"specviz: {type(self.runner).__name__} cannot verify draft trees; drafting chains")

@@ -11,7 +11,8 @@ import torch
 from ..api import make_proposer
 from ..measure.floor import weight_bytes
 from ..models.loading import LoadedModel
-from ..proposers import METHODS, Proposer
+from .. import methods as registry
+from ..proposers import Proposer
 from ..proposers.checkpoints import load_draft_model, shipped_methods
 from ..proposers.distilled import DISTILLED
 from ..settings import DecodeSettings
@@ -20,16 +21,20 @@ from .common import PROMPTS, megabytes, prompt_ids, run_once
 CLAIM = ("Drafters differ in what they add to memory: a second model, extra heads, a layer, a datastore, or nothing. "
          "Measured from the loaded objects.")
 HEADERS = ["method", "extra parameters", "extra memory", "share of the target's memory", "α", "τ"]
-NEEDS_NOTHING = ("ngram", "early-exit")  # drafters made of the sequence or of the target itself: no files
 SHIPPED_AS = {DISTILLED: "draft"}  # a shipped folder named otherwise than the method that uses it
 
 
 def offline_methods(target: LoadedModel, shipped: Sequence[str] | None = None) -> list[str]:
     """The drafters that load here without a network or a second model: those that need nothing, and those
-    whose files ship for this target (specviz.proposers.checkpoints.shipped_methods), in METHODS' order."""
+    whose files ship for this target (specviz.proposers.checkpoints.shipped_methods), in the registry's order."""
     shipped = shipped_methods(target) if shipped is None else shipped
-    available = set(NEEDS_NOTHING) | {SHIPPED_AS.get(name, name) for name in shipped}
-    return [m for m in METHODS if m in available]
+    available = set(needs_nothing()) | {SHIPPED_AS.get(name, name) for name in shipped}
+    return [m.name for m in registry.methods() if m.name in available]
+
+
+def needs_nothing() -> tuple[str, ...]:
+    """The drafters made of the sequence or of the target itself: no files (specviz.methods), nothing beneath."""
+    return tuple(m.name for m in registry.methods() if m.drafts and not m.needs and not m.on_another)
 
 
 def offline_proposer(method: str, target: LoadedModel) -> Proposer:

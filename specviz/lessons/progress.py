@@ -44,7 +44,7 @@ def progress_of(record) -> Progress | None:
             return Progress(record.seeds, record.runs, "seeds", "every verifier on each")
         return Progress(record.seeds, None, "seeds", f"past {record.runs}, until every wrong verifier is caught")
     if isinstance(record, list) and record and isinstance(record[0], speedup.AcceptanceRow):
-        return Progress(len(record), len(speedup.METHODS) * len(speedup.PROMPTS), "method runs",
+        return Progress(len(record), len(speedup.compared()) * len(speedup.PROMPTS), "method runs",
                         "each method on each prompt")
     if isinstance(record, list):
         return Progress(len(record), None, "rows")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from .. import methods as registry
 from ..api import make_proposer, warm_up
 from ..models.loading import LoadedModel
 from ..measure.plausibility import noise_note, speedup_doubt, step_durations
@@ -47,16 +48,20 @@ def expected_curve(alpha: float, c: float, gammas: Sequence[int] = tuple(range(0
     return [(g, expected_speedup(alpha, g, c)) for g in gammas]
 
 
-METHODS = ("ngram", "retrieval", "early-exit", "medusa", "eagle")  # what the lesson compares, on each of PROMPTS
+def compared() -> tuple[str, ...]:
+    """What the lesson compares, on each of PROMPTS: the drafters that need no draft model chosen, each on its own
+    (specviz.methods; adaptive drafts through one of them)."""
+    return tuple(m.name for m in registry.methods() if m.drafts and not m.uses_draft_model and not m.on_another)
 
 
-def acceptance(target: LoadedModel, methods: Sequence[str] = METHODS,
+def acceptance(target: LoadedModel, methods: Sequence[str] | None = None,
                prompts: dict[str, str] | None = None, gamma: int = 4, max_new_tokens: int = 32,
                make: Callable[[str], Proposer] | None = None) -> Iterator[list[AcceptanceRow]]:
     """Each method on each prompt, greedy, beside plain decoding of the same prompt; yields the table so far. A
     speedup that fails its plausibility check is measured once more, plain decoding again right before the
     method, and the row keeps the second pair (with its doubt, if that one fails too)."""
     make = make or (lambda method: make_proposer(method, target))
+    methods = compared() if methods is None else methods
     settings = DecodeSettings(max_new_tokens=max_new_tokens, gamma=gamma, temperature=0.0, stop_at_eos=False).validate()
     warm_up(target)
     rows: list[AcceptanceRow] = []

@@ -20,7 +20,7 @@ from .energy import energy_lines, energy_meter
 from .floor import describe_floor, weight_read_floor
 from ..models.loading import load_model
 from ..records.oracle import pooled_histogram, run_oracle
-from ..methods import METHODS, parse_method  # noqa: F401  (parse_method: bench's METHOD:GAMMA[:TREE][@STOP])
+from ..methods import names, parse_method  # noqa: F401  (parse_method: bench's METHOD:GAMMA[:TREE][@STOP])
 from ..proposers import PlainProposer
 from ..proposers.checkpoints import load_draft_model
 from ..settings import DecodeSettings
@@ -311,10 +311,10 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     every timed specviz run used on the GPUs it runs on (energy.py; null where power is not measured)."""
     from tqdm.auto import tqdm
 
-    unknown = [m for m in methods if m.split(":")[0].split("@")[0] not in METHODS] + [m for m in transformers if m not in HF_BASELINES]
+    unknown = [m for m in methods if m.split(":")[0].split("@")[0] not in names()] + [m for m in transformers if m not in HF_BASELINES]
     if unknown or not methods:
         raise InvalidSettingError(f"unknown method(s) {', '.join(unknown) or '(none)'}; choose from "
-                                  f"{', '.join(METHODS)} (and for --transformers {', '.join(HF_BASELINES)})")
+                                  f"{', '.join(names())} (and for --transformers {', '.join(HF_BASELINES)})")
     entries = {spec: parse_method(spec, settings) for spec in methods if spec != "plain"}  # spec -> (method, settings)
     if "hf-assisted" in transformers and not draft:
         raise InvalidSettingError("hf-assisted needs a draft model: pass --draft")

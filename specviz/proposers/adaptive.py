@@ -26,8 +26,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from .. import methods
+from ..errors import InvalidSettingError
+from ..models.loading import LoadedModel
 from ..rule.theory import expected_tokens_per_step
-from .base import Draft, Feedback, Proposer
+from .base import Draft, Feedback, Proposer, ProposerRequest
+from .checkpoints import load_drafter, shipped_drafter_exists
+from .ngram import NgramProposer
+from .retrieval import RetrievalProposer
 
 DECAY = 0.9  # weight of the past per step: recent text matters more (acceptance changes with content)
 MARGIN = 0.05  # how much more than a plain step drafting must promise (measured costs are noisy)
@@ -300,3 +306,46 @@ class AdaptiveProposer(Proposer):
                                       DECAY * rejected + (feedback.n_accepted < feedback.drafted))
         if was_probe:
             self._after_probe(paid=feedback.n_accepted > 0)
+
+
+LOOKUPS = ("auto", "ngram", "retrieval")  # what `adaptive` may look up beside a model drafter (--adaptive-lookup)
+
+
+def default_lookup(target: LoadedModel) -> str:
+    """What `adaptive` looks up by default beside a model drafter. On a CPU, retrieval (where a datastore
+    ships for the target): its lookup is nothing beside a forward there, and it finds more than the sequence
+    alone. On a GPU, n-gram lookup: there the datastore's lookup is a real share of a step (docs/performance.md
+    has the measurements)."""
+    if target.device.type == "cpu" and shipped_drafter_exists("retrieval", target):
+        return "retrieval"
+    return "ngram"
+
+
+def build(request: ProposerRequest) -> AdaptiveProposer:
+    """`adaptive`'s proposer (specviz.methods), on its base: adaptive_base, or with "auto" the draft model where
+    one is given, else EAGLE where its drafter is given or ships, else n-gram lookup; beside a model drafter, the
+    lookup of adaptive_lookup ("auto": default_lookup)."""
+    base, target = request.adaptive_base, request.target
+    if base == "auto":
+        if request.draft is not None:
+            base = "draft"
+        elif request.heads is not None or shipped_drafter_exists("eagle", target):
+            base = "eagle"
+        else:
+            base = "ngram"
+    bases = [m.name for m in methods.methods() if m.drafts and not m.on_another]
+    if base in methods.names() and base not in bases:
+        raise InvalidSettingError(f"adaptive cannot run on top of {base!r}; choose {methods.joined(bases, 'or')}")
+    lookup_name = request.adaptive_lookup
+    if lookup_name not in LOOKUPS:
+        raise InvalidSettingError(f"adaptive looks up with {methods.joined(LOOKUPS, 'or')}, not {lookup_name!r}")
+    if lookup_name == "auto":
+        lookup_name = default_lookup(target)
+    # lookup costs next to nothing: beside a model drafter it goes first (this module's docstring says why)
+    if methods.method(base).lookup:
+        lookup = None
+    elif lookup_name == "retrieval":
+        lookup = RetrievalProposer(load_drafter("retrieval", target, None))
+    else:
+        lookup = NgramProposer()
+    return AdaptiveProposer(request.another(base), lookup=lookup)

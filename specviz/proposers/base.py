@@ -1,12 +1,18 @@
 """The proposer interface: every drafting method proposes up to gamma tokens for the target to verify."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..rule.sampling import draw, warp_probs
 from ..settings import DecodeSettings
+
+if TYPE_CHECKING:
+    from ..models.loading import LoadedModel
+    from ..options import EngineOptions
 
 
 @dataclass
@@ -173,3 +179,20 @@ class Proposer:
 
     def empty_draft(self, device) -> Draft:
         return Draft(torch.empty(0, dtype=torch.long, device=device), None)
+
+
+@dataclass(frozen=True)
+class ProposerRequest:
+    """What a method's builder (specviz.methods.Method.build, e.g. proposers.ngram.build) builds its proposer
+    from: api.make_proposer's arguments. draft: the draft model (for the methods that use one); heads: a trained
+    drafter's folder or a datastore's (None: the one shipped for the target); another(name): the proposer of
+    another method with the same request (what `adaptive` drafts through)."""
+
+    target: LoadedModel
+    draft: LoadedModel | None
+    exit_layer: int | None
+    heads: str | None
+    adaptive_base: str
+    adaptive_lookup: str
+    options: EngineOptions
+    another: Callable[[str], Proposer]

@@ -31,7 +31,7 @@ from ..models.loading import DEFAULT_MODEL, LoadedModel, load_model
 from .distilled import DISTILLED, is_distilled_folder, load_distilled
 from .draft_head import DraftHead, TargetParts
 from .eagle_net import EagleConfig, EagleDrafter, EagleNet
-from .medusa import MedusaDrafter, MedusaHeads
+from .medusa_net import MedusaDrafter, MedusaHeads
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "drafters"
 SHIPPED = {DEFAULT_MODEL: "smollm2-135m-instruct"}  # target name -> folder under assets/drafters

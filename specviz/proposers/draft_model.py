@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from ..models.loading import check_same_vocabulary
 from ..options import EngineOptions
 from ..runners.static import StaticRunner, make_runner
-from .base import Draft, Feedback, Proposer
+from .base import Draft, Feedback, Proposer, ProposerRequest
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:
@@ -132,3 +133,10 @@ class ModelDrafter(Proposer):
         else:
             self.sequence = feedback.tokens.tolist()
         self._rollback_to_common_prefix(self.sequence, keep_last=False)
+
+
+def build(request: ProposerRequest) -> ModelDrafter:
+    """`draft`'s proposer (specviz.methods): the draft model given (api.check_drafter has checked there is one),
+    on the target's vocabulary."""
+    check_same_vocabulary(request.target, request.draft)
+    return ModelDrafter(request.draft.model, request.target.vocab_size, request.options)

@@ -16,7 +16,8 @@ import torch
 
 from ..options import EngineOptions
 from ..rule.tree import depths as tree_depths
-from .base import Draft, Feedback, Proposer
+from .base import Draft, Feedback, Proposer, ProposerRequest
+from .checkpoints import load_drafter
 from .eagle_net import DraftCache, EagleDrafter
 from .eagle_tree import CATCH_UP_ROWS, TreeDrafting
 
@@ -153,3 +154,8 @@ class EagleProposer(Proposer):
         new = feedback.tokens.shape[0] - 1 - known
         if new > 0 and feedback.target_hidden is not None:
             self.pending = torch.cat([self.pending.to(feedback.target_hidden), feedback.target_hidden[:new]])
+
+
+def build(request: ProposerRequest) -> EagleProposer:
+    """`eagle`'s proposer (specviz.methods): the feature drafter of --heads, or the one shipped for the target."""
+    return EagleProposer(load_drafter("eagle", request.target, request.heads, request.options), request.options)

@@ -8,6 +8,7 @@ import copy
 import torch
 
 from ..errors import InvalidSettingError
+from .base import ProposerRequest
 from .draft_model import ModelDrafter
 
 
@@ -57,3 +58,8 @@ class EarlyExitDrafter(ModelDrafter):
         total = len(decoder_layers(target_model))
         self.exit_layer = default_exit_layer(total) if exit_layer is None else exit_layer
         super().__init__(truncated_view(target_model, self.exit_layer), vocab_size, options)
+
+
+def build(request: ProposerRequest) -> EarlyExitDrafter:
+    """`early-exit`'s proposer (specviz.methods): the target's first exit_layer layers (None: a quarter)."""
+    return EarlyExitDrafter(request.target.model, request.target.vocab_size, request.exit_layer, request.options)

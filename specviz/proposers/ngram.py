@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..rule.tree import weighted_trie
-from .base import Draft, Feedback, Proposer
+from .base import Draft, Feedback, Proposer, ProposerRequest
 from .ngram_device import NgramLookup
 
 
@@ -122,3 +122,8 @@ class NgramProposer(Proposer):
             index.extend(feedback.new_ids)
         else:
             self._synced_index(feedback.tokens)
+
+
+def build(request: ProposerRequest) -> NgramProposer:
+    """`ngram`'s proposer (specviz.methods): it looks up the sequence itself, nothing to load."""
+    return NgramProposer()

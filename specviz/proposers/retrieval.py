@@ -13,7 +13,8 @@ import torch
 
 from .datastore import Datastore
 from ..rule.tree import heaviest_line, weighted_trie
-from .base import Draft
+from .base import Draft, ProposerRequest
+from .checkpoints import load_drafter
 from .ngram import NgramProposer
 from .ngram_device import SEQUENCE_WEIGHT
 from .retrieval_device import RetrievalLookup, device_datastore
@@ -55,3 +56,8 @@ class RetrievalProposer(NgramProposer):
         return RetrievalLookup(settings.gamma, settings.tree, self.sizes(), device_datastore(self.datastore, runner.device),
                                self.store_limit, self.store_weight * SEQUENCE_WEIGHT,
                                compiled=runner.use_graphs and runner.use_compile, streams=runner.use_graphs)
+
+
+def build(request: ProposerRequest) -> RetrievalProposer:
+    """`retrieval`'s proposer (specviz.methods): the datastore of --heads, or the one shipped for the target."""
+    return RetrievalProposer(load_drafter("retrieval", request.target, request.heads))

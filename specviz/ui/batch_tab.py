@@ -23,7 +23,7 @@ from ..proposers.checkpoints import load_draft_model
 from ..settings import DecodeSettings
 from . import charts, render, serving
 from .endpoint import form_handler, pull, stopped_message
-from .form import BATCH_METHODS as FORM_BATCH_METHODS
+from .form import SELF_DRAFT, batch_methods
 from .form import message_of
 from .gpu import gpu
 from .engine_lock import ENGINE_LOCK
@@ -32,8 +32,7 @@ from .run_request import drafter_for
 from .serving import load_target
 from .tabs import stop_tab
 
-SELF_DRAFT = "draft (target itself)"
-BATCH_METHODS = list(FORM_BATCH_METHODS)  # retrieval, ngram, draft and SELF_DRAFT
+BATCH_DEFAULT = "retrieval"  # the Batch tab's method at first
 BATCH_FIELDS = ("target", "batch_method", "batch_sizes", "batch_tokens")
 MAX_BATCH = 64
 # on a public server a batch (decoded whole, between two checks for Stop) stays short
@@ -62,7 +61,7 @@ class BatchTab:
                     "third chart shows which holds here: a verify pass's forward time over a plain step's, for the "
                     "same batch; the line under it says it in words.")
         with gr.Row():
-            self.method = gr.Dropdown(BATCH_METHODS, value=BATCH_METHODS[0], label="method",
+            self.method = gr.Dropdown(list(batch_methods()), value=BATCH_DEFAULT, label="method",
                                       elem_id=f"{self.prefix}-method")
             self.sizes = gr.Textbox("1,2,4,8", label="batch sizes", elem_id=f"{self.prefix}-sizes")
             self.tokens = gr.Number(32, label="new tokens", precision=0, minimum=1, maximum=256,
@@ -82,7 +81,8 @@ class BatchTab:
 
     @staticmethod
     def drafting(method: str, name: str, model):
-        """What `method` batches with: a lookup proposer a row, or a draft model (api.batch_drafting)."""
+        """What `method` batches with: a lookup proposer a row, or a draft model (api.batch_drafting); `draft` with
+        the drafter chosen (the distilled one where none is), SELF_DRAFT with the target itself."""
         if method == SELF_DRAFT:
             return batch_drafting("draft", model, model)
         if method == "draft":
@@ -90,7 +90,7 @@ class BatchTab:
             device = serving.placement().draft_device or str(model.device)
             draft = load_draft_model(chosen, model, device) if chosen else model
             return batch_drafting("draft", model, draft)
-        return lambda: make_proposer(method, model)
+        return batch_drafting(method, model)
 
     def on_measure(self, form, state, cancel):
         batch_sizes = parse_batch_sizes(form.batch_sizes)

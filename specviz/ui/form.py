@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidSettingError, SpecvizError
 from ..models.loading import DEFAULT_MODEL
-from ..proposers import METHODS
+from ..methods import methods, names
 from .public import SHIPPED_DRAFTERS, Profile, check_model
 from ..settings import DecodeSettings, check_prompt_text
 
@@ -19,7 +19,7 @@ MAX_NAME = 300  # characters of a model name
 MAX_STEPS = 100_000  # the step slider's end: a run of MAX_NEW_TOKENS has fewer steps
 MAX_SEED = 2 ** 63 - 1  # torch.Generator.manual_seed's range
 PUBLIC_MAX_TREE = 64  # the tree slider's end: larger trees are for a dedicated GPU
-BATCH_METHODS = ("retrieval", "ngram", "draft", "draft (target itself)")
+SELF_DRAFT = "draft (target itself)"  # the Batch tab's `draft` with the target drafting for itself
 
 
 @dataclass(frozen=True)
@@ -122,17 +122,23 @@ def _seed(value):
     return None if value is None or value == "" else whole("seed", value, 0, MAX_SEED)
 
 
+def batch_methods() -> tuple[str, ...]:
+    """The Batch tab's choices: the methods that batch and draft (specviz.methods), and the target drafting for
+    itself."""
+    return (*(m.name for m in methods() if m.batchable and m.drafts), SELF_DRAFT)
+
+
 def _methods(value):
-    if not isinstance(value, (list, tuple)) or len(value) > len(METHODS):
+    if not isinstance(value, (list, tuple)) or len(value) > len(names()):
         raise FormError(f"methods must be a list of methods, got {_shown(value)}")
-    return tuple(choice("each method", m, [m for m in METHODS if m != "plain"]) for m in value)
+    return tuple(choice("each method", m, names(drafts=True)) for m in value)
 
 
 DECODING = ("max_new_tokens", "gamma", "temperature", "top_p", "seed", "tree", "draft_stop")
 
 FIELDS: dict[str, Callable] = {  # (value, profile) -> the Form's value
     "prompt": lambda v, p: text("the prompt", v, p.max_prompt_chars),
-    "method": lambda v, p: choice("method", v, METHODS),
+    "method": lambda v, p: choice("method", v, names()),
     "target": lambda v, p: _target(model("target", v, p, "target model")),
     "draft": lambda v, p: model("drafter", v, p, "drafter"),
     "max_new_tokens": lambda v, p: _max_new(v),
@@ -149,7 +155,7 @@ FIELDS: dict[str, Callable] = {  # (value, profile) -> the Form's value
     "runs": lambda v, p: whole("runs", v, 10, 300 if p.public else 1000),
     "wrong": lambda v, p: flag("wrong", v),
     "rounding": lambda v, p: flag("rounding", v),
-    "batch_method": lambda v, p: choice("method", v, BATCH_METHODS),
+    "batch_method": lambda v, p: choice("method", v, batch_methods()),
     "batch_sizes": lambda v, p: text("batch sizes", v, 100),
     "batch_tokens": lambda v, p: whole("new tokens", v, 1, 256),
     "seconds_per_step": lambda v, p: real("replay speed", v, 0.0, 60.0),

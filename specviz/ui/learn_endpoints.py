@@ -7,6 +7,7 @@ import functools
 import gradio as gr
 
 from .. import lessons
+from .. import methods as registry
 from ..errors import SpecvizError
 from ..lessons.catalogue import SETTINGS
 from ..lessons.catalogue import plain as plain_record
@@ -51,7 +52,8 @@ def distribution_api(prompt: str = SETTINGS["exact"]["prompt"], method: str = "m
         cancel.set()
 
 
-BUGS_METHODS = ("eagle", "medusa", "early-exit")  # drafters that draw their first draft from a q (lesson 7 needs one)
+# drafters that draw their first draft from a q (lesson 7 needs one), without a draft model (its form has none)
+BUGS_METHODS = tuple(m.name for m in registry.methods() if m.draws_from_q and not m.uses_draft_model)
 BUGS_PROMPT_CHARS = 2000  # lesson 7 tests the first new token: a long prompt only costs the forward
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from .. import methods as registry
 from ..models.loading import DEFAULT_MODEL
 from ..options import EngineOptions
 from ..proposers.distilled import DISTILLED
@@ -11,7 +12,7 @@ from ..settings import DecodeSettings
 from . import serving
 from .form import read_form
 
-USES_DRAFT_MODEL = ("draft", "adaptive")  # methods that take the drafter field (adaptive drafts with it if given)
+USES_DRAFT_MODEL = registry.names(uses_draft_model=True)  # methods that take the drafter field (adaptive drafts with it if given)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from ..api import check_drafter
 from ..errors import MissingDrafterError, SpecvizError
 from ..models.loading import DEFAULT_MODEL
 from ..options import EngineOptions
-from ..proposers import METHODS
+from ..methods import METHODS, tree_drafting
 from ..proposers.distilled import DISTILLED
 from .public import preset_bytes
 from . import render, serving
@@ -254,7 +254,7 @@ class RunTab(RunControls):
                                        elem_id="sv-gamma", min_width=200)
                 self.tree = gr.Slider(0, 64, value=0, step=1, elem_id="sv-tree", min_width=200,
                                       label="draft tree: tokens verified at once (0 = a chain of γ)",
-                                      info="ngram, retrieval, medusa, eagle, adaptive on eagle: several candidates, depth γ")
+                                      info=f"{tree_drafting()}: several candidates, depth γ")
                 self.max_new = gr.Slider(8, MAX_NEW_TOKENS, value=96, step=8, label="max new tokens",
                                          elem_id="sv-max-new", min_width=200)
                 # 0.5 by default: cut where the drafter doubts, the distilled draft model's chains pay on a

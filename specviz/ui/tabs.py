@@ -16,7 +16,7 @@ from ..errors import MissingDrafterError, SpecvizError
 from ..measure.measured import load_measured
 from ..records.oracle import oracle_figures
 from ..measure.plausibility import BUSY, noise_note, speedup_doubt
-from ..proposers import METHODS
+from ..methods import names as method_names
 from . import charts, render, serving, view
 from .endpoint import form_handler, pull, stopped_message
 from .form import message_of
@@ -170,7 +170,7 @@ class CompareTab:
                     "the status line says why. Ticked at first: the "
                     "drafters that accept and pay on a 2-core CPU (measured on Spec-Bench, below).")
         runs = load_measured()
-        choices = [m for m in METHODS if m != "plain"]
+        choices = list(method_names(drafts=True))
         self.methods = gr.CheckboxGroup(choices, value=default_methods(runs, choices), label="Methods",
                                         elem_id="sv-compare-methods")
         with gr.Row():
