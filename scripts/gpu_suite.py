@@ -80,10 +80,13 @@ DRAFTERS = "retrieval:16:31,eagle:6:31,eagle:4:15,draft:4@0.5,medusa:4"
 SAMPLED = "eagle:2,eagle:4,retrieval:16:31"
 
 SUITES: dict[str, Suite] = {
-    "check": Suite("the CUDA tests (graphs, compile, the attention kernel, the device loop, EAGLE's trees), then the "
-                   "fast path's forward checked against transformers' and timed (scripts/gpu_check.py)", (
+    "check": Suite("the CUDA tests (graphs, compile, the attention kernel, the device loop, EAGLE's trees, the "
+                   "exact mode and lesson 7's use of it), then the fast path's forward checked against transformers' and timed (scripts/gpu_check.py)", (
         Step("pytest", "pytest", ("-q", "-x", "-p", "no:cacheprovider", *CUDA_TESTS, "-k",
                                   "cuda or graph or graphs or compiled or triton or waits or eagle_tree or warm_up")),
+        Step("exact-mode", "pytest", ("-q", "-x", "-p", "no:cacheprovider", "tests/test_exact_mode_cuda.py")),
+        Step("exact-lesson", "pytest", ("-q", "-x", "-p", "no:cacheprovider", "tests/test_lesson_bugs.py", "-k",
+                                        "on_a_gpu")),
         Step("check", "scripts.gpu_check", ("--out", "{out}/check.json")),
     )),
     "identity": Suite("float32, 2 prompts a category (26): every method's greedy output must equal plain "
