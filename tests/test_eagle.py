@@ -138,6 +138,9 @@ def test_eagle_tree_graphs_draft_what_eager_drafting_does(tiny_target, monkeypat
     drafter.net.cuda()
     settings = DecodeSettings(max_new_tokens=60, gamma=5, tree=31)
     plain = run_once(target, PlainProposer(), PROMPT, settings)
+    # the host loop's tree drafting (TreeDrafting's graphs); the device loop drafts EAGLE's trees inside its own
+    # step graph, which tests/test_device_loop.py compares with plain
+    monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "0")
     graphed = run_once(target, EagleProposer(drafter), PROMPT, settings)
     monkeypatch.setenv("SPECVIZ_GRAPHS", "0")
     eager = run_once(target, EagleProposer(drafter), PROMPT, settings)
