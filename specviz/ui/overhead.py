@@ -15,7 +15,7 @@ on all of them:
 - browser: the same through the web app, streamed to chromium, which renders it on the same cores.
 
 app / driver is what the UI costs; driver / library what the driver costs. Speeds are the engine's own: in the
-library its wall time from the first to the last step; in the driver and the app its engine time (live.py:
+library its wall time from the first to the last step; in the driver and the app its engine time (stepped_runs.py:
 each run's own steps, not the other run's turns nor the moments held for the page to draw an update), which
 still holds whatever the UI took from the cores while a step ran. The
 CPU time of this process (all its threads: engine, UI, server; not the client's) is measured around each
