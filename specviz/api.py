@@ -24,7 +24,6 @@ from .records.oracle import run_oracle
 from . import methods
 from .methods import DRAFT_MODEL, check_batchable  # noqa: F401  (check_batchable: re-exported, the registry's)
 from .proposers import PlainProposer, Proposer, ProposerRequest
-from .proposers.adaptive import default_lookup  # noqa: F401  (re-exported: `adaptive`'s default lookup)
 from .proposers.checkpoints import load_draft_model
 from .proposers.early_exit import decoder_layers, default_exit_layer, truncated_view
 from .records.schema import RunResult, StepRecord, TopTokens

@@ -4,7 +4,7 @@ import torch
 
 from specviz.proposers.draft_head import DraftHead, TargetParts
 from specviz.proposers.eagle_net import EagleConfig, EagleDrafter, EagleNet
-from specviz.proposers.medusa import MedusaDrafter, MedusaHeads
+from specviz.proposers.medusa_net import MedusaDrafter, MedusaHeads
 from specviz.models.published_layouts import Shape, write_eagle1, write_medusa1
 
 

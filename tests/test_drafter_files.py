@@ -9,7 +9,7 @@ import torch
 from specviz import DecodeSettings, DrafterMismatchError, ModelLoadError
 from specviz.api import make_proposer, run_once
 from specviz.proposers import EagleProposer, MedusaProposer, PlainProposer
-from specviz.proposers.medusa import MedusaHeads
+from specviz.proposers.medusa_net import MedusaHeads
 
 from random_drafters import random_eagle, random_medusa, write_eagle_published, write_medusa_published
 from test_engine import PROMPT

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from specviz import DecodeSettings, DrafterMismatchError, InvalidSettingError, ModelLoadError
-from specviz.api import default_lookup, encode, make_proposer, run_once
+from specviz.api import encode, make_proposer, run_once
+from specviz.proposers.adaptive import default_lookup
 from specviz.proposers import PlainProposer
 from specviz.proposers.checkpoints import ASSETS, SHIPPED
 from specviz.train.data import FROM_GERMAN, STARTERS, _header_ids, load_dataset, opener_ids
@@ -77,7 +78,7 @@ def test_adaptive_runs_on_the_shipped_eagle_drafter(default_target):
 def test_adaptive_can_look_up_in_the_datastore(default_target, plain_outputs):
     proposer = make_proposer("adaptive", default_target, adaptive_lookup="retrieval")
     assert (proposer.base.name, proposer.lookup.name) == ("eagle", "retrieval")
-    # the default: on a CPU (as here) the datastore, n-gram lookup where the target is on a GPU (api.default_lookup)
+    # the default: on a CPU (as here) the datastore, n-gram lookup where the target is on a GPU (proposers.adaptive.default_lookup)
     assert make_proposer("adaptive", default_target).lookup.name == "retrieval"
     assert make_proposer("adaptive", default_target, adaptive_lookup="ngram").lookup.name == "ngram"
     assert make_proposer("adaptive", default_target, adaptive_base="retrieval").lookup is None  # it looks up itself

@@ -353,10 +353,12 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
         warm_up(target_model, method_settings.gamma + 1, length, [proposer], tree=method_settings.tree,
                 device_loop=True)
     first = prompts[0]
+    runner = None  # plain decoding's, read from its untimed run (the first of these)
     for method, method_settings in [("plain", settings), *entries.values()]:  # one untimed run each: first calls
         untimed = run_once(target_model, proposer_for(method),
                            encoded[first["prompt_id"]], method_settings, detail=False)
-        runner = untimed.settings.get("runner") if method == "plain" else runner
+        if method == "plain":
+            runner = untimed.settings.get("runner")
     for mode in transformers:
         hf_generate(target_model, encoded[first["prompt_id"]][:64], DecodeSettings(max_new_tokens=8, gamma=settings.gamma),
                     mode, draft_model)

@@ -8,6 +8,7 @@ import copy
 import torch
 
 from ..errors import InvalidSettingError
+from ..options import EngineOptions
 from .base import ProposerRequest
 from .draft_model import ModelDrafter
 

@@ -15,7 +15,7 @@ from ..rule.sampling import draw, warp_probs
 from ..rule.tree import product_tree
 from .base import Draft, Feedback, Proposer, ProposerRequest
 from .checkpoints import load_drafter
-from .medusa_net import MedusaDrafter, MedusaHeads  # noqa: F401  (MedusaHeads: re-exported, the heads live in medusa_net.py)
+from .medusa_net import MedusaDrafter
 
 # Candidates per head in a draft tree: up to this many, never more than the tree has nodes. Wide matters:
 # in a replay of Spec-Bench prompts (scripts/medusa_sim.py) a tree's tau keeps rising as each head offers more

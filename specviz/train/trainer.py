@@ -20,7 +20,7 @@ from ..proposers.checkpoints import read_medusa_blocks, save_eagle, save_medusa
 from ..proposers.distilled import build_draft_model, draft_config, save_distilled, spread_layers, start_from_target
 from ..proposers.draft_head import TargetParts
 from ..proposers.eagle_net import EagleConfig, EagleNet
-from ..proposers.medusa import MedusaHeads
+from ..proposers.medusa_net import MedusaHeads
 from .losses import draft_model_loss, eagle_loss, medusa_loss, ttt_forward
 from .plot import save_loss_curve
 
