@@ -55,18 +55,39 @@ def layer_keys_values(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 
+def check_feature_layers(features, layers: int) -> tuple[int, ...] | None:
+    """A runner's feature layers, checked: distinct layer indices of the model, ascending, short of the last (whose
+    output transformers hands over after the final norm); None or () for none."""
+    if not features:
+        return None
+    features = tuple(int(i) for i in features)
+    if sorted(set(features)) != list(features) or not all(0 <= i < layers - 1 for i in features):
+        raise ValueError(f"feature layers {features} are not distinct ascending layers of a {layers}-layer model "
+                         f"before its last (0 to {layers - 2})")
+    return features
+
+
+def layer_features(outputs: list[torch.Tensor], features: tuple[int, ...]) -> torch.Tensor:
+    """The outputs [K, H] of the feature layers, in order, side by side: [K, len(features) * H] (HF's
+    hidden_states[i + 1] for each layer i, as DFlash's and EAGLE-3's drafters read them)."""
+    assert len(outputs) == len(features), "one output a feature layer"
+    return torch.cat(outputs, dim=-1)
+
+
 class CausalRunner:
     """Runs new tokens of one sequence (batch 1) through a causal LM with a KV cache. It has what the engine
     asks of any runner (runners.static.StaticRunner has it too): forward, rollback, reset, length, device,
-    supports_tree, warm_up, release."""
+    supports_tree, warm_up, release. features: the layers whose outputs `hidden` holds (layer_features), else
+    the last hidden state."""
 
     supports_tree = False  # draft trees need the fast path's tree attention
 
-    def __init__(self, model):
+    def __init__(self, model, features: tuple[int, ...] | None = None):
         self.model = model
         self.device = input_device(model)
         self._cache_keyword = _cache_keyword(model)
         self._split_output_layer = _has_plain_output_layer(model)
+        self.features = check_feature_layers(features, text_config(model.config).num_hidden_layers)
         self.cache = new_cache()
         self.length = 0  # tokens in the cache
 
@@ -85,13 +106,16 @@ class CausalRunner:
         inputs = {"input_ids": token_ids.unsqueeze(0), "position_ids": positions, "use_cache": True,
                   self._cache_keyword: self.cache}
         if self._split_output_layer:
-            hidden = self.model.get_decoder()(**inputs).last_hidden_state[0]  # [K, H]
+            out = self.model.get_decoder()(**inputs, output_hidden_states=self.features is not None)
+            hidden = out.last_hidden_state[0]  # [K, H]
             head_input = hidden[-1:] if logits_for in ("last", "none") else hidden
             logits = self.model.get_output_embeddings()(head_input)
         else:
             out = self.model(**inputs, output_hidden_states=True)
             hidden = out.hidden_states[-1][0]
             logits = out.logits[0, -1:] if logits_for in ("last", "none") else out.logits[0]
+        if self.features is not None:  # hidden_states[0] is the embedding, [i + 1] layer i's output
+            hidden = layer_features([out.hidden_states[i + 1][0] for i in self.features], self.features)
         self.length += count
         assert cache_length(self.cache) == self.length, "KV cache out of step with the runner"
         # a sharded model ends on another device than it starts: hand results back where the tokens live

@@ -32,7 +32,7 @@ from . import exact as exact_mode
 from .clock import device_clock
 from ..models.configs import head_dim, kv_heads, norm_eps
 from ..options import EngineOptions
-from .causal import CausalRunner
+from .causal import CausalRunner, check_feature_layers, layer_features
 from .static_cache import StaticCache
 from ..settings import MAX_GAMMA, MAX_TREE
 from ..rule.tree import check_tree, depths as tree_depths, unpack_visibility, visibility_words
@@ -58,11 +58,13 @@ class StaticRunner(StaticCache):
     A runner serves one sequence at a time; its workspace goes back to the model's pool when the runner
     is garbage-collected or release() is called. graphs, compile, onednn, triton_attention and exact: None takes
     the switch from `options` (None: EngineOptions.from_environment()), a bool overrides it. exact: the exact
-    mode (runners/exact.py) where it applies (exact_reason says where not); drafters' runners pass False."""
+    mode (runners/exact.py) where it applies (exact_reason says where not); drafters' runners pass False.
+    features: the layers whose outputs `hidden` holds instead of the final norm's (layer_features: what a drafter
+    that reads several of the target's layers, DFlash's, is fed); None: the final norm's output."""
 
     def __init__(self, model: torch.nn.Module, graphs: bool | None = None, compile: bool | None = None,
                  onednn: bool | None = None, triton_attention: bool | None = None, exact: bool | None = None,
-                 options: EngineOptions | None = None):
+                 options: EngineOptions | None = None, features: tuple[int, ...] | None = None):
         options = options or EngineOptions.from_environment()
         reason = unsupported_reason(model)
         if reason:
@@ -79,6 +81,7 @@ class StaticRunner(StaticCache):
         self.window = int(window) if window and use_window else None
         self.context_length = int(getattr(config, "max_position_embeddings", 0) or 2048)
         self.layers = [layer_weights(layer) for layer in decoder.layers]
+        self.features = check_feature_layers(features, len(self.layers))
         self.embed = decoder.embed_tokens.weight.detach()
         norm = decoder.norm
         self.final_norm = norm.weight.detach()
@@ -108,7 +111,7 @@ class StaticRunner(StaticCache):
         self.exact_width = exact_mode.WIDTH if self.exact_reason is None else 0  # 0: the usual forward
         # one pool per (layers, head, dtype, options): an early-exit cut and the full model differ
         key = (len(self.layers), self.head.data_ptr(), self.dtype, self.use_graphs, self.use_compile,
-               self.use_triton_attention, self.exact_width)
+               self.use_triton_attention, self.exact_width, self.features)
         first = decoder.layers[0]
         self.workspace = take_workspace(first, key, self.device, self.dtype)
         self._finalizer = weakref.finalize(self, return_workspace, weakref.ref(first), key, self.workspace)
@@ -169,16 +172,22 @@ class StaticRunner(StaticCache):
             mask = tree_attention_mask(start, visible, span)
         layer_fn = self._layer_fn if compiled else self._eager_layer_fn
         pending = torch.zeros_like(x)  # each layer's MLP output, added by the next layer (decoder_layer)
+        outputs = []  # the outputs of the feature layers
         for i, layer in enumerate(self.layers):
             # the cache sliced to the span here, not inside the compiled layer: traced first with the span equal
             # to the capacity, torch.compile takes them for one size and fails on every shorter span after
             x, pending = layer_fn(x, pending, self.layer_tensors[i], layer.eps, space.keys[i, :, :span],
                                   space.values[i, :, :span], cos, sin, positions, mask, self.heads, self.kv_heads,
                                   self.head_dim)
+            if self.features and i in self.features:
+                outputs.append(x + pending)
         hidden = rms_norm(x + pending, self.final_norm, self.final_eps)
+        logits_input = hidden
+        if self.features:
+            hidden = layer_features(outputs, self.features)
         if not with_logits:
             return None, hidden
-        logits = self._linear(hidden[-1:] if last_only else hidden, self.head_matrix, self.head_bias)
+        logits = self._linear(logits_input[-1:] if last_only else logits_input, self.head_matrix, self.head_bias)
         return (logits.float() if float_logits else logits), hidden
 
     def _decode_exact(self, ids, start, span, last_only, depths, visible, float_logits, with_logits):
@@ -199,16 +208,21 @@ class StaticRunner(StaticCache):
         cos, sin = space.cos[rope_positions], space.sin[rope_positions]
         x = F.embedding(exact_mode.pad_rows(ids, width), self.embed)
         pending = torch.zeros_like(x)
+        outputs = []
         for i, layer in enumerate(self.layers):
             x, pending = exact_mode.exact_decoder_layer(
                 x, pending, self.layer_tensors[i], layer.eps, space.keys[i, :, :span], space.values[i, :, :span],
                 cos, sin, slots, start, depths, paths, self.heads, self.kv_heads, self.head_dim, self.use_compile)
+            if self.features and i in self.features:
+                outputs.append((x + pending)[:count])
         hidden = rms_norm(x + pending, self.final_norm, self.final_eps)
+        logits_input = hidden
+        hidden = layer_features(outputs, self.features) if self.features else hidden[:count]
         if not with_logits:
-            return None, hidden[:count]
-        logits = self._linear(hidden, self.head_matrix, self.head_bias)[:count]  # every row: one shape
+            return None, hidden
+        logits = self._linear(logits_input, self.head_matrix, self.head_bias)[:count]  # every row: one shape
         logits = logits[-1:] if last_only else logits
-        return (logits.float() if float_logits else logits), hidden[:count]
+        return (logits.float() if float_logits else logits), hidden
 
     @torch.inference_mode()
     def forward(self, token_ids, logits_for: str = "all", parents: list[int] | None = None
