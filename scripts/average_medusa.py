@@ -21,7 +21,8 @@ from pathlib import Path
 from safetensors.torch import save_file
 
 from specviz.errors import ModelLoadError
-from specviz.proposers.checkpoints import MEDUSA_WEIGHTS, average_medusa_blocks, read_config, read_state
+from specviz.proposers.checkpoints import MEDUSA_WEIGHTS, average_medusa_blocks
+from specviz.proposers.drafter_files import read_config, read_state
 
 WEIGHTS = MEDUSA_WEIGHTS[0]  # the safetensors file that train-drafter writes
 

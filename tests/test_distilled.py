@@ -9,8 +9,9 @@ from specviz import DecodeSettings, generate
 from specviz.errors import DrafterMismatchError, ModelLoadError
 from specviz.proposers import ModelDrafter
 from specviz.proposers.checkpoints import load_draft_model, shipped_drafter_exists
-from specviz.proposers.distilled import (MAX_FILE_BYTES, build_draft_model, draft_config, load_distilled,
-                                         save_distilled, split_files, spread_layers, start_from_target)
+from specviz.proposers.distilled import (build_draft_model, draft_config, load_distilled, save_distilled,
+                                         spread_layers, start_from_target)
+from specviz.proposers.drafter_files import MAX_FILE_BYTES, split_files
 from specviz.proposers.draft_model import spread_vocabulary
 from specviz.train.trainer import TrainOptions, init_layer_ids, train
 

@@ -9,6 +9,7 @@
   LlamaConfig with num_hidden_layers = 1 and `bias` (the fc's); pytorch_model.bin or model.safetensors with
   fc.weight [H, 2H], fc.bias, layers.0.self_attn.{q,k,v,o}_proj.weight, layers.0.mlp.{gate,up,down}_proj.weight,
   layers.0.post_attention_layernorm.weight and usually embed_tokens.weight (a copy of the target's).
+- z-lab DFlash drafters (e.g. z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat): dflash_files.py's layout.
 - For `retrieval`, a datastore of the target's own answers: datastore.npz and config.json (datastore.py).
 
 Ours use the same key names, saved as safetensors, plus `draft_vocab` (the token ids the head scores), and a
@@ -16,7 +17,6 @@ Ours use the same key names, saved as safetensors, plus `draft_vocab` (the token
 """
 from __future__ import annotations
 
-import json
 import re
 import threading
 from pathlib import Path
@@ -24,7 +24,9 @@ from pathlib import Path
 import torch
 
 from .datastore import Datastore
-from ..errors import DrafterMismatchError, ModelLoadError, OfflineError
+from .dflash_files import load_dflash
+from .drafter_files import check_fits, check_trained_for, draft_vocab_ids, read_config, read_state, save_config
+from ..errors import ModelLoadError, OfflineError
 from ..options import EngineOptions
 from ..runners.onednn import pack_linears
 from ..models.loading import DEFAULT_MODEL, LoadedModel, load_model
@@ -40,6 +42,7 @@ MEDUSA_WEIGHTS = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
 # method -> (what --heads must name, the files fetched from a Hub repository beside config.json)
 DRAFTER_FILES = {"medusa": ("FasterDecoding Medusa heads", MEDUSA_WEIGHTS),
                  "eagle": ("a SafeAILab EAGLE-1 drafter", EAGLE_WEIGHTS),
+                 "dflash": ("a z-lab DFlash drafter", ("model*.safetensors", "model.safetensors.index.json")),
                  "retrieval": ("a folder with datastore.npz and config.json", ("datastore.npz",))}
 
 
@@ -88,59 +91,6 @@ def resolve_folder(method: str, target: LoadedModel, heads: str | None) -> Path:
     return _download(heads, ["config.json", *DRAFTER_FILES[method][1]])
 
 
-def read_state(folder: Path, names: tuple[str, ...]) -> tuple[dict, Path]:
-    for name in names:
-        file = folder / name
-        if file.is_file():
-            if file.suffix == ".safetensors":
-                from safetensors.torch import load_file
-                return load_file(str(file)), file
-            return torch.load(file, map_location="cpu", weights_only=True), file
-    raise ModelLoadError(f"{folder} has none of {', '.join(names)}: not a drafter folder for this method")
-
-
-def read_config(folder: Path) -> dict:
-    file = folder / "config.json"
-    if not file.is_file():
-        raise ModelLoadError(f"{folder} has no config.json: not a drafter folder")
-    try:
-        return json.loads(file.read_text())
-    except json.JSONDecodeError as error:
-        raise ModelLoadError(f"{file} is not valid JSON: {error.msg}") from None
-
-
-def check_fits(what: str, target: LoadedModel, hidden_size: int | None, vocab_size: int | None) -> None:
-    """Heads trained for another target are refused: their hidden size or vocabulary would not line up."""
-    parts_hidden = target.model.get_output_embeddings().weight.shape[1]
-    if hidden_size is not None and hidden_size != parts_hidden:
-        raise DrafterMismatchError(
-            f"{what} was trained for a target with hidden size {hidden_size}, but '{target.name}' has hidden size "
-            f"{parts_hidden}; use heads trained for this target (or train some with specviz train-drafter)"
-        )
-    if vocab_size is not None and vocab_size != target.vocab_size:
-        raise DrafterMismatchError(
-            f"{what} was trained for a vocabulary of {vocab_size} tokens, but '{target.name}' has {target.vocab_size}; "
-            "use heads trained for this target (or train some with specviz train-drafter)"
-        )
-
-
-def check_trained_for(what: str, target: LoadedModel, data: dict) -> None:
-    """Our files say which target they were trained for; refuse one whose shapes differ."""
-    trained_for = (data.get("specviz") or {}).get("trained_for") or {}
-    check_fits(what, target, trained_for.get("hidden_size"), trained_for.get("vocab_size"))
-
-
-def _draft_vocab(state: dict, target: LoadedModel, what: str) -> torch.Tensor | None:
-    ids = state.pop("draft_vocab", None)
-    if ids is None:
-        return None
-    ids = ids.long()
-    if ids.numel() == 0 or int(ids.max()) >= target.vocab_size or int(ids.min()) < 0:
-        raise DrafterMismatchError(f"{what} scores token ids outside the vocabulary of '{target.name}' "
-                                   f"({target.vocab_size} tokens); it was trained for another target")
-    return ids
-
-
 def load_eagle(folder: Path, target: LoadedModel, options: EngineOptions) -> EagleDrafter:
     what = f"the EAGLE drafter in {folder}"
     data = read_config(folder)
@@ -157,7 +107,7 @@ def load_eagle(folder: Path, target: LoadedModel, options: EngineOptions) -> Eag
     check_fits(what, target, state["fc.weight"].shape[0], embed.shape[0] if embed is not None else data.get("vocab_size"))
     if state["fc.weight"].shape[1] != 2 * config.hidden_size or config.hidden_size != state["fc.weight"].shape[0]:
         raise ModelLoadError(f"{file}: fc.weight {tuple(state['fc.weight'].shape)} does not match config.json")
-    token_ids = _draft_vocab(state, target, what)
+    token_ids = draft_vocab_ids(state, target, what)
     config.fc_bias = "fc.bias" in state
     net = EagleNet(config)
     missing, unexpected = net.load_state_dict(state, strict=False)
@@ -178,7 +128,7 @@ def load_medusa(folder: Path, target: LoadedModel, options: EngineOptions) -> Me
     data = read_config(folder)
     state, file = read_state(folder, MEDUSA_WEIGHTS)
     check_trained_for(what, target, data)
-    token_ids = _draft_vocab(state, target, what)
+    token_ids = draft_vocab_ids(state, target, what)
     blocks, outputs = {}, {}
     for key, value in state.items():
         if _BLOCK_KEY.match(key):
@@ -235,7 +185,7 @@ _lock = threading.Lock()
 
 
 def load_drafter(method: str, target: LoadedModel, heads: str | None = None, options: EngineOptions | None = None):
-    """The EagleDrafter, MedusaDrafter or Datastore (retrieval) for `method` on `target`, loaded once per
+    """The EagleDrafter, MedusaDrafter, DFlashDrafter or Datastore (retrieval) for `method` on `target`, loaded once per
     process (and per oneDNN switch: a drafter's matrices are prepacked as it loads)."""
     options = options or EngineOptions.from_environment()
     folder = resolve_folder(method, target, heads)
@@ -245,7 +195,8 @@ def load_drafter(method: str, target: LoadedModel, heads: str | None = None, opt
             if method == "retrieval":
                 _loaded[key] = load_datastore(folder, target)
             else:
-                _loaded[key] = {"eagle": load_eagle, "medusa": load_medusa}[method](folder, target, options)
+                loaders = {"eagle": load_eagle, "medusa": load_medusa, "dflash": load_dflash}
+                _loaded[key] = loaders[method](folder, target, options)
         return _loaded[key]
 
 
@@ -290,11 +241,6 @@ def shipped_methods(target: LoadedModel, root: Path = ASSETS) -> list[str]:
     if folder is None or not folder.is_dir():
         return []
     return sorted(child.name for child in folder.iterdir() if (child / "config.json").is_file())
-
-
-def save_config(folder: Path, data: dict) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(data, indent=1) + "\n")
 
 
 def average_medusa_blocks(first: dict, second: dict, weight: float = 0.5) -> dict:

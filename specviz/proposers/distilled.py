@@ -25,10 +25,10 @@ from torch import nn
 
 from ..models.configs import text_config
 from ..errors import DrafterMismatchError, ModelLoadError
+from .drafter_files import MAX_FILE_BYTES, split_files
 
 DISTILLED = "distilled"  # the drafter name that means "the distilled draft model shipped for this target"
 WEIGHTS_GLOB = "model*.safetensors"
-MAX_FILE_BYTES = 11 * 2 ** 20  # the repository keeps every file under 12 MiB
 
 
 def spread_layers(target_layers: int, layers: int) -> list[int]:
@@ -93,21 +93,6 @@ def trained_state(model: nn.Module, dtype: torch.dtype = torch.float16) -> dict[
     state = {f"layers.{k}": v for k, v in decoder.layers.state_dict().items()}
     state.update({f"norm.{k}": v for k, v in decoder.norm.state_dict().items()})
     return {k: v.detach().to("cpu", dtype).contiguous() for k, v in state.items()}
-
-
-def split_files(state: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
-    """The tensors in groups of at most max_bytes each (a tensor larger than that gets a group of its own)."""
-    groups, current, size = [], {}, 0
-    for key, value in state.items():
-        nbytes = value.numel() * value.element_size()
-        if current and size + nbytes > max_bytes:
-            groups.append(current)
-            current, size = {}, 0
-        current[key] = value
-        size += nbytes
-    if current:
-        groups.append(current)
-    return groups
 
 
 def save_distilled(folder: Path, model: nn.Module, token_ids: torch.Tensor | None, meta: dict,
