@@ -27,6 +27,7 @@ import torch
 from ..runners import gpu_attention
 from ..options import EngineOptions
 from ..runners.graphs import capture_graph, no_cudnn_attention
+from ..rule.tree_device import best_nodes
 from .eagle_net import attend
 
 MIN_CAPACITY = 512  # smallest drafter cache on a GPU (a power of two: few graphs serve every length)
@@ -155,16 +156,7 @@ def draft_tree(drafter, cache: CacheTensors, features, token_ids, count, start, 
         frontier_features = out[:, None].expand(-1, width, -1).reshape(width * width, -1)  # each child's parent's
         frontier_visible = visible[:, None].expand(-1, width, -1).reshape(width * width, -1)
 
-    # a child never scores above its parent; the small depth term breaks ties, so the best nodes form a tree
-    key = node_scores.double() - node_depths.double() * 1e-6
-    kept = key.topk(min(budget, nodes)).indices
-    kept = kept[torch.sort(-key[kept], stable=True).indices]
-    kept = kept[torch.sort(node_depths[kept], stable=True).indices]  # by depth, best first within a depth
-    index_of = torch.full((nodes,), -1, dtype=torch.long, device=device)
-    index_of[kept] = torch.arange(kept.shape[0], device=device)
-    parents = node_parents[kept]
-    parents = torch.where(parents < 0, parents, index_of[parents.clamp(min=0)])
-    return torch.stack([node_ids[kept], parents])
+    return best_nodes(node_ids, node_parents, node_scores, node_depths, budget)
 
 
 class TreeDrafting:

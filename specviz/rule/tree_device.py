@@ -76,6 +76,50 @@ def weighted_tree(tokens: torch.Tensor, valid: torch.Tensor, weights: torch.Tens
     return node_tokens, parents, torch.where(real, depth + 1, 1), real, ancestors
 
 
+def best_nodes(node_ids: torch.Tensor, node_parents: torch.Tensor, node_scores: torch.Tensor,
+               node_depths: torch.Tensor, budget: int) -> torch.Tensor:
+    """A model drafter's candidate nodes (ids, parents as indices into them, -1: the root; path log probability
+    scores; depths [M]) -> its tree of the `budget` best, laid out by depth and, within a depth, best first
+    (parents first): [2, B] long, the tree's token ids and parents (B = min(budget, M)). A child never scores
+    above its parent, and a small depth term breaks ties, so the best nodes always form a tree."""
+    key = node_scores.double() - node_depths.double() * 1e-6
+    kept = key.topk(min(budget, key.shape[0])).indices
+    kept = kept[torch.sort(-key[kept], stable=True).indices]
+    kept = kept[torch.sort(node_depths[kept], stable=True).indices]
+    index_of = torch.full((key.shape[0],), -1, dtype=torch.long, device=key.device)
+    index_of[kept] = torch.arange(kept.shape[0], device=key.device)
+    parents = node_parents[kept]
+    parents = torch.where(parents < 0, parents, index_of[parents.clamp(min=0)])
+    return torch.stack([node_ids[kept], parents])
+
+
+def factored_tree(ids: torch.Tensor, scores: torch.Tensor, budget: int) -> torch.Tensor:
+    """A draft tree from independent guesses at each depth (DFlash's block, whose positions are drafted at once:
+    DDTree's tree): ids, scores [G, K], depth d + 1's K candidates and their log probabilities, best first. A
+    path scores the sum of its tokens' log probabilities, and the tree is the `budget` best paths' nodes
+    (best_nodes' layout: [2, B], token ids and parents). Exact with a beam of `budget` paths a depth: a path never
+    scores above its prefix, so a prefix of one of the best paths is among the best of its depth."""
+    depth, count = ids.shape
+    device = ids.device
+    width = min(budget, count)
+    beam = scores[0, :width].float()  # the best paths' scores at the depth reached
+    node_ids, node_scores = [ids[0, :width]], [beam]
+    node_parents = [torch.full((width,), -1, dtype=torch.long, device=device)]
+    node_depths = [torch.zeros(width, dtype=torch.long, device=device)]
+    first = 0  # the index of the depth's first node among all nodes
+    for d in range(1, depth):
+        paths = (beam[:, None] + scores[d][None, :].float()).flatten()  # [width x K]: each path, each candidate
+        beam, chosen = paths.topk(min(budget, paths.shape[0]))
+        node_ids.append(ids[d].index_select(0, chosen % count))
+        node_parents.append(first + chosen // count)
+        first += width
+        width = beam.shape[0]
+        node_scores.append(beam)
+        node_depths.append(torch.full((width,), d, dtype=torch.long, device=device))
+    return best_nodes(torch.cat(node_ids), torch.cat(node_parents), torch.cat(node_scores), torch.cat(node_depths),
+                      budget)
+
+
 def candidates_tree(candidates, budget: int):
     """weighted_tree over sets of candidates (each: tokens, valid, weights), the first set's first."""
     return weighted_tree(*(torch.cat(parts) for parts in zip(*candidates)), budget)
