@@ -119,18 +119,20 @@ def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024,
     try:
         on_device = set()  # proposers whose runs draft on the device loop: their host-side graphs are never replayed
         for _ in range(max(1, runs)):  # held together: each takes a workspace of its own
-            runner = make_runner(target.model, options=options)
-            runners.append(runner)
-            for proposer in (PlainProposer(), *proposers) if device_loop else ():  # first: they reserve the most cache
+            # a runner for each kind of hidden states the runs read (SpeculativeRun makes them so), plain's first
+            for features, group in by_target_layers([PlainProposer(), *proposers]):
+                runner = make_runner(target.model, options=options, features=features)
+                runners.append(runner)
+                for proposer in group if device_loop else ():  # first: they reserve the most cache
+                    check_capture_deadline()
+                    loop = DeviceLoop.for_run(runner, proposer,
+                                              DecodeSettings(max_new_tokens=1, gamma=max(1, max_positions - 1), tree=tree),
+                                              detail_top=TOP_N if detail else 0, prompt_length=0, options=options)
+                    if loop is not None:
+                        loop.prepare(max_length)
+                        on_device.add(id(proposer))
                 check_capture_deadline()
-                loop = DeviceLoop.for_run(runner, proposer, DecodeSettings(max_new_tokens=1,
-                                                                           gamma=max(1, max_positions - 1), tree=tree),
-                                          detail_top=TOP_N if detail else 0, prompt_length=0, options=options)
-                if loop is not None:
-                    loop.prepare(max_length)
-                    on_device.add(id(proposer))
-            check_capture_deadline()
-            runner.warm_up(max_positions, max_length, tree)  # only the target verifies draft trees
+                runner.warm_up(max_positions, max_length, tree)  # only the target verifies draft trees
         for proposer in (p for p in proposers if id(p) not in on_device):
             for each in proposer.runners():
                 check_capture_deadline()
@@ -140,6 +142,14 @@ def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024,
     finally:
         for runner in runners:
             runner.release()
+
+
+def by_target_layers(proposers: list[Proposer]) -> list[tuple[tuple[int, ...] | None, list[Proposer]]]:
+    """The proposers grouped by the target layers they read (Proposer.target_layers), in the order first met."""
+    groups: dict = {}
+    for proposer in proposers:
+        groups.setdefault(proposer.target_layers, []).append(proposer)
+    return list(groups.items())
 
 
 def run_once(target: LoadedModel, proposer: Proposer, prompt_ids: list[int], settings: DecodeSettings,

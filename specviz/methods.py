@@ -174,6 +174,9 @@ for _entry in (
     Method(name="eagle", build="specviz.proposers.eagle:build", drafts=True, batchable=False, drafts_trees=True,
            lookup=False, on_another=False, uses_draft_model=False, needs=(TRAINED_DRAFTER,), draws_from_q=True,
            device_drafter="specviz.proposers.eagle_device:EagleLookup", exactness_prompt="question"),
+    Method(name="dflash", build="specviz.proposers.dflash:build", drafts=True, batchable=False, drafts_trees=True,
+           lookup=False, on_another=False, uses_draft_model=False, needs=(TRAINED_DRAFTER,), draws_from_q=True,
+           device_drafter="specviz.proposers.dflash_device:DFlashLookup", exactness_prompt="question"),
     # adaptive chooses each step's draft length from what it measures; the device loop has no such choice
     Method(name="adaptive", build="specviz.proposers.adaptive:build", drafts=True, batchable=False, drafts_trees=False,
            lookup=False, on_another=True, uses_draft_model=True, needs=(), draws_from_q=False,

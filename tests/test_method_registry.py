@@ -183,7 +183,7 @@ def test_which_methods_draft_trees_is_said_from_the_registry_alone(tiny_target):
     from specviz.cli import build_parser
 
     said = methods.tree_drafting()
-    assert said == "ngram, retrieval, medusa, eagle and adaptive on medusa or eagle"
+    assert said == "ngram, retrieval, medusa, eagle, dflash and adaptive on medusa, eagle or dflash"
     tree_help = next(a.help for a in build_parser()._subparsers._group_actions[0].choices["generate"]._actions
                      if "--tree" in a.option_strings)
     assert said in tree_help
@@ -193,8 +193,8 @@ def test_which_methods_draft_trees_is_said_from_the_registry_alone(tiny_target):
         run_once(tiny_target, make_proposer("early-exit", tiny_target, exit_layer=1), PROMPT, settings)
     assert any(f"draft trees are for {said}" in str(w.message) for w in caught)
     with registered(drafts_trees=True, lookup=False):  # a tree drafter that is not a lookup: adaptive on it too
-        assert methods.tree_drafting() == ("ngram, retrieval, medusa, eagle, repeat and adaptive on medusa, eagle or "
-                                           "repeat")
+        assert methods.tree_drafting() == ("ngram, retrieval, medusa, eagle, dflash, repeat and adaptive on medusa, "
+                                           "eagle, dflash or repeat")
     assert methods.tree_drafting() == said  # control: the registry alone changed it
 
 
@@ -204,7 +204,7 @@ def test_the_app_labels_tree_drafting_from_the_registry():
     config = build_demo().get_config_file()
     tree = next(c for c in config["components"] if c.get("props", {}).get("elem_id") == "sv-tree")
     assert tree["props"]["info"].startswith(methods.tree_drafting() + ":")
-    assert "adaptive on medusa or eagle" in tree["props"]["info"]  # the engine's words, no longer 'adaptive on eagle'
+    assert "adaptive on medusa, eagle or dflash" in tree["props"]["info"]  # the engine's words, no longer 'adaptive on eagle'
 
 
 def test_the_batch_tab_offers_the_registry_s_batching_drafters(default_target):

@@ -137,7 +137,8 @@ class SpeculativeRun:
         self.prompt_ids = list(prompt_ids)
         self.prompt_text = prompt_text
         self._owns_runner = runner is None
-        self.runner = runner or make_runner(target.model, options=self.options)
+        # a drafter that reads several of the target's layers (DFlash) is handed their outputs as hidden states
+        self.runner = runner or make_runner(target.model, options=self.options, features=proposer.target_layers)
         if self.settings.tree and not proposer.drafts_trees:
             if proposer.drafts:  # plain decoding drafts nothing: nothing to say
                 warnings.warn(f"specviz: {proposer.name} drafts chains; draft trees are for {tree_drafting()}")

@@ -25,3 +25,18 @@ def scales_logits(config) -> bool:
 def norm_eps(norm) -> float:
     """An RMSNorm module's epsilon, under either name transformers' models give it."""
     return float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6)))
+
+
+def default_target_layers(target_layers: int, count: int) -> list[int]:
+    """z-lab's choice of the target layers read: one in the middle, or `count` spread from the second to the
+    fourth from last (the last ones are close to the output, the first close to the tokens). A target too shallow
+    for that gets `count` distinct layers spread over all but its last."""
+    if count == 1:
+        return [target_layers // 2]
+    start, end = 1, target_layers - 3
+    ids = [int(round(start + i * (end - start) / (count - 1))) for i in range(count)]
+    if len(set(ids)) == count:
+        return ids
+    if count > target_layers - 1:
+        raise ValueError(f"a target of {target_layers} layers has no {count} layers before its last to read")
+    return [round(i * (target_layers - 2) / (count - 1)) for i in range(count)]

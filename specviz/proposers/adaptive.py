@@ -146,6 +146,7 @@ class AdaptiveProposer(Proposer):
         self.lookup = lookup  # a free drafter tried before the base (n-gram lookup), or None
         self.name = f"adaptive({base.name})" if lookup is None else f"adaptive({lookup.name}+{base.name})"
         self.needs_target_hidden = base.needs_target_hidden
+        self.target_layers = base.target_layers
         # a base that costs something and drafts trees (EAGLE, Medusa): each step weighs its tree against the
         # lookup's chain and a plain step; a free base (n-gram lookup) drafts chains: on a GPU its chains pay better than its trees
         self.drafts_trees = base.drafts_trees and not base.free_drafts

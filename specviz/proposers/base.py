@@ -131,6 +131,8 @@ class Proposer:
     # adaptive method then looks at the whole draft before choosing how much of it to verify
     drafts_on_host = False  # True when propose() and observe() launch no work on the device (lookups, plain):
     # the engine then times a step without waiting for the device in between
+    target_layers: tuple[int, ...] | None = None  # with needs_target_hidden: the target's layers whose outputs it
+    # reads, side by side (DFlash's), which the run's runner hands over as its hidden states; None: the final ones
     settings: DecodeSettings | None = None  # the run's, from reset()
     generator: torch.Generator | None = None
 
