@@ -79,6 +79,12 @@ class Datastore:
         tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
         return cls(tokens, vocab_size, meta)
 
+    def texts(self) -> list[list[int]]:
+        """The texts it holds, in order (the separators dropped)."""
+        ends = np.flatnonzero(self.tokens[:self.size] == self.separator)
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        return [self.tokens[a:b].astype(np.int64).tolist() for a, b in zip(starts, ends) if b > a]
+
     def _narrow(self, first: int, last: int, before: list[int]) -> tuple[int, int]:
         """The part of [first, last) whose positions follow `before` (nearest token first)."""
         low, high = prefix_range(before, self.width, self.bits)

@@ -1,5 +1,6 @@
-"""`specviz train-drafter`: self-distilled Medusa heads, an EAGLE drafter or a small draft model for a target, from data the
-target writes itself (data.py), trained by trainer.py; or, with --method retrieval, a datastore of those answers
+"""`specviz train-drafter`: self-distilled Medusa heads, an EAGLE drafter, a DFlash block drafter or a small draft model for
+a target, from data the target writes itself (data.py), trained by trainer.py (dflash.py for DFlash: its own loop over
+blocks); or, with --method retrieval, a datastore of those answers
 (datastore.py: nothing to train). Meant for one GPU and minutes; runs on a CPU too (slowly: fine for a smoke
 test)."""
 from __future__ import annotations
@@ -14,13 +15,14 @@ from ..errors import InvalidSettingError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--method", required=True, choices=("eagle", "medusa", "draft-model", "retrieval"),
+    parser.add_argument("--method", required=True, choices=("eagle", "medusa", "dflash", "draft-model", "retrieval"),
                         help="draft-model: a small causal LM for the draft method (--draft FOLDER); "
                         "retrieval: no training, a datastore of the target's own answers")
     parser.add_argument("--target", default="default", help="'default', a Hub id, a folder or a .gguf file")
     parser.add_argument("--out", required=True, help="folder for config.json, the weights, loss.png, checkpoint.pt")
     parser.add_argument("--data", default=None, help="dataset file: reused if it exists, else generated and saved "
-                        "there (default: OUT/data.pt); several existing files, comma-separated, are read as one")
+                        "there (default: OUT/data.pt); several existing files, comma-separated, are read as one; a "
+                        "retrieval datastore (its folder or datastore.npz) is read as its answers, nothing generated")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     group = parser.add_argument_group("data generation (when --data does not exist yet)")
     group.add_argument("--prompts", type=int, default=8000, help="Magpie prompts to sample")
@@ -46,7 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--feature-weight", type=float, default=1.0, help="eagle: feature regression weight")
     group.add_argument("--heads", type=int, default=5, help="medusa: number of heads")
     group.add_argument("--layers", type=int, default=None, help="medusa: residual blocks per head (default 1); "
-                       "draft-model: decoder layers (default 2)")
+                       "draft-model and dflash: decoder layers (default 2)")
+    group.add_argument("--block-size", type=int, default=16, help="dflash: positions of a block (its first token, "
+                       "then the drafts)")
+    group.add_argument("--anchors", type=int, default=32, help="dflash: blocks trained a conversation and step")
+    group.add_argument("--features", type=int, default=5, help="dflash: the target layers it reads")
     group.add_argument("--init-layers", default="first", help="draft-model: the target layers its layers start "
                        "from: first (the default: the first N), spread (the first, the last and evenly between), or ids such as 0,29")
     group.add_argument("--chain", type=int, default=5, help="draft-model: draft length of the held-out tau estimate")
@@ -70,7 +76,7 @@ def run(args) -> int:
     import torch
 
     from ..models.loading import load_model
-    from .data import DataPlan, build_dataset, load_dataset, save_dataset
+    from .data import DataPlan, build_dataset, datastore_dataset, is_datastore, load_dataset, save_dataset
     from .trainer import TrainOptions, train, write_json
 
     out = Path(args.out)
@@ -85,7 +91,12 @@ def run(args) -> int:
     if len(data_files) > 1 and missing:
         raise InvalidSettingError(f"--data: no such file: {', '.join(missing)} (several files are only read, "
                                   "never generated)")
-    if not missing:
+    target = None  # the model trained for, loaded here where the data needs it
+    if len(data_files) == 1 and is_datastore(data_files[0]):
+        target = load_model(args.target, args.device, torch.float32)  # its chat template frames the answers
+        data = datastore_dataset(data_files[0], target)
+        log(f"data: the {len(data['sequences'])} answers of the datastore {args.data}")
+    elif not missing:
         data = merge_datasets([load_dataset(file) for file in data_files])
         log(f"data: {args.data} ({len(data['sequences'])} conversations)")
     else:
@@ -105,22 +116,38 @@ def run(args) -> int:
         return 0
     if args.method == "retrieval":
         # the vocabulary comes from the target: the model that wrote the data where there is one, not a second load
-        target = generator_model or load_model(args.target, args.device, args.gen_dtype)
+        target = generator_model or target or load_model(args.target, args.device, args.gen_dtype)
         return write_datastore(target, data, out, command, log)
 
     # features in float32, as the engine computes them on a CPU (and as exact greedy runs use)
-    target = load_model(args.target, args.device, torch.float32)
+    target = target or load_model(args.target, args.device, torch.float32)
     options = TrainOptions(
         method=args.method, steps=args.steps, minutes=args.minutes, batch_tokens=args.batch_tokens, lr=args.lr,
         draft_vocab=args.draft_vocab, ttt_steps=args.ttt_steps, feature_weight=args.feature_weight,
         medusa_heads=args.heads, medusa_layers=args.layers or 1, draft_layers=args.layers or 2,
         init_layers=args.init_layers, chain=args.chain, eval_every=args.eval_every, seed=args.seed,
-        command=command, save_every=args.eval_every, init=args.init,
+        command=command, save_every=args.eval_every, init=args.init, block_size=args.block_size,
+        anchors=args.anchors, target_features=args.features,
     )
-    meta = train(target, data, out, options, resume=args.resume, log=log)
+    if args.method == "dflash":
+        from ..proposers.dflash_net import MASK_TOKEN
+        from .dflash import train_dflash
+
+        options.mask_token_id = mask_token_id(target, MASK_TOKEN)
+        meta = train_dflash(target, data, out, options, resume=args.resume, log=log)
+    else:
+        meta = train(target, data, out, options, resume=args.resume, log=log)
     write_json(out / "train_log.json", meta)
     log(f"wrote {out}: config.json, weights, loss.png, train_log.json, checkpoint.pt")
     return 0
+
+
+def mask_token_id(target, name: str) -> int:
+    """The id of a DFlash drafter's mask token: `name` where the tokenizer has it as one token, else its last id
+    (a tiny test model's word tokenizer has no special tokens to spare)."""
+    tokenizer = target.tokenizer
+    ids = tokenizer.encode(name, add_special_tokens=False) if tokenizer is not None else []
+    return int(ids[0]) if len(ids) == 1 else target.vocab_size - 1
 
 
 def merge_datasets(parts: list[dict]) -> dict:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
@@ -307,6 +308,27 @@ def draft_vocabulary(data: dict, vocab_size: int, size: int) -> tuple[torch.Tens
     top = torch.topk(counts, size).indices
     coverage = float(counts[top].sum()) / max(1, int(counts.sum()))
     return top.sort().values, coverage
+
+
+def is_datastore(path) -> bool:
+    """A retrieval datastore (its folder or its datastore.npz) rather than a data file."""
+    path = Path(path)
+    return path.suffix == ".npz" or (path.is_dir() and (path / "datastore.npz").is_file())
+
+
+def datastore_dataset(path, target: LoadedModel) -> dict:
+    """The answers a retrieval datastore holds (the target's own, train-drafter --method retrieval wrote them) as
+    a data set: each after the chat template's header of an empty user turn, since the datastore keeps no
+    prompts. No generation: a drafter trained on it reuses the answers already written."""
+    from ..proposers.datastore import Datastore
+
+    folder = Path(path).parent if Path(path).suffix == ".npz" else Path(path)
+    answers = Datastore.load(folder, target.vocab_size).texts()
+    header_ids = target.encode_prompt("", chat=True)  # as the engine frames a prompt
+    return {"sequences": [header_ids + answer for answer in answers],
+            "prompt_lengths": [len(header_ids)] * len(answers),
+            "stats": {"source": f"the answers of the datastore {folder}", "conversations": len(answers),
+                      "answer_tokens": sum(len(a) for a in answers)}}
 
 
 def save_dataset(data: dict, path) -> None:

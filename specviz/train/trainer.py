@@ -27,7 +27,7 @@ from .plot import save_loss_curve
 
 @dataclass
 class TrainOptions:
-    method: str  # "eagle", "medusa" or "draft-model"
+    method: str  # "eagle", "medusa", "draft-model" or "dflash"
     steps: int | None = None  # optimizer steps; None = until `minutes`
     minutes: float | None = None  # time budget for training (the schedule follows whichever ends first)
     batch_tokens: int = 16384  # tokens per batch (sequences of similar length are batched together)
@@ -43,6 +43,11 @@ class TrainOptions:
     draft_layers: int = 2  # draft-model: decoder layers
     init_layers: str = "first"  # draft-model: target layers to start from: spread, first, or ids "0,29"
     chain: int = 5  # draft-model: draft length the held-out estimate of tau is computed for
+    block_size: int = 16  # dflash: a block's positions (its first token and the drafts after it)
+    anchors: int = 32  # dflash: blocks trained a conversation and step
+    target_features: int = 5  # dflash: the target layers it reads
+    position_decay: float = 7.0  # dflash: block position k weighs exp(-(k - 1) / position_decay) in the loss
+    mask_token_id: int | None = None  # dflash: the token of the block's masked positions
     val_share: float = 0.02
     log_every: int = 10
     eval_every: int = 200
@@ -260,7 +265,7 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
     log(f"{len(train_rows)} training conversations in {len(train_batches)} batches, {len(val_rows)} held out")
 
     use_amp = device.type == "cuda"
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_amp else _no_autocast
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_amp else no_autocast
     rng = random.Random(options.seed + step)
     budget = options.minutes * 60 if options.minutes else None
 
@@ -332,7 +337,7 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
         "data": {**{k: v for k, v in data.get("stats", {}).items() if k != "examples"}, "plan": data.get("plan")},
         "draft_vocab": {"size": head_weight.shape[0], "answer_token_coverage": round(coverage, 4)},
         "training": {"steps": step, "seconds": round(elapsed, 1), "options": asdict(options),
-                     "device": _device_name(device), "torch": torch.__version__,
+                     "device": device_name(device), "torch": torch.__version__,
                      "final_loss": history[-1]["loss"] if history else None, "held_out": final,
                      "evals": evals},
     }
@@ -346,7 +351,7 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
     return meta
 
 
-class _no_autocast:
+class no_autocast:
     def __enter__(self):
         return self
 
@@ -354,9 +359,9 @@ class _no_autocast:
         return False
 
 
-def _device_name(device: torch.device) -> str:
+def device_name(device: torch.device) -> str:
     if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
+        return torch.cuda.getdevice_name(device)
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
