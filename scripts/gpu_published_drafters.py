@@ -1,12 +1,13 @@
-"""Published drafter files at the 7B shape on the GPU: writes EAGLE-1 and Medusa-1 folders in the layouts of
-yuhuili/EAGLE-Vicuna-7B-v1.3 and FasterDecoding/medusa-vicuna-7b-v1.3 with random weights
-(specviz/models/published_layouts.py), loads them through specviz's loader on the random target of the same shape
-(random:vicuna-7b) and benches each against plain decoding through the fast path (specviz.measure.bench, one run
-each per prompt). Random weights accept at random: what counts is that the files load and what drafting
+"""Published drafter files at a real shape on the GPU: writes EAGLE-1 and Medusa-1 folders in the layouts of
+yuhuili/EAGLE-Vicuna-7B-v1.3 and FasterDecoding/medusa-vicuna-7b-v1.3 (the 7B shape), or a DFlash folder in z-lab's
+layout (--shape llama-8b --methods dflash: Llama 3.1 8B's), with random weights (specviz/models/published_layouts.py),
+loads them through specviz's loader on the random target of the same shape (random:vicuna-7b, random:llama-8b) and
+benches each against plain decoding through the fast path (specviz.measure.bench, one run each per prompt). Random weights accept at random: what counts is that the files load and what drafting
 costs. c = drafting time a step / the target's one-token forward (plain decoding's time a step); also
 given over the method's own verify pass. Writes OUT/published_drafters.json (and the two bench reports).
 
     python3 -m scripts.gpu_published_drafters --out $OUT                     # on the GPU machine
+    python3 -m scripts.gpu_published_drafters --shape llama-8b --methods dflash --out $OUT
     python3 -m scripts.gpu_published_drafters --shape tiny --device cpu --out DIR --max-new-tokens 12 --prompts 1
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 
 from specviz.measure.bench import run_bench
-from specviz.models.published_layouts import SHAPES, write_both
+from specviz.models.published_layouts import SHAPES, write_published
 from specviz.settings import DecodeSettings
 
 
@@ -53,7 +54,9 @@ def main(argv=None) -> int:
     parser.add_argument("--work", default=None, help="where the drafter folders go (default: a temporary folder)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default=None, help="default: bfloat16 on a GPU, float32 on a CPU")
-    parser.add_argument("--gamma", type=int, default=5, help="chain length: EAGLE-1's depth, Medusa's 5 heads")
+    parser.add_argument("--methods", default="eagle,medusa", help="of eagle, medusa, dflash (comma-separated)")
+    parser.add_argument("--gamma", type=int, default=5, help="chain length: EAGLE-1's depth, Medusa's 5 heads "
+                        "(DFlash drafts its whole block: 15)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--prompt-words", type=int, default=64)
@@ -65,7 +68,8 @@ def main(argv=None) -> int:
     dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
 
     began = time.perf_counter()
-    written = write_both(work, args.shape)
+    methods = [m for m in args.methods.split(",") if m]
+    written = write_published(work, args.shape, methods)
     write_seconds = time.perf_counter() - began
     print(f"wrote {', '.join(f'{k} {v / 1e9:.3f} GB' for k, v in written['files'].items())} in {write_seconds:.0f} s",
           flush=True)
@@ -75,8 +79,8 @@ def main(argv=None) -> int:
     result = {"shape": args.shape, "target": shape.target, "dtype": dtype, "gamma": args.gamma,
               "max_new_tokens": args.max_new_tokens, "prompts": args.prompts, "files": written["files"],
               "write_seconds": write_seconds, "methods": {}}
-    for method in ("eagle", "medusa"):
-        spec = f"{method}:{args.gamma}"
+    for method in methods:
+        spec = f"{method}:{15 if method == 'dflash' else args.gamma}"
         began = time.perf_counter()
         report = run_bench(str(prompts), ["plain", spec], settings, str(out / f"bench_{method}.json"),
                            target=shape.target, device=args.device, dtype=dtype, chat=False,

@@ -75,9 +75,11 @@ def exact(name: str, *args: str, seconds: int = 540) -> Step:
 
 
 CUDA_TESTS = ("tests/test_runners.py", "tests/test_device_loop.py", "tests/test_eagle.py", "tests/test_medusa.py",
-              "tests/test_head_drafters.py", "tests/test_batch.py")
+              "tests/test_head_drafters.py", "tests/test_batch.py", "tests/test_dflash.py")
 DRAFTERS = "retrieval:16:31,eagle:6:31,eagle:4:15,draft:4@0.5,medusa:4"
 SAMPLED = "eagle:2,eagle:4,retrieval:16:31"
+DFLASH = "retrieval:16:31,eagle:6:31,dflash:15,dflash:15:31"
+DATASTORE = "assets/drafters/smollm2-135m-instruct/retrieval"  # the default target's own answers, written once
 
 SUITES: dict[str, Suite] = {
     "check": Suite("the CUDA tests (graphs, compile, the attention kernel, the device loop, EAGLE's trees, the "
@@ -107,6 +109,28 @@ SUITES: dict[str, Suite] = {
     "sampled": Suite("bfloat16, all 480 prompts, temperature 1.0, seed 0: sampled runs in the device loop", (
         bench("sampled", "bfloat16", SAMPLED, "--temperature", "1.0", "--seed", "0"),
         figures("sampled"),
+    )),
+    "dflash-train": Suite("trains the DFlash block drafter for the default target on its own answers (those of the "
+                          "retrieval datastore: nothing generated) for 5 minutes, into OUT/dflash (--resume goes on)", (
+        Step("dflash-train", "specviz", ("train-drafter", "--method", "dflash", "--target", "default", "--data",
+                                         DATASTORE, "--out", "{out}/dflash", "--minutes", "5", "--draft-vocab",
+                                         "16384", "--layers", "2", "--eval-every", "2000", "--device", "cuda")),
+    )),
+    "dflash": Suite("bfloat16, all 480 prompts, greedy: dflash's chain and tree (DDTree's) beside plain, retrieval "
+                    "and EAGLE, with each step's cost", (
+        bench("dflash", "bfloat16", DFLASH),
+        figures("dflash"),
+    )),
+    "dflash-sampled": Suite("bfloat16, temperature 1.0, seed 0, one prompt a category (13): dflash beside the "
+                            "best sampled drafters", (
+        bench("dflash-sampled", "bfloat16", "dflash:15,dflash:7,eagle:4,retrieval:16:31", "--temperature", "1.0",
+              "--seed", "0", "--per-category", "1"),
+    )),
+    "dflash-exactness": Suite("check-exactness of dflash through the device loop, float32: a chain, and a tree "
+                              "with top-k", (
+        exact("exact-dflash", "--method", "dflash", "--gamma", "4", seconds=270),
+        exact("dflash-tree-top-k", "--method", "dflash", "--gamma", "4", "--tree", "15", "--top-k", "20",
+              seconds=270),
     )),
     "transformers": Suite("bfloat16: specviz's plain decoding and ngram beside transformers' generate() (plain and "
                           "prompt lookup) on 3 of the prompts, one a category (it runs ~25 tok/s)", (
@@ -242,7 +266,7 @@ def problems(step: Step) -> list[str]:
         from specviz.methods import parse_method
         try:
             parsed = build_parser().parse_args(args)
-            settings = settings_from(parsed)
+            settings = settings_from(parsed) if hasattr(parsed, "max_new_tokens") else None  # train-drafter has none
             if parsed.command == "bench":
                 for spec in parsed.methods.split(","):
                     parse_method(spec.strip(), settings)

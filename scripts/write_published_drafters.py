@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from specviz.models.published_layouts import SHAPES, write_both
+from specviz.models.published_layouts import SHAPES, write_published
 
 
 def main(argv=None) -> int:
@@ -20,7 +20,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    print(json.dumps(write_both(args.out, args.shape, args.seed), indent=1))
+    print(json.dumps(write_published(args.out, args.shape, seed=args.seed), indent=1))
     return 0
 
 

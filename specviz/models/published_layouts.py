@@ -7,6 +7,10 @@ loading them and what drafting with them costs can be measured at a real size wi
   bias=True), and pytorch_model.bin in float32 holding embed_tokens.weight (a copy of the target's), fc.weight
   [H, 2H], fc.bias [H] and one decoder layer without input_layernorm (EAGLE-1 drops it on its first layer);
   1,468,039,168 bytes of tensors at the 7B shape, the 1.47 GB the Hub lists.
+- z-lab DFlash (z-lab/dflash's model.py; e.g. z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat): config.json, a Qwen3Config of
+  the draft layers with block_size, num_target_layers and dflash_config (target_layer_ids, mask_token_id), and
+  model.safetensors in bfloat16 holding fc, hidden_norm, the draft layers (q and k norms included) and a final
+  norm, with no embedding and no output layer (the target's are used).
 - FasterDecoding Medusa-1 (FasterDecoding/medusa-vicuna-7b-v1.3): config.json with medusa_num_heads,
   medusa_num_layers, base_model_name_or_path and transformers_version, and medusa_lm_head.pt in bfloat16:
   per head "{h}.{layer}.linear.weight / .bias" (a ResBlock) and its own output layer "{h}.{layers}.weight"
@@ -21,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from .configs import default_target_layers
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -31,13 +37,21 @@ class Shape:
     kv_heads: int
     vocab: int
     target: str  # the random target of this shape (random_target.py)
+    layers: int = 32  # the target's (a DFlash drafter reads some of them by number)
 
 
 SHAPES = {
     # Vicuna-7B v1.3 is Llama-1 7B: multi-head attention, rope theta 10000
     "vicuna-7b": Shape(hidden=4096, intermediate=11008, heads=32, kv_heads=32, vocab=32000, target="random:vicuna-7b"),
-    "tiny": Shape(hidden=64, intermediate=128, heads=4, kv_heads=4, vocab=512, target="random:llama-tiny,kv_heads=4"),
+    "tiny": Shape(hidden=64, intermediate=128, heads=4, kv_heads=4, vocab=512, target="random:llama-tiny,kv_heads=4",
+                  layers=2),
+    # Llama 3.1 8B: grouped-query attention (8 key-value heads)
+    "llama-8b": Shape(hidden=4096, intermediate=14336, heads=32, kv_heads=8, vocab=128256, target="random:llama-8b"),
+    "tiny-deep": Shape(hidden=64, intermediate=128, heads=4, kv_heads=2, vocab=512, target="random:llama-tiny,layers=6",
+                       layers=6),
 }
+DFLASH_FILE = "model.safetensors"
+DFLASH_LAYERS = 5  # draft layers of the DFlash folder written
 EAGLE_FILE = "pytorch_model.bin"
 MEDUSA_FILE = "medusa_lm_head.pt"
 MEDUSA_HEADS = 5  # in the file
@@ -94,7 +108,7 @@ def _random(name: str, size: tuple[int, ...], generator: torch.Generator, std: f
     """Weights scaled like an initialisation (1/sqrt(fan in)) unless `std` is given, norms near 1, so that
     activations stay finite in bfloat16 at the 7B shape."""
     values = torch.randn(size, generator=generator)
-    if name.endswith("layernorm.weight"):
+    if name.endswith("norm.weight"):
         return 1 + values * (std or 0.02)
     if name.endswith("bias"):
         return values * (std or 0.02)
@@ -140,11 +154,65 @@ def write_medusa1(folder, shape: Shape, heads: int = MEDUSA_HEADS, layers: int =
     return state
 
 
-def write_both(out, shape_name: str, seed: int = 0) -> dict:
-    """out/eagle and out/medusa in the published layouts at a named shape; returns what was written."""
+def dflash_config(shape: Shape, layers: int = DFLASH_LAYERS, block_size: int = 16, mask_token_id: int | None = None
+                  ) -> dict:
+    """z-lab's config.json: the draft layers shaped like the target's, reading as many of its layers as it has
+    draft layers (their default), and the mask token (here the vocabulary's last id)."""
+    head_dim = shape.hidden // shape.heads
+    return {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": shape.hidden,
+            "intermediate_size": shape.intermediate, "num_attention_heads": shape.heads,
+            "num_key_value_heads": shape.kv_heads, "head_dim": head_dim, "num_hidden_layers": layers,
+            "num_target_layers": shape.layers, "block_size": block_size, "rms_norm_eps": 1e-06,
+            "rope_theta": 10000.0, "attention_bias": False, "hidden_act": "silu", "vocab_size": shape.vocab,
+            "max_position_embeddings": 4096, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+            "dflash_config": {"target_layer_ids": default_target_layers(shape.layers, layers),
+                              "mask_token_id": shape.vocab - 1 if mask_token_id is None else mask_token_id}}
+
+
+def dflash_tensors(shape: Shape, layers: int = DFLASH_LAYERS, features: int | None = None) -> dict[str, tuple[int, ...]]:
+    h, head_dim = shape.hidden, shape.hidden // shape.heads
+    shapes = {"fc.weight": (h, (features or layers) * h), "hidden_norm.weight": (h,), "norm.weight": (h,)}
+    for i in range(layers):
+        prefix = f"layers.{i}."
+        shapes.update({
+            prefix + "self_attn.q_proj.weight": (shape.heads * head_dim, h),
+            prefix + "self_attn.k_proj.weight": (shape.kv_heads * head_dim, h),
+            prefix + "self_attn.v_proj.weight": (shape.kv_heads * head_dim, h),
+            prefix + "self_attn.o_proj.weight": (h, shape.heads * head_dim),
+            prefix + "self_attn.q_norm.weight": (head_dim,), prefix + "self_attn.k_norm.weight": (head_dim,),
+            prefix + "mlp.gate_proj.weight": (shape.intermediate, h), prefix + "mlp.up_proj.weight": (shape.intermediate, h),
+            prefix + "mlp.down_proj.weight": (h, shape.intermediate),
+            prefix + "input_layernorm.weight": (h,), prefix + "post_attention_layernorm.weight": (h,),
+        })
+    return shapes
+
+
+def write_dflash(folder, shape: Shape, layers: int = DFLASH_LAYERS, seed: int = 0, dtype: torch.dtype = torch.bfloat16,
+                 std: float | None = None, config: dict | None = None) -> dict:
+    """A DFlash folder at `shape` with random weights; returns the state written."""
+    from safetensors.torch import save_file
+
+    generator = torch.Generator().manual_seed(seed)
+    config = config or dflash_config(shape, layers)
+    features = len(config["dflash_config"]["target_layer_ids"])
+    state = {name: _random(name, size, generator, std).to(dtype)
+             for name, size in dflash_tensors(shape, layers, features).items()}
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(folder / DFLASH_FILE))
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return state
+
+
+def write_published(out, shape_name: str, methods=("eagle", "medusa"), seed: int = 0) -> dict:
+    """out/METHOD in the published layouts at a named shape, for each of `methods` (eagle, medusa, dflash);
+    returns what was written."""
     shape = SHAPES[shape_name]
     out = Path(out)
-    write_eagle1(out / "eagle", shape, seed=seed)
-    write_medusa1(out / "medusa", shape, config_heads=MEDUSA_CONFIG_HEADS, seed=seed + 1)
+    writers = {"eagle": lambda: write_eagle1(out / "eagle", shape, seed=seed),
+               "medusa": lambda: write_medusa1(out / "medusa", shape, config_heads=MEDUSA_CONFIG_HEADS, seed=seed + 1),
+               "dflash": lambda: write_dflash(out / "dflash", shape, seed=seed + 2)}
+    for method in methods:
+        writers[method]()
     return {"shape": shape_name, "target": shape.target,
             "files": {str(p.relative_to(out)): p.stat().st_size for p in sorted(out.glob("*/*")) if p.is_file()}}
