@@ -282,6 +282,7 @@ def test_dflash_through_graphs_gives_the_host_loops_output_and_never_waits(monke
         assert (device.settings["loop"], host.settings["loop"]) == ("device", "host")
         assert device.token_ids == host.token_ids
     runner = StaticRunner(target.model, compile=False, features=drafter.target_layers)
+    monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "1")
     for temperature in (0.0, 1.0):
         settings = DecodeSettings(gamma=5, temperature=temperature, top_k=10 if temperature else 0)
         loop = device_loop.DeviceLoop.for_run(runner, DFlashProposer(drafter), settings, 0, 8)

@@ -32,10 +32,10 @@ def block_outputs(drafter, cache, sequence, length, features, count, gamma: int,
     """Feed the pending positions (they end at the sequence's last token but one), then run the block after them:
     its outputs at the gamma drafted positions [gamma, H]."""
     rows = features.shape[0]
-    start = length - 1 - count
+    last = (length - 1).clamp(min=0)  # clamped: a graph is captured over a loop state that holds no sequence yet
+    start = (last - count).clamp(min=0)
     feed_context(drafter, cache, features, start + torch.arange(rows, device=features.device))
-    first = sequence.index_select(0, length - 1)
-    return draft_block(drafter, cache, first, length - 1, span)[1:gamma + 1]
+    return draft_block(drafter, cache, sequence.index_select(0, last), last, span)[1:gamma + 1]
 
 
 def dflash_chain(drafter, cache, sequence, length, features, count, gamma: int, span: int, warp=None, noise=None,
