@@ -361,7 +361,7 @@ class no_autocast:
 
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
-        return torch.cuda.getdevice_name(device)
+        return torch.cuda.get_device_name(device)
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
