@@ -307,3 +307,29 @@ def test_dflash_through_graphs_gives_the_host_loops_output_and_never_waits(monke
         finally:
             torch.cuda.set_sync_debug_mode(0)
         assert state.length.item() >= 8 + 4
+
+
+def test_a_target_outside_the_fast_path_hands_over_its_layers_too(tmp_path):
+    """A Qwen3 target (q and k norms: transformers' forward, CausalRunner) with a drafter in z-lab's layout: the
+    runner hands over the layers read, and greedy output is plain's; the control: without them the drafter is given
+    the last hidden state, which has another width."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from specviz.models.loading import LoadedModel
+    from specviz.runners.static import make_runner
+
+    config = Qwen3Config(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256,
+                         tie_word_embeddings=False)
+    torch.manual_seed(0)
+    target = LoadedModel(name="tiny-qwen3", model=Qwen3ForCausalLM(config).eval(), tokenizer=None,
+                         device=torch.device("cpu"), dtype=torch.float32)
+    runner = make_runner(target.model, features=(0, 2))
+    assert isinstance(runner, CausalRunner) and runner.forward(torch.tensor([1, 2, 3]))[1].shape == (3, 64)
+    assert make_runner(target.model).forward(torch.tensor([1, 2, 3]))[1].shape == (3, 32)
+    write_dflash(tmp_path, shape_of(target), layers=2, dtype=torch.float32, std=0.3)
+    proposer = DFlashProposer(load_dflash(tmp_path, target, EngineOptions()))
+    settings = DecodeSettings(max_new_tokens=12, gamma=6, stop_at_eos=False)
+    run = run_once(target, proposer, [1, 2, 3, 4], settings)
+    assert run.settings["runner"] == "CausalRunner" and run.metrics.drafted > 0
+    assert run.token_ids == run_once(target, PlainProposer(), [1, 2, 3, 4], settings).token_ids

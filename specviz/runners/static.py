@@ -432,19 +432,20 @@ _compile_failed = False
 
 
 def make_runner(model: torch.nn.Module, fast: bool | None = None, options: EngineOptions | None = None,
-                **overrides):
+                features: tuple[int, ...] | None = None, **overrides):
     """The fastest runner for `model`: StaticRunner where the model is supported, else CausalRunner. fast=None
     takes options.fast (EngineOptions; None: from the environment), where False forces transformers' forward;
-    overrides go to StaticRunner (graphs=False, ...)."""
+    features: the layers whose outputs its forwards hand over as hidden states (either runner's); overrides go to
+    StaticRunner (graphs=False, ...)."""
     options = options or EngineOptions.from_environment()
     if fast is None:
         fast = options.fast
     if fast and unsupported_reason(model) is None:
         try:
-            return StaticRunner(model, options=options, **overrides)
+            return StaticRunner(model, options=options, features=features, **overrides)
         except Exception as error:  # never fail a run over the fast path: say so and take the slow one
             warnings.warn(f"specviz: fast path unavailable ({error}); using the transformers forward")
-    return CausalRunner(model)
+    return CausalRunner(model, features=features)
 
 
 # The cost curve: forward time against the number of positions fed --------------------------------------
