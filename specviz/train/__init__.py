@@ -61,13 +61,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--seed", type=int, default=0, help="seed of the data sampling and the weights' initialisation")
     group.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     group.add_argument("--init", default=None, help="medusa: start from the heads in this folder (same --heads and "
-                       "--layers; a warm start on new data, with a fresh schedule)")
+                       "--layers); dflash: from the drafter in this folder (its shape, layers read and draft "
+                       "vocabulary); a warm start on new data, with a fresh schedule")
 
 
 def run(args) -> int:
-    if args.init and args.method != "medusa":
-        raise InvalidSettingError("--init starts Medusa heads from a folder; it is not available for "
-                                  f"--method {args.method}")
+    if args.init and args.method not in ("medusa", "dflash"):
+        raise InvalidSettingError("--init starts Medusa heads or a DFlash drafter from a folder; it is not available "
+                                  f"for --method {args.method}")
     if args.init and args.resume:
         raise InvalidSettingError("--init starts a new training run; --resume goes on with OUT/checkpoint.pt: give one")
     if args.steps is None and args.minutes is None and not args.data_only and args.method != "retrieval":

@@ -15,6 +15,7 @@ implies, 1 + the sum of those shares.
 """
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -167,6 +168,25 @@ def draft_index_of(token_ids: torch.Tensor | None, vocab_size: int, device) -> t
     return index
 
 
+def start_from(folder: Path, target: LoadedModel):
+    """A drafter folder to start training from (--init): its config, its draft vocabulary and its weights."""
+    from ..options import EngineOptions
+    from ..proposers.dflash_files import load_dflash, read_weights
+
+    load_dflash(folder, target, EngineOptions())  # the checks that it fits this target, with their messages
+    state = read_weights(folder)
+    token_ids = state.pop("draft_vocab", None)
+    return DFlashConfig.from_json(json.loads((folder / "config.json").read_text())), token_ids, state
+
+
+def draft_coverage(data: dict, vocab_size: int, token_ids: torch.Tensor | None) -> float:
+    """The share of the answers' tokens that a draft vocabulary holds."""
+    from .data import token_frequencies
+
+    counts = token_frequencies(data, vocab_size)
+    return 1.0 if token_ids is None else float(counts[token_ids.long()].sum()) / max(1, int(counts.sum()))
+
+
 def train_dflash(target: LoadedModel, data: dict, out: Path, options: TrainOptions, resume: bool = False,
                  log=print) -> dict:
     """Train a DFlash drafter for `target` on `data` and write it to `out` (config.json, weights, loss.png,
@@ -181,9 +201,13 @@ def train_dflash(target: LoadedModel, data: dict, out: Path, options: TrainOptio
     checkpoint_file = out / "checkpoint.pt"
     checkpoint = torch.load(checkpoint_file, map_location=device, weights_only=False) \
         if resume and checkpoint_file.is_file() else None
+    start = start_from(Path(options.init), target) if options.init and checkpoint is None else None
     if checkpoint is not None:
         config = DFlashConfig(**checkpoint["config"])
         token_ids, coverage = checkpoint["token_ids"], checkpoint["coverage"]
+    elif start is not None:
+        config, token_ids, state = start
+        coverage = draft_coverage(data, target.vocab_size, token_ids)
     else:
         config = DFlashConfig.like_target(target.model.config, layers=options.draft_layers,
                                           features=options.target_features, mask_token_id=options.mask_token_id,
@@ -197,7 +221,11 @@ def train_dflash(target: LoadedModel, data: dict, out: Path, options: TrainOptio
     log(f"draft vocabulary: {head_weight.shape[0]} tokens, covering {coverage:.2%} of answer tokens; reading the "
         f"target's layers {config.target_layer_ids}, blocks of {config.block_size}")
 
-    net = DFlashNet(config).to(device).float().train()
+    net = DFlashNet(config)
+    if start is not None:
+        net.load_state_dict(start[2])
+        log(f"started from the drafter in {options.init}")
+    net = net.to(device).float().train()
     optimizer = torch.optim.AdamW(net.parameters(), lr=options.lr, betas=(0.9, 0.95), weight_decay=options.weight_decay)
     step, elapsed, history, evals, commands = 0, 0.0, [], [], []
     if checkpoint is not None:
