@@ -55,3 +55,19 @@ def run_cli_subprocess(*args, env: dict | None = None, cwd=None) -> subprocess.C
     a process killed midway)."""
     return subprocess.run([sys.executable, "-m", "specviz", *map(str, args)], capture_output=True, text=True,
                           timeout=600, cwd=cwd, env={**os.environ, **(env or {})})
+
+
+def run_script(name: str, *args) -> Done:
+    """`python -m scripts.NAME ARGS` in this process (the tool's main(argv)), its output captured."""
+    import importlib
+
+    main = importlib.import_module(f"scripts.{name}").main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(arg) for arg in args])
+        except SystemExit as exit_code:  # sys.exit(code) or sys.exit("message"), as the interpreter reports them
+            code = exit_code.code if isinstance(exit_code.code, int) or exit_code.code is None else 1
+            if not isinstance(exit_code.code, (int, type(None))):
+                print(exit_code.code, file=sys.stderr)
+    return Done(code or 0, out.getvalue(), err.getvalue())

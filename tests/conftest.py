@@ -36,7 +36,6 @@ FIXTURE_MARKS = {
     "app_url": "server",
     "chromium": "browser",
     "fresh_python": "subprocess", "cli_subprocess": "subprocess",
-    "sampler": "stats",
 }
 SPREAD = "stats"  # tests that spread one by one over the workers (each samples on its own, no module fixture to keep)
 

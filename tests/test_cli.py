@@ -2,6 +2,8 @@
 (command_line.run_cli) on the session's models; what only a fresh process shows runs as `python -m specviz`."""
 import json
 
+import pytest
+
 from test_errors import assert_one_line_error, run_cli
 
 TOKEN_KINDS = {"accepted", "rejected", "resampled", "bonus", "target"}
@@ -180,6 +182,7 @@ def test_bench_energy_on_a_cpu_says_not_measured_and_records_null_beside_the_ora
     assert "oracle tau" in proc.stdout
 
 
+@pytest.mark.subprocess
 def test_a_killed_bench_resumes_from_the_prompts_it_finished(tmp_path):
     """A bench killed midway keeps the rows of every prompt it finished beside --out; the same command measures
     only the rest and says so; another bench on the same --out is refused, not mixed in."""

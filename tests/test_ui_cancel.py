@@ -70,6 +70,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.subprocess
 def test_killed_client_stops_its_run(served):
     url, client = served
     before = gpu.calls()
