@@ -1,11 +1,11 @@
 """The suite's shared fixtures, and how it spreads over the cores.
 
-pytest.ini runs the suite on every core (pytest-xdist, `-n auto --dist loadgroup`). What is expensive to start is
-started at most once per worker and shared by the modules that worker runs: the default model, the app served in
-the default profile, one chromium (a fresh context per test). A test module runs on one worker (its module
-fixtures are made once, its tests keep their order), except the sampling statistics, whose tests spread one by
-one. Markers say what a test needs (model, server, browser, subprocess, stats, train); most come from the
-fixtures it uses, so `-m "not browser"` and the like select by them."""
+pytest.ini runs the suite on every core (pytest-xdist, `-n auto`). What is expensive to start is started at most
+once per worker and shared by the modules that worker runs: the default model, the app served in the default
+profile, one chromium (a fresh context per test). A test module runs on one worker (its module fixtures are made
+once, its tests keep their order), except the sampling statistics, whose tests spread one by one
+(pytest_xdist_make_scheduler). Markers say what a test needs (model, server, browser, subprocess, stats, train);
+most come from the fixtures it uses, so `-m "not browser"` and the like select by them."""
 import os
 import subprocess
 import sys
@@ -37,19 +37,30 @@ FIXTURE_MARKS = {
     "chromium": "browser",
     "fresh_python": "subprocess", "cli_subprocess": "subprocess",
 }
-SPREAD = "stats"  # tests that spread one by one over the workers (each samples on its own, no module fixture to keep)
+# modules whose tests spread one by one over the workers: each samples thousands of runs on its own, and their
+# module fixtures (tiny random models) cost nothing to make again
+SPREAD = {"tests/test_sampling_exactness.py", "tests/test_device_sampling.py"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups into the node ids
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Markers from the fixtures a test uses; each module's tests in one xdist group (its module fixtures made
-    once, its tests in their order), but for the statistics, which spread."""
     for item in items:
         for fixture, mark in FIXTURE_MARKS.items():
             if fixture in item.fixturenames:
                 item.add_marker(mark)
-        if not item.get_closest_marker("xdist_group") and not item.get_closest_marker(SPREAD):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """A module's tests on one worker (its module fixtures made once, its tests in their order), the largest
+    modules first; the statistics' tests one by one (SPREAD)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Modules(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return nodeid if module in SPREAD else module
+
+    return Modules(config, log)
 
 
 # models ---------------------------------------------------------------------------------------------------

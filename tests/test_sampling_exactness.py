@@ -30,7 +30,7 @@ DEPTH = 2
 RUNS = 3000
 TREE = 6
 
-pytestmark = pytest.mark.stats  # each test samples on its own: they spread over the workers
+pytestmark = pytest.mark.stats
 
 WARPS = {
     "temperature": DecodeSettings(temperature=1.0),
