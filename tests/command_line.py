@@ -20,6 +20,19 @@ class Done:
 
 
 @contextlib.contextmanager
+def models_kept():
+    """The models a command loads are unloaded when it returns, as its process would have freed them; those loaded
+    before it (the session's default model) stay, so that the command finds them loaded."""
+    from specviz.models.loading import loaded_models, unload_all
+
+    before = {model.name for model in loaded_models()}
+    try:
+        yield
+    finally:
+        unload_all(keep=before)
+
+
+@contextlib.contextmanager
 def environment(env: dict | None):
     """os.environ with `env` on top within the block, then exactly as it was (the command line sets switches in
     the environment for the rest of its process)."""
@@ -39,7 +52,7 @@ def run_cli(*args, env: dict | None = None) -> Done:
     from specviz.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with environment(env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with models_kept(), environment(env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = main([str(arg) for arg in args])
         except SystemExit as exit_code:  # argparse's --help
@@ -63,7 +76,7 @@ def run_script(name: str, *args) -> Done:
 
     main = importlib.import_module(f"scripts.{name}").main
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with models_kept(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = main([str(arg) for arg in args])
         except SystemExit as exit_code:  # sys.exit(code) or sys.exit("message"), as the interpreter reports them
