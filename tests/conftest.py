@@ -1,10 +1,69 @@
+"""The suite's shared fixtures, and how it spreads over the cores.
+
+pytest.ini runs the suite on every core (pytest-xdist, `-n auto`). What is expensive to start is started at most
+once per worker and shared by the modules that worker runs: the default model, the app served in the default
+profile, one chromium (a fresh context per test). A test module runs on one worker (its module fixtures are made
+once, its tests keep their order), except the sampling statistics, whose tests spread one by one
+(pytest_xdist_make_scheduler). Markers say what a test needs (model, server, browser, subprocess, stats, train);
+most come from the fixtures it uses, so `-m "not browser"` and the like select by them."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
+import command_line
 from specviz.models.testing import perturbed_copy, tiny_causal_lm
 
-torch.set_num_threads(2)
+ROOT = Path(__file__).resolve().parents[1]
 
+
+def _threads_per_worker() -> int:
+    """The cores over the workers: two workers of two threads each on two cores spin against each other (torch's
+    OpenMP threads busy-wait), several times slower than one thread each."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, min(2, cores // max(1, workers)))
+
+
+torch.set_num_threads(_threads_per_worker())
+
+# fixture -> the marker a test that uses it gets
+FIXTURE_MARKS = {
+    "default_target": "model", "default_draft_folder": "model",
+    "app_url": "server",
+    "chromium": "browser",
+    "fresh_python": "subprocess", "cli_subprocess": "subprocess",
+}
+# modules whose tests spread one by one over the workers: each samples thousands of runs on its own, and their
+# module fixtures (tiny random models) cost nothing to make again
+SPREAD = {"tests/test_sampling_exactness.py", "tests/test_device_sampling.py"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture, mark in FIXTURE_MARKS.items():
+            if fixture in item.fixturenames:
+                item.add_marker(mark)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """A module's tests on one worker (its module fixtures made once, its tests in their order), the largest
+    modules first; the statistics' tests one by one (SPREAD)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Modules(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return nodeid if module in SPREAD else module
+
+    return Modules(config, log)
+
+
+# models ---------------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
 def default_target():
@@ -56,3 +115,45 @@ def foreign_models(tmp_path_factory):
     DistilBertModel(DistilBertConfig(vocab_size=8, dim=32, hidden_dim=64, n_layers=1, n_heads=2)).save_pretrained(encoder)
     tokenizer.save_pretrained(encoder)
     return {"other_vocab": other, "encoder": str(encoder)}
+
+
+# the served app and the browser ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def app_url(default_target):
+    """The app served once for the tests of the default profile (its model the session's, through the registry)."""
+    from ui_server import serve_app
+
+    with serve_app() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """Debian's chromium, launched once; a test opens its own context (browser.new_context) and closes it."""
+    from ui_server import CHROMIUM, CHROMIUM_ARGS, require_chromium
+
+    require_chromium()
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+# the command line -----------------------------------------------------------------------------------------
+
+@pytest.fixture
+def cli_subprocess():
+    """`python -m specviz ARGS` in a fresh interpreter (command_line.run_cli runs it in this process)."""
+    return command_line.run_cli_subprocess
+
+
+@pytest.fixture
+def fresh_python():
+    """Python code in a fresh interpreter (what must run before torch is imported, or in a process of its own):
+    fresh_python(code, *args, env=None, cwd=None) -> CompletedProcess."""
+    def run(code: str, *args, env: dict | None = None, cwd=None, timeout: float = 600):
+        return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                              timeout=timeout, cwd=cwd, env=env)
+    return run

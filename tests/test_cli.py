@@ -1,5 +1,8 @@
-"""The command-line contract that scripts rely on (generate --json, --compare-plain, bench)."""
+"""The command-line contract that scripts rely on (generate --json, --compare-plain, bench), run in this process
+(command_line.run_cli) on the session's models; what only a fresh process shows runs as `python -m specviz`."""
 import json
+
+import pytest
 
 from test_errors import assert_one_line_error, run_cli
 
@@ -8,7 +11,7 @@ METRICS = {"drafted", "accepted", "acceptance_rate", "mean_accepted_length", "ta
            "per_position_acceptance", "tokens_per_second", "wall_seconds"}
 
 
-def test_generate_json_with_compare_plain():
+def test_generate_json_with_compare_plain(default_target):
     proc = run_cli("generate", "--prompt", "Write a haiku about caches, then repeat it.", "--method", "ngram",
                    "--max-new-tokens", "40", "--gamma", "3", "--json", "--compare-plain")
     assert proc.returncode == 0, proc.stderr
@@ -25,7 +28,7 @@ def test_generate_json_with_compare_plain():
     assert out["plain"]["text"] == out["text"]
 
 
-def test_generate_sampling_json_marks_identity_unknown():
+def test_generate_sampling_json_marks_identity_unknown(default_target):
     proc = run_cli("generate", "--prompt", "Name a colour.", "--method", "early-exit", "--max-new-tokens", "8",
                    "--temperature", "0.7", "--top-p", "0.9", "--seed", "1", "--json", "--compare-plain")
     assert proc.returncode == 0, proc.stderr
@@ -34,8 +37,9 @@ def test_generate_sampling_json_marks_identity_unknown():
     assert out["settings"]["temperature"] == 0.7
 
 
-def test_generate_human_readable():
-    proc = run_cli("generate", "--prompt", "Count from 1 to 10.", "--method", "adaptive", "--max-new-tokens", "24",
+def test_generate_human_readable(cli_subprocess):
+    """In a fresh interpreter: what loading the model draws on stderr is seen only where it is loaded."""
+    proc = cli_subprocess("generate", "--prompt", "Count from 1 to 10.", "--method", "adaptive", "--max-new-tokens", "24",
                    "--compare-plain")
     assert proc.returncode == 0, proc.stderr
     summary = proc.stdout.strip().splitlines()[-1]
@@ -55,7 +59,7 @@ def test_argument_errors_name_the_command_once():
     assert "specviz: error: specviz" not in proc.stderr
 
 
-def test_bench_contract(tmp_path):
+def test_bench_contract(default_target, tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n".join([
         json.dumps({"question_id": 7, "category": "coding", "turns": ["Write a Python hello world.", "Now in C."]}),
@@ -157,7 +161,7 @@ def test_check_exactness_exercises_acceptance_by_default_and_warns_when_a_run_di
     assert "  warning: only " in question and "drafts were accepted" in question, question
 
 
-def test_bench_energy_on_a_cpu_says_not_measured_and_records_null_beside_the_oracle(tmp_path):
+def test_bench_energy_on_a_cpu_says_not_measured_and_records_null_beside_the_oracle(default_target, tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"id": 1, "prompt": "Repeat: red green blue red green blue."}))
     out_file = tmp_path / "result.json"
@@ -178,6 +182,7 @@ def test_bench_energy_on_a_cpu_says_not_measured_and_records_null_beside_the_ora
     assert "oracle tau" in proc.stdout
 
 
+@pytest.mark.subprocess
 def test_a_killed_bench_resumes_from_the_prompts_it_finished(tmp_path):
     """A bench killed midway keeps the rows of every prompt it finished beside --out; the same command measures
     only the rest and says so; another bench on the same --out is refused, not mixed in."""

@@ -1,8 +1,6 @@
 """The command line's arguments: every flag says what it does, and a wrong one is refused before torch and
 transformers are imported (seconds on a busy machine), not after."""
 import argparse
-import subprocess
-import sys
 
 import pytest
 
@@ -24,10 +22,10 @@ def flags_without_help(parser: argparse.ArgumentParser) -> list[str]:
     return missing
 
 
-def refusal(*args: str) -> tuple[int, bool, bool, str]:
+def refusal(fresh_python, *args: str) -> tuple[int, bool, bool, str]:
     """The exit code of `specviz ARGS` in a fresh interpreter, whether torch and transformers were imported by
     then, and its stderr."""
-    proc = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=600)
+    proc = fresh_python(PROBE, *args)
     code, torch, transformers = proc.stdout.split()[-3:]
     return int(code), torch == "True", transformers == "True", proc.stderr
 
@@ -60,14 +58,14 @@ def test_the_sampling_flags_say_what_they_do():
     (["bench", "--prompts", "p.jsonl", "--out", "o.json", "--batch-sizes", "1,zero"], "--batch-sizes takes whole numbers"),
     (["train-drafter", "--method", "eagle", "--out", "folder"], "give --steps N or --minutes M"),
 ])
-def test_a_wrong_argument_is_refused_before_torch_is_imported(args, message):
-    code, torch, transformers, stderr = refusal(*args)
+def test_a_wrong_argument_is_refused_before_torch_is_imported(fresh_python, args, message):
+    code, torch, transformers, stderr = refusal(fresh_python, *args)
     assert code == 2 and message in stderr, stderr
     assert not torch and not transformers
 
 
-def test_the_probe_sees_torch_once_arguments_pass():
+def test_the_probe_sees_torch_once_arguments_pass(fresh_python):
     """The control: arguments that pass the checks go on to the imports (here to a model that is not there)."""
-    code, torch, transformers, stderr = refusal("check-exactness", "--target", "/no/such/model")
+    code, torch, transformers, stderr = refusal(fresh_python, "check-exactness", "--target", "/no/such/model")
     assert code == 2 and "/no/such/model" in stderr, stderr
     assert torch and transformers

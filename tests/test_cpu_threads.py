@@ -2,8 +2,6 @@
 libgomp itself reports it (OMP_DISPLAY_ENV=VERBOSE prints its settings as it starts): GOMP_SPINCOUNT 0, not
 300,000 spins; the library keeps libgomp's default (faster on a quiet machine)."""
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,25 +12,25 @@ ROOT = Path(__file__).resolve().parents[1]
 FORWARD = "import torch; torch.ones(64, 64) @ torch.ones(64, 64)"  # a matrix product: libgomp starts its team
 
 
-def libgomp_settings(code: str, **env) -> str:
+def libgomp_settings(fresh_python, code: str, **env) -> str:
     """What libgomp prints of its settings in a fresh Python running `code`, from the repository's root."""
     environ = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     environ.update(OMP_DISPLAY_ENV="VERBOSE", **env)
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=environ, capture_output=True, text=True,
-                          timeout=300)
+    done = fresh_python(code, cwd=ROOT, env=environ, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stderr
 
 
-def test_the_app_makes_torchs_threads_sleep_when_they_wait_and_the_library_keeps_the_default():
-    assert "GOMP_SPINCOUNT = '0'" in libgomp_settings("import app; " + FORWARD)
+def test_the_app_makes_torchs_threads_sleep_when_they_wait_and_the_library_keeps_the_default(fresh_python):
+    assert "GOMP_SPINCOUNT = '0'" in libgomp_settings(fresh_python, "import app; " + FORWARD)
     # the control: the library (and torch alone) spin, as the app did before it set the policy
-    assert "GOMP_SPINCOUNT = '300000'" in libgomp_settings("import specviz; " + FORWARD)
+    assert "GOMP_SPINCOUNT = '300000'" in libgomp_settings(fresh_python, "import specviz; " + FORWARD)
 
 
-def test_a_policy_chosen_in_the_environment_is_kept():
-    assert "GOMP_SPINCOUNT = '300000'" not in libgomp_settings("import app; " + FORWARD, OMP_WAIT_POLICY="ACTIVE")
-    assert "OMP_WAIT_POLICY = 'ACTIVE'" in libgomp_settings("import app; " + FORWARD, OMP_WAIT_POLICY="ACTIVE")
+def test_a_policy_chosen_in_the_environment_is_kept(fresh_python):
+    chosen = libgomp_settings(fresh_python, "import app; " + FORWARD, OMP_WAIT_POLICY="ACTIVE")
+    assert "GOMP_SPINCOUNT = '300000'" not in chosen
+    assert "OMP_WAIT_POLICY = 'ACTIVE'" in chosen
 
 
 @pytest.mark.quick

@@ -153,6 +153,7 @@ SCENARIOS = [("retrieval", 0, "top-k", 0.0), ("draft", 0, "temperature", 0.0), (
              ("eagle", TREE, "temperature", 0.0), ("medusa", TREE, "top-p", 0.0)]
 
 
+@pytest.mark.stats
 @pytest.mark.parametrize("method,tree,warp,stop", SCENARIOS,
                          ids=[f"{m}-{'tree' if t else 'chain'}-{w}{'-stop' if s else ''}" for m, t, w, s in SCENARIOS])
 def test_device_loop_samples_the_target_distribution(target, makers, monkeypatch, method, tree, warp, stop):
@@ -163,6 +164,7 @@ def test_device_loop_samples_the_target_distribution(target, makers, monkeypatch
     assert fit.p_value >= ALPHA, f"p = {fit.p_value:.2g} (chi-square {fit.statistic:.1f}, dof {fit.dof})"
 
 
+@pytest.mark.stats
 @pytest.mark.parametrize("method,tree", [("eagle", TREE)], ids=["tree"])
 def test_a_slightly_cooler_device_sampler_fails_the_test(target, makers, monkeypatch, method, tree):
     settings = settings_for("temperature", tree)
@@ -171,6 +173,7 @@ def test_a_slightly_cooler_device_sampler_fails_the_test(target, makers, monkeyp
     assert fit.p_value < ALPHA, f"the control passed: p = {fit.p_value:.2g}"
 
 
+@pytest.mark.stats
 @pytest.mark.parametrize("method,tree", [("draft", 0)], ids=["drafter-with-q"])
 def test_a_device_verifier_without_the_residual_fails_the_test(target, makers, monkeypatch, method, tree):
     fit, _ = device_fit(target, makers[method], settings_for("temperature", tree), monkeypatch,

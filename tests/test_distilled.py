@@ -109,6 +109,7 @@ def test_greedy_output_equals_plain(tiny_target):
     assert run.metrics.drafted > 0 and run.metrics.accepted < run.metrics.drafted  # drafted, and was rejected
 
 
+@pytest.mark.train
 def test_training_writes_a_draft_that_agrees_more_than_its_start(tiny_target, tmp_path):
     """A few hundred steps on the target's own greedy continuations: the held-out chain acceptance rises
     above that of the untrained start (the control), and the files load through load_draft_model."""

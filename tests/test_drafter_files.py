@@ -139,12 +139,9 @@ def test_our_saved_files_round_trip(tiny_target, tmp_path):
 
 
 def test_averaged_heads_are_the_mean_of_two_sets_and_load(tiny_target, tmp_path):
-    """scripts/average_medusa.py (how the shipped heads are made): each block the two sets' mean, the second
-    set's draft vocabulary, a config that records both; heads of other shapes are refused."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
+    """scripts/average_medusa.py (how the shipped heads are made, run in this process): each block the two sets'
+    mean, the second set's draft vocabulary, a config that records both; heads of other shapes are refused."""
+    from command_line import run_script
     from specviz.proposers.checkpoints import average_medusa_blocks, save_medusa
 
     meta = {"trained_for": {"hidden_size": 32, "vocab_size": tiny_target.vocab_size}, "command": "test"}
@@ -152,10 +149,8 @@ def test_averaged_heads_are_the_mean_of_two_sets_and_load(tiny_target, tmp_path)
     save_medusa(tmp_path / "a", first.heads, torch.tensor([1, 2, 3]), meta, dtype=torch.float32)
     save_medusa(tmp_path / "b", second.heads, torch.tensor([4, 5, 6, 7]), {**meta, "command": "second"},
                 dtype=torch.float32)
-    root = Path(__file__).resolve().parents[1]
-    subprocess.run([sys.executable, "-m", "scripts.average_medusa", str(tmp_path / "a"),
-                    str(tmp_path / "b"), "--out", str(tmp_path / "avg")], check=True, cwd=root,
-                   capture_output=True)
+    done = run_script("average_medusa", tmp_path / "a", tmp_path / "b", "--out", tmp_path / "avg")
+    assert done.returncode == 0, done.stderr
     averaged = make_proposer("medusa", tiny_target, heads=str(tmp_path / "avg")).drafter
     for mixed, a, b in zip(averaged.heads.parameters(), first.heads.parameters(), second.heads.parameters()):
         torch.testing.assert_close(mixed, (a + b) / 2)

@@ -1,11 +1,8 @@
 """The Medusa heads and the EAGLE drafter shipped for the default target (assets/drafters/): small files that
 say how they were made, exact greedy output, acceptance that only trained weights give, and the
-train-drafter command end to end on a toy budget."""
+train-drafter command end to end on a toy budget (in this process, on the session's default model)."""
 import dataclasses
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,9 +14,9 @@ from specviz.proposers import PlainProposer
 from specviz.proposers.checkpoints import ASSETS, SHIPPED
 from specviz.train.data import FROM_GERMAN, STARTERS, _header_ids, load_dataset, opener_ids
 
+from command_line import run_cli
 from test_default_model import PROMPTS
 
-ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_DIR = ASSETS / SHIPPED["default"]
 MAX_NEW = 32
 
@@ -131,11 +128,7 @@ def test_magpie_openers_let_the_target_go_on_with_words(default_target):
     assert digit_probability([header + opener_ids(tokenizer, opener) for opener in openers]) < 0.1
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=600)
-
-
+@pytest.mark.train
 def test_train_drafter_command_end_to_end(default_target, tmp_path):
     """A toy budget on the CPU: data written by the target, a few steps, files that load and decode exactly."""
     data = tmp_path / "data.pt"

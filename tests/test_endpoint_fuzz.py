@@ -11,6 +11,7 @@ import pytest
 
 from ui_server import serve_app
 
+pytestmark = pytest.mark.server  # its own server, in a profile of its own
 HUGE = 10 ** 30
 NUMBER = ["four", True, math.nan, math.inf, HUGE, -HUGE, [], {}]
 WHOLE = NUMBER + [2.5]

@@ -1,9 +1,6 @@
 """Bad input gets a clear error and nothing else: a specific exception in the library; exit code 2 and one
-line on stderr, no traceback, on the command line."""
+line on stderr, no traceback, on the command line (run in this process: command_line.run_cli)."""
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -12,10 +9,7 @@ from specviz import (DecodeSettings, InvalidSettingError, NotCausalLMError, Offl
 from specviz.api import make_proposer
 from specviz.proposers import PlainProposer
 
-
-def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **(env or {})})
+from command_line import run_cli
 
 
 def assert_one_line_error(proc, *fragments):
@@ -128,7 +122,7 @@ def test_cli_bad_input_exits_2_with_one_line(args, fragment):
     assert_one_line_error(run_cli("generate", *args, env={"HF_HUB_OFFLINE": "1"}), fragment)
 
 
-def test_cli_errors_that_need_the_model(foreign_models):
+def test_cli_errors_that_need_the_model(default_target, foreign_models):
     long_prompt = "word " * 9000
     assert_one_line_error(run_cli("generate", "--prompt", long_prompt), "longer than the model's context")
     assert_one_line_error(run_cli("generate", "--prompt", "hi", "--max-new-tokens", "9000"), "beyond the context")

@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.subprocess
 def test_the_app_check_compares_every_endpoint_with_the_library(tmp_path):
     pytest.importorskip("gradio_client")
     proc = subprocess.run([sys.executable, "-m", "scripts.gpu_app_check", "--out", str(tmp_path),

@@ -1,20 +1,15 @@
 """scripts/gpu_published_drafters.py end to end at the tiny shape on the CPU: both published layouts are
 written, load, bench against plain decoding with outputs identical to it, and the drafting cost c of each
-is reported beside the plain speed."""
+is reported beside the plain speed (the tool run in this process)."""
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from command_line import run_script
 
 
 def test_the_script_reports_c_for_eagle_and_medusa(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "scripts.gpu_published_drafters", "--shape", "tiny",
-                           "--device", "cpu", "--out", str(out), "--work", str(tmp_path / "work"),
-                           "--max-new-tokens", "10", "--prompts", "1", "--prompt-words", "12"],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = run_script("gpu_published_drafters", "--shape", "tiny", "--device", "cpu", "--out", out,
+                      "--work", tmp_path / "work", "--max-new-tokens", "10", "--prompts", "1", "--prompt-words", "12")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "published_drafters.json").read_text())
     assert result["target"] == "random:llama-tiny,kv_heads=4" and result["plain_tokens_per_second"] > 0

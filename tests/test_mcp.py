@@ -53,6 +53,7 @@ def result_of(response: httpx.Response) -> dict:
     return message["result"]
 
 
+@pytest.mark.server
 def test_an_assistant_lists_and_calls_speculate_over_http(monkeypatch):
     pytest.importorskip("mcp", reason="MCP needs gradio's mcp extra: pip install -r requirements-mcp.txt")
     with served(mcp=True) as url:
@@ -73,6 +74,7 @@ def test_an_assistant_lists_and_calls_speculate_over_http(monkeypatch):
         assert wrong.get("isError") and "gamma" in wrong["content"][0]["text"]  # the form's message, not a trace
 
 
+@pytest.mark.server
 def test_without_mcp_there_is_no_mcp_endpoint_even_if_gradio_is_told_so(monkeypatch):
     """The control: the same app and request, MCP off; gradio's GRADIO_MCP_SERVER does not turn it on."""
     monkeypatch.setenv("GRADIO_MCP_SERVER", "true")

@@ -3,10 +3,7 @@ at the 7B shape their tensors add up to the sizes the Hub lists for the publishe
 folders the script writes load through specviz's own loader (Medusa with the 5 heads its file holds, though
 its config.json says 2) and decode exactly what plain decoding does."""
 import json
-import subprocess
-import sys
 from math import prod
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +14,7 @@ from specviz.proposers import PlainProposer
 from specviz.models.published_layouts import SHAPES, eagle1_config, eagle1_tensors, medusa1_config, medusa1_tensors
 from specviz.models.random_target import parse_shape
 
-ROOT = Path(__file__).resolve().parents[1]
+from command_line import run_script
 
 
 @pytest.mark.quick
@@ -36,8 +33,7 @@ def test_the_7b_layouts_weigh_what_the_published_files_weigh():
 
 
 def test_the_tiny_folders_load_through_specviz_and_decode_exactly(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "scripts.write_published_drafters", "--shape", "tiny",
-                           "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    proc = run_script("write_published_drafters", "--shape", "tiny", "--out", tmp_path)
     assert proc.returncode == 0, proc.stderr
     written = json.loads(proc.stdout)
     assert set(written["files"]) == {"eagle/config.json", "eagle/pytorch_model.bin", "medusa/config.json",

@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 
+@pytest.mark.subprocess
 def test_the_quick_subset_is_the_size_readme_says():
     stated = int(re.search(r"-m quick` runs .*?\(about (\d+) tests\)", README, re.S).group(1))
     proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "quick", "--collect-only", "-q", "-p", "no:cacheprovider"],

@@ -30,6 +30,8 @@ DEPTH = 2
 RUNS = 3000
 TREE = 6
 
+pytestmark = pytest.mark.stats
+
 WARPS = {
     "temperature": DecodeSettings(temperature=1.0),
     "top-k": DecodeSettings(temperature=0.8, top_k=3),

@@ -13,7 +13,7 @@ from gradio_client import Client
 from specviz import DecodeSettings
 from specviz.api import encode, generate, make_proposer, run_once
 from specviz.measure.cost_curve import measure_cost_curve
-from ui_server import serve_app, wait_done
+from ui_server import wait_done
 
 PROMPT = "List the days of the week, one per line."
 STATUS, TOKENS, SUMMARY, STEP_PLOT, RACE_PLOT, THEORY_PLOT, INSPECTOR, SLIDER, TRACE = range(9)
@@ -45,14 +45,13 @@ def steps_in(html_text):
 
 
 @pytest.fixture(scope="module")
-def url(default_target):  # the model loaded once for the whole session, shared through the registry
+def url(app_url):  # the session's app, its model the session's, shared through the registry
     import specviz.ui.run_view as run_view
 
     old = run_view.TOKEN_INTERVAL, run_view.CHART_INTERVAL
     # so that tokens arrive in several updates and charts mid-run even when the machine is fast
     run_view.TOKEN_INTERVAL, run_view.CHART_INTERVAL = 0.05, 0.3
-    with serve_app() as address:
-        yield address
+    yield app_url
     run_view.TOKEN_INTERVAL, run_view.CHART_INTERVAL = old
 
 

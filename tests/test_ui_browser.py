@@ -2,8 +2,8 @@
 setup.sh --dev installs the chromium package). Types a prompt, presses Run, sees every token kind and a
 chart, hovers a token, takes a screenshot; injection strings in the prompt and a model name show as text and
 run nothing. Then what a class sees: the run in the first screen of a 1280x720 projector, the reading modes,
-a 400 px phone without horizontal scroll, and text contrast in the light and the dark theme. One server and
-one browser for the module; each screen size runs the prompt once."""
+a 400 px phone without horizontal scroll, and text contrast in the light and the dark theme. The session's
+server and browser (conftest.py); each screen size runs the prompt once."""
 
 import re
 
@@ -11,28 +11,24 @@ import pytest
 
 from specviz import DecodeSettings
 from specviz.api import encode, make_proposer, run_once
-from ui_server import CHROMIUM, CHROMIUM_ARGS, require_chromium, serve_app
+from ui_server import require_chromium
 
 PROMPT = "Repeat this sentence three times, word for word: The quick brown fox jumps over the lazy dog."
 MAX_NEW = 48
 INJECTIONS = ["${alert(1)}", "<img src=x onerror=alert(1)>", '<img src=x onerror="window.__pwned=1">']
 
 require_chromium()
-sync_api = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")
 
 
 @pytest.fixture(scope="module")
-def url(default_target):
-    with serve_app() as address:
-        yield address
+def url(app_url):
+    return app_url
 
 
 @pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+def browser(chromium):
+    return chromium
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from gradio_client import Client
 
 from specviz.ui import gpu
-from ui_server import serve_app, wait_done
+from ui_server import wait_done
 
 LONG = dict(prompt="Write a long story about a lighthouse keeper and her cat.", method="ngram", max_new_tokens=512,
             gamma=4, temperature=0.0, seed=0, api_name="/speculate")
@@ -32,11 +32,10 @@ def wait_for(condition, timeout: float, what: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def served():
-    with serve_app() as url:
-        client = Client(url, verbose=False)
-        client.predict(**SHORT)  # the models loaded and warm: what follows measures runs, not the first load
-        yield url, client
+def served(app_url):
+    client = Client(app_url, verbose=False)
+    client.predict(**SHORT)  # the models loaded and warm: what follows measures runs, not the first load
+    return app_url, client
 
 
 def long_run_started(before: dict) -> None:
@@ -71,6 +70,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.subprocess
 def test_killed_client_stops_its_run(served):
     url, client = served
     before = gpu.calls()

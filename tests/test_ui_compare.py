@@ -99,16 +99,14 @@ def test_the_accepted_lengths_cell_names_the_steps_that_drafted_nothing():
     assert view.accepted_lengths_text([0, 0, 0], 5) == "–"
 
 
-def test_the_compare_tab_marks_the_noisy_speedup_and_says_why(default_target, monkeypatch):
+def test_the_compare_tab_marks_the_noisy_speedup_and_says_why(app_url, monkeypatch):
     """Through the served app, as the page calls it: the table's mark and the status line's note."""
     from gradio_client import Client
 
     from specviz.measure.plausibility import BUSY
-    from ui_server import serve_app
 
     slowed_plain(monkeypatch, runs={0, 1})
-    with serve_app() as url:
-        status, table, _ = Client(url, verbose=False).predict(PROMPT, ["ngram"], "default", "none", 4, 0, 1, 8, 0,
+    status, table, _ = Client(app_url, verbose=False).predict(PROMPT, ["ngram"], "default", "none", 4, 0, 1, 8, 0,
                                                               api_name="/compare")
     rows = {row[0]: dict(zip(table["headers"], row)) for row in table["data"]}
     assert rows["ngram"]["speedup"].endswith("(noisy)") and not rows["plain"]["speedup"].endswith("(noisy)")

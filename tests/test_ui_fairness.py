@@ -12,6 +12,7 @@ from specviz.ui.public import profile_from_env
 from specviz.ui import serving
 from ui_server import serve_app
 
+pytestmark = pytest.mark.server  # its own server, in a profile of its own
 PER_CLIENT = 4
 RUN = dict(prompt="Say hello.", method="ngram", max_new_tokens=16, gamma=4, temperature=0.0, seed=0,
            api_name="/speculate")

@@ -19,6 +19,7 @@ from specviz.api import encode, make_proposer, run_once
 from specviz.ui import gpu, live, recorded_runs, run_request, run_setup, sessions
 from ui_server import serve_app, wait_done
 
+pytestmark = pytest.mark.server  # its own server: GPU calls forked as on ZeroGPU
 PROMPT = "List the days of the week, one per line."
 STATUS, TOKENS = 0, 1
 

@@ -22,6 +22,7 @@ from specviz.ui.public import profile_from_env
 from specviz.ui import admission, engine_lock, live, run_request, run_setup, serving, sessions
 from ui_server import wait_done
 
+pytestmark = pytest.mark.server  # its own server, in a profile of its own
 PER_CLIENT = 4
 SHORT = dict(prompt="Say hello.", method="ngram", max_new_tokens=8, gamma=4, temperature=0.0, seed=0,
              api_name="/speculate")

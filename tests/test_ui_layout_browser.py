@@ -2,17 +2,17 @@
 chromium through Playwright, the app served by tests/ui_server.py): the run controls show only when they mean
 something; every lesson is reachable at 1280 px and on a 390 px phone; lesson 1's lanes are every step its
 table lists; a lesson's status line counts n of N while it runs; example labels and the inspector's title are
-whole. One server and one browser for the module."""
+whole. The session's server and browser (conftest.py)."""
 import re
 
 import pytest
 
 from specviz.lessons.catalogue import LESSONS
 from specviz.ui.learn import tab_title
-from ui_server import CHROMIUM, CHROMIUM_ARGS, require_chromium, serve_app
+from ui_server import require_chromium
 
 require_chromium()
-sync_api = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")
 BY_KEY = {lesson.key: lesson for lesson in LESSONS}
 
 CONTROLS = ("#sv-stop", "#sv-pause", "#sv-next", "#sv-resume", "#sv-replay")
@@ -20,17 +20,13 @@ PROMPT = "Repeat this sentence: The quick brown fox jumps over the lazy dog."
 
 
 @pytest.fixture(scope="module")
-def url(default_target):
-    with serve_app() as address:
-        yield address
+def url(app_url):
+    return app_url
 
 
 @pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+def browser(chromium):
+    return chromium
 
 
 def open_page(browser, url, width=1280, height=800):

@@ -105,20 +105,17 @@ def test_drafter_and_mechanic_widgets():
     assert "2.00 tokens per forward" in lessons.mechanic_sentence(record)
 
 
-def test_distribution_endpoint_returns_both_histograms_and_p_values(default_target):
+def test_distribution_endpoint_returns_both_histograms_and_p_values(app_url):
     from gradio_client import Client
 
-    from ui_server import serve_app
-
-    with serve_app() as url:
-        result = Client(url, verbose=False).predict(prompt="Once upon a time, there was a", method="medusa", runs=20,
+    result = Client(app_url, verbose=False).predict(prompt="Once upon a time, there was a", method="medusa", runs=20,
                                                     temperature=1.0, seed=0, wrong=True, api_name="/distribution")
-        for arm in ("plain", "speculative", "wrong"):
-            assert sum(result[arm]["counts"].values()) == result[arm]["runs"] == 20
-        assert result["speculative"]["drafted"] == 20  # one drafted token per run, the one tested
-        assert 0 <= result["p_value"] <= 1 and 0 <= result["wrong_exact_p_value"] <= 1
-        with pytest.raises(Exception, match="runs must be between"):
-            Client(url, verbose=False).predict(prompt="x", runs=5, api_name="/distribution")
+    for arm in ("plain", "speculative", "wrong"):
+        assert sum(result[arm]["counts"].values()) == result[arm]["runs"] == 20
+    assert result["speculative"]["drafted"] == 20  # one drafted token per run, the one tested
+    assert 0 <= result["p_value"] <= 1 and 0 <= result["wrong_exact_p_value"] <= 1
+    with pytest.raises(Exception, match="runs must be between"):
+        Client(app_url, verbose=False).predict(prompt="x", runs=5, api_name="/distribution")
 
 
 def _selects_a_tab(with_tabs: bool) -> list:

@@ -1,29 +1,29 @@
 """The Learn tab in a real browser (as tests/test_ui_browser.py: Debian's chromium through Playwright, the app
 served by tests/ui_server.py): a lesson runs, its chart or lanes have data and its sentence quotes the measured
-figure; Stop stops one; "Open in the Run tab" fills the Run tab in. One server and one browser for the module."""
+figure; Stop stops one; "Open in the Run tab" fills the Run tab in. One tab for the module, on the session's
+server and browser (conftest.py)."""
 import re
 
 import pytest
 
 from scripts.lesson_screenshots import open_tab  # a lesson's sub-tab may sit in the row's overflow menu
 from specviz.lessons.catalogue import SETTINGS
-from ui_server import CHROMIUM, CHROMIUM_ARGS, require_chromium, serve_app
+from ui_server import require_chromium
 
 
 require_chromium()
-sync_api = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")
 
 
 @pytest.fixture(scope="module")
-def page(default_target):
-    with serve_app() as url, sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        tab = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-        tab.goto(url)
-        tab.wait_for_selector("#sv-run", timeout=60_000)
-        tab.get_by_role("tab", name="Learn").click()
-        yield tab
-        browser.close()
+def page(app_url, chromium):
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    tab = context.new_page()
+    tab.goto(app_url)
+    tab.wait_for_selector("#sv-run", timeout=60_000)
+    tab.get_by_role("tab", name="Learn").click()
+    yield tab
+    context.close()
 
 
 def run_lesson(page, key, subtab, timeout=120_000):

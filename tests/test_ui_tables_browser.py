@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from scripts.lesson_screenshots import open_tab
-from ui_server import CHROMIUM, CHROMIUM_ARGS, require_chromium, serve_app
+from ui_server import require_chromium
 
 require_chromium()
-sync_api = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")
 
 # (scrolls sideways: any element in the table that is wider than its box and lets it scroll or cuts it,
 #  headers broken inside a word: a word of a header cell laid out on more than one line)
@@ -38,14 +38,13 @@ LAYOUT = """(root) => {
 
 
 @pytest.fixture(scope="module")
-def page(default_target):
-    with serve_app() as url, sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        tab = browser.new_context(viewport={"width": 1280, "height": 720}).new_page()
-        tab.goto(url)
-        tab.wait_for_selector("#sv-run", timeout=60_000)
-        yield tab
-        browser.close()
+def page(app_url, chromium):
+    context = chromium.new_context(viewport={"width": 1280, "height": 720})
+    tab = context.new_page()
+    tab.goto(app_url)
+    tab.wait_for_selector("#sv-run", timeout=60_000)
+    yield tab
+    context.close()
 
 
 def rows_shown(page, elem_id: str, rows: int, timeout: int) -> None:
