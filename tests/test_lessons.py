@@ -67,7 +67,8 @@ def test_lesson_6_lists_what_loads_offline_a_new_drafter_folder_included(tmp_pat
     from specviz.proposers.checkpoints import SHIPPED, shipped_methods
 
     default, other = SimpleNamespace(name=DEFAULT_MODEL), SimpleNamespace(name="someone/else")
-    assert lessons.offline_methods(default) == ["draft", "ngram", "retrieval", "early-exit", "medusa", "eagle"]
+    assert lessons.offline_methods(default) == ["draft", "ngram", "retrieval", "early-exit", "medusa", "eagle",
+                                              "dflash"]
     assert lessons.offline_methods(other) == ["ngram", "early-exit"]  # control: nothing ships for it
     for folder in ("medusa", "notes"):  # a drafter folder, and one without a config (not a drafter)
         (tmp_path / SHIPPED[DEFAULT_MODEL] / folder).mkdir(parents=True)

@@ -175,7 +175,7 @@ def test_every_lesson_record_has_a_count():
     cost = lessons.VerifyCost("cpu (x)", [lessons.CostPoint("positions", 1, 10.0, 128)], 1, 1.0, "assumed", 7)
     assert (progress_of(cost).done, progress_of(cost).total) == (1, 7)
     row = lessons.AcceptanceRow("code", "ngram", 4, 0.5, 2.0, 0.0, 1.5, 1.6, 32)
-    assert progress_of([row]).total == 15 and progress_of([row]).done == 1
+    assert progress_of([row]).total == 18 and progress_of([row]).done == 1  # six methods on three prompts
     bugs = lessons.bugs.Bugs("p", "eagle", 1.0, 150, {}, [], seeds=60)
     assert (progress_of(bugs).done, progress_of(bugs).total) == (60, 150)
     bugs.seeds = 400  # past the verdict's seeds while a wrong verifier is not caught: no total to promise
