@@ -41,6 +41,11 @@ LITERATURE = [  # all on targets of 3B and more, on accelerators, at batch 1 unl
                     "Li et al. 2024 (EAGLE), ICML, arXiv 2401.15077: abstract",
                     "2.7x-3.5x latency on LLaMA2-Chat 70B, throughput doubled: the abstract (ICML 2024); its "
                     "hardware is not in the abstract"),
+    LiteratureRange("block diffusion drafter", ("dflash",), "over 6x lossless; up to 2.5x EAGLE-3's speedup",
+                    "a range of models and tasks (Qwen3 targets among them; hardware not in the abstract)",
+                    "Chen, Liang and Liu 2026 (DFlash), ICML, arXiv 2602.06036: abstract",
+                    "over 6x lossless acceleration across a range of models and tasks, up to 2.5x higher speedup "
+                    "than EAGLE-3: the abstract (v2, camera-ready); the targets and GPUs are not in it"),
     LiteratureRange("retrieval from a datastore", ("retrieval",), "1.62-2.36x on code or text generation",
                     "7B and 13B models, batch 1", "He et al. 2024 (REST), NAACL, arXiv 2311.08252: abstract",
                     "1.62X-2.36X, 7B and 13B models, single batch: the abstract (NAACL 2024 proceedings, ACL "
