@@ -79,6 +79,7 @@ CUDA_TESTS = ("tests/test_runners.py", "tests/test_device_loop.py", "tests/test_
 DRAFTERS = "retrieval:16:31,eagle:6:31,eagle:4:15,draft:4@0.5,medusa:4"
 SAMPLED = "eagle:2,eagle:4,retrieval:16:31"
 DFLASH = "retrieval:16:31,eagle:6:31,dflash:15,dflash:15:31"
+SHIPPED_DFLASH = "assets/drafters/smollm2-135m-instruct/dflash"
 DATASTORE = "assets/drafters/smollm2-135m-instruct/retrieval"  # the default target's own answers, written once
 
 SUITES: dict[str, Suite] = {
@@ -115,6 +116,14 @@ SUITES: dict[str, Suite] = {
         Step("dflash-train", "specviz", ("train-drafter", "--method", "dflash", "--target", "default", "--data",
                                          DATASTORE, "--out", "{out}/dflash", "--minutes", "5", "--draft-vocab",
                                          "16384", "--layers", "2", "--eval-every", "2000", "--device", "cuda")),
+    )),
+    "dflash-prompted": Suite("the DFlash drafter on answers to prompts: the target answers Magpie prompts for 4 "
+                             "minutes (bfloat16, 1,024 at once), then training goes on from the shipped drafter for 4 "
+                             "minutes on them, into OUT/dflash", (
+        Step("dflash-prompted", "specviz", ("train-drafter", "--method", "dflash", "--target", "default", "--data",
+                                            "{out}/dflash/data.pt", "--prompts", "24000", "--gen-batch", "1024",
+                                            "--gen-minutes", "4", "--init", SHIPPED_DFLASH, "--out", "{out}/dflash",
+                                            "--minutes", "4", "--eval-every", "2000", "--device", "cuda")),
     )),
     "dflash": Suite("bfloat16, all 480 prompts, greedy: dflash's chain and tree (DDTree's) beside plain, retrieval "
                     "and EAGLE, with each step's cost", (
