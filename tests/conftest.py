@@ -29,6 +29,9 @@ def _threads_per_worker() -> int:
 
 
 torch.set_num_threads(_threads_per_worker())
+# the interpreters a test starts (the command line, scripts, the app a script launches) share the worker's cores:
+# they take its threads too, unless the environment chose a number (torch reads this as it starts)
+os.environ.setdefault("OMP_NUM_THREADS", str(_threads_per_worker()))
 
 # fixture -> the marker a test that uses it gets
 FIXTURE_MARKS = {

@@ -65,3 +65,25 @@ def test_a_plausible_curve_is_measured_once(tiny_target, monkeypatch):
     monkeypatch.setattr(cost_curve, "fast_cost_curve", lambda model, positions, context, repeats, runner:
                         {positions[0]: 10.0 + positions[0]})
     assert [p.x for p in measure_positions(tiny_target, positions=(1, 2, 4), context=8, repeats=1)] == [1, 2, 4]
+
+
+def test_a_cache_repeated_over_rows_is_a_prefill_of_those_rows(tiny_target):
+    """A batch point prefills one row and repeats its cache (cost_curve._batch_ms): the keys and values are a
+    prefill of the same tokens in every row, and a forward on it gives every row the same logits as one row."""
+    import torch
+
+    from specviz.runners.causal import _cache_keyword, layer_keys_values, new_cache, repeat_rows
+
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    keyword = _cache_keyword(tiny_target.model)
+    with torch.inference_mode():
+        one, three = new_cache(), new_cache()
+        tiny_target.model(input_ids=ids, use_cache=True, **{keyword: one})
+        tiny_target.model(input_ids=ids.expand(3, -1), use_cache=True, **{keyword: three})
+        repeat_rows(one, 3)
+        for (k, v), (k3, v3) in zip(layer_keys_values(one), layer_keys_values(three)):
+            assert k.shape == k3.shape and torch.allclose(k, k3, atol=1e-5) and torch.allclose(v, v3, atol=1e-5)
+        positions = torch.full((3, 1), ids.shape[1])
+        logits = tiny_target.model(input_ids=torch.tensor([[7], [7], [7]]), position_ids=positions, use_cache=True,
+                                   **{keyword: one}).logits
+    assert torch.allclose(logits[0], logits[1]) and torch.allclose(logits[0], logits[2])

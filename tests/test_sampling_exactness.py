@@ -6,7 +6,11 @@ so that the steps that decide them draft gamma tokens (a run of exactly two toke
 
 The controls show the test has power at this size: the same engine at 0.85 of the temperature (total
 variation ~0.09 from the target, measured below), and a verifier that resamples from p instead of the
-residual, must both fail it."""
+residual, must both fail it.
+
+The chains of the methods decode_batch drafts (a draft model, the lookups) draw their runs through the batched
+engine (stats.sample_batched: each row is its seed's single run, checked token for token on some seeds); trees,
+draft stops and the drafters that read the target's hidden states run one after another (sample_outputs)."""
 import dataclasses
 
 import pytest
@@ -19,9 +23,11 @@ from specviz.measure.exactness_check import goodness_of_fit, sample_outputs, tar
 from specviz.proposers import (AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,
                                NgramProposer, RetrievalProposer)
 from specviz.proposers.distilled import build_draft_model, draft_config, start_from_target
+from specviz.proposers.early_exit import truncated_view
+from specviz.engine.batch_draft import ModelDrafting
 from specviz.models.testing import perturbed_copy, tiny_causal_lm
 
-from stats import ALPHA
+from stats import ALPHA, sample_batched
 from random_drafters import random_eagle, random_medusa
 
 VOCAB = 6
@@ -53,7 +59,7 @@ def makers(target):
     distilled = build_draft_model(target.model, draft_config(target.model.config, 1), draft_vocab)
     start_from_target(distilled, target.model, [0])  # one of the target's two layers: q near p, not equal
     store = Datastore.from_texts([[1, 2, 4, 5], [2, 0, 3, 3], [3, 1, 1, 2, 5]], VOCAB)
-    return {
+    makers = {
         "draft": lambda: ModelDrafter(drafter.model, VOCAB),
         "distilled": lambda: ModelDrafter(distilled, VOCAB),
         "ngram": lambda: NgramProposer(min_ngram=1),
@@ -63,15 +69,30 @@ def makers(target):
         "eagle": lambda: EagleProposer(eagle),
         "adaptive": lambda: AdaptiveProposer(EagleProposer(eagle), lookup=NgramProposer(min_ngram=1)),
     }
+    # what decode_batch drafts each batchable method's chains with: the draft model itself, or one lookup a row
+    batched = {
+        "draft": ModelDrafting(drafter.model, VOCAB),
+        "distilled": ModelDrafting(distilled, VOCAB),
+        "early-exit": ModelDrafting(truncated_view(target.model, 1), VOCAB),
+        "ngram": makers["ngram"],
+        "retrieval": makers["retrieval"],
+    }
+    return {name: (make, batched.get(name)) for name, make in makers.items()}
 
 
 def settings_for(warp: str, tree: int) -> DecodeSettings:
     return dataclasses.replace(WARPS[warp], gamma=3, tree=tree, max_new_tokens=DEPTH + 2, stop_at_eos=False)
 
 
-def fit_of(target, make, settings, verifier=None, exact_settings=None):
+def fit_of(target, maker, settings, verifier=None, exact_settings=None):
+    """The method's RUNS runs against the exact distribution; maker: (its proposer factory, what decode_batch
+    drafts it with or None). Chains without a draft stop go through the batch where the method batches."""
+    make, drafting = maker
     exact = target_distribution(target, PROMPT, exact_settings or settings, DEPTH, RUNS)
-    samples = sample_outputs(target, make, PROMPT, settings, DEPTH, RUNS, verifier=verifier)
+    if drafting is not None and not settings.tree and not settings.draft_stop:
+        samples = sample_batched(target, drafting, make, PROMPT, settings, DEPTH, RUNS, verifier=verifier)
+    else:
+        samples = sample_outputs(target, make, PROMPT, settings, DEPTH, RUNS, verifier=verifier)
     return goodness_of_fit(samples.counts, exact, RUNS), samples
 
 
@@ -99,7 +120,7 @@ def test_a_draft_that_ends_where_its_drafter_doubts_keeps_the_target_distributio
     length depends on the draft alone, never on the target, so the output keeps the target's distribution."""
     settings = dataclasses.replace(settings_for("temperature", 0), draft_stop=0.5)
     fit, samples = fit_of(target, makers[method], settings)
-    full = sample_outputs(target, makers[method], PROMPT, settings_for("temperature", 0), DEPTH, RUNS // 10)
+    full = sample_outputs(target, makers[method][0], PROMPT, settings_for("temperature", 0), DEPTH, RUNS // 10)
     assert samples.drafted / RUNS < 0.9 * full.drafted / (RUNS // 10)  # the stop ended drafts early
     assert 0 < samples.accepted < samples.drafted
     assert fit.p_value >= ALPHA, f"p = {fit.p_value:.2g} (chi-square {fit.statistic:.1f}, dof {fit.dof})"

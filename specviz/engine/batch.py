@@ -35,6 +35,7 @@ from ..models.loading import LoadedModel
 from ..options import EngineOptions
 from ..proposers import Draft, ModelDrafter, Proposer
 from ..runners.batched import BatchedRunner, batched_runner, give_back
+from ..rule import verify as verification
 from ..rule.sampling import make_generator
 from ..settings import DecodeSettings
 from .step import Row
@@ -87,7 +88,7 @@ class BatchRun:
 @torch.inference_mode()
 def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDrafting, prompts: list[list[int]],
                  settings: DecodeSettings, batch_size: int | None = None, path: str = "auto",
-                 options: EngineOptions | None = None) -> BatchRun:
+                 options: EngineOptions | None = None, verifier: Callable | None = None) -> BatchRun:
     """Decode every prompt (token ids), batch_size rows at a time (None: all at once). drafting: a factory of
     one proposer a row (the lookups), or a draft model that drafts for the whole batch (api.batch_drafting
     picks).
@@ -95,7 +96,8 @@ def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDr
     generator is seeded settings.seed + b, so that it samples as a batch-1 run of that seed does.
     path: "auto" decodes a batch of one row through the single-sequence loop (the module's docstring says
     why), "batched" always through the batched runner, "single" always one prompt after another. options:
-    EngineOptions (None: read from the environment here, once for the whole batch)."""
+    EngineOptions (None: read from the environment here, once for the whole batch). verifier: replaces
+    verify_sampled, as SpeculativeRun's does (tests plant a wrong verifier with it)."""
     if path not in PATHS:
         raise InvalidSettingError(f"path is one of {', '.join(PATHS)}, got {path!r}")
     settings = settings.validate()
@@ -115,18 +117,19 @@ def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDr
     eos_ids = target.eos_token_ids if settings.stop_at_eos else set()
     width = min(batch_size or len(prompts), len(prompts))
     if path == "single" or (path == "auto" and width == 1):
-        return decode_one_at_a_time(target, drafting, prompts, settings, options)
+        return decode_one_at_a_time(target, drafting, prompts, settings, options, verifier)
     runner = batched_runner(target.model, width, capacity, options)
     drafters = drafting.open(width, capacity, options) if isinstance(drafting, ModelDrafting) else RowProposers(drafting)
     try:
-        return _decode_rows(target, runner, drafters, prompts, settings, width, eos_ids)
+        return _decode_rows(target, runner, drafters, prompts, settings, width, eos_ids,
+                            verifier or verification.verify_sampled)
     finally:  # pooled where it holds graphs, for the next call
         give_back(target.model, runner)
         drafters.release()
 
 
 def _decode_rows(target, runner: BatchedRunner, drafters, prompts: list[list[int]], settings: DecodeSettings,
-                 width: int, eos_ids) -> "BatchRun":
+                 width: int, eos_ids, verify_sampled) -> "BatchRun":
     """The batch loop: each step drafts for every row, verifies all of them in one forward, then judges, keeps
     and observes row by row exactly as a run of one row does (step.py)."""
     device, context = target.device, target.context_length
@@ -171,7 +174,7 @@ def _decode_rows(target, runner: BatchedRunner, drafters, prompts: list[list[int
         choices = logits.argmax(-1).tolist() if settings.greedy else None  # every row's in one transfer
         for i, (p, draft) in enumerate(zip(active, drafts)):  # then each row, as a run of one
             row, size = rows[p], draft.size
-            verdict = step.judge(draft, drafted_ids[i], logits[i, :size + 1], settings, row.generator,
+            verdict = step.judge(draft, drafted_ids[i], logits[i, :size + 1], settings, row.generator, verify_sampled,
                                  choices=None if choices is None else choices[i][:size + 1])
             # 3. keep
             kept = row.keep(drafted_ids[i][:verdict.n_accepted] + [verdict.next_token])
@@ -214,7 +217,7 @@ def single_proposer(drafting: Callable[[], Proposer] | ModelDrafting) -> Propose
 
 def decode_one_at_a_time(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDrafting,
                          prompts: list[list[int]], settings: DecodeSettings,
-                         options: EngineOptions | None = None) -> BatchRun:
+                         options: EngineOptions | None = None, verifier: Callable | None = None) -> BatchRun:
     """decode_batch's prompts through the single-sequence loop, one after another (prompt b seeded seed + b),
     counted as a batch of one row: forwards are every run's verify passes, the wall time all of them."""
     runs = []
@@ -222,7 +225,7 @@ def decode_one_at_a_time(target: LoadedModel, drafting: Callable[[], Proposer] |
     for b, ids in enumerate(prompts):
         proposer = single_proposer(drafting)
         seeded = settings if settings.seed is None else replace(settings, seed=settings.seed + b)
-        run = SpeculativeRun(target, proposer, ids, seeded, detail=False, options=options)
+        run = SpeculativeRun(target, proposer, ids, seeded, detail=False, options=options, verifier=verifier)
         for _ in run:
             pass
         runs.append(run.result)

@@ -47,6 +47,13 @@ def drop_last(cache, count: int) -> None:
         cache.crop(-count)
 
 
+def repeat_rows(cache, count: int) -> None:
+    """Each row of the cache `count` times over, in place (row 0's copies first): a batch whose rows share one
+    prefill."""
+    if count > 1:
+        cache.batch_repeat_interleave(count)
+
+
 def layer_keys_values(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(keys, values) of every layer, for tests that compare a cache with a fresh prefill."""
     if hasattr(cache, "layers"):
