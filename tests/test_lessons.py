@@ -226,7 +226,7 @@ def test_lesson_4_marks_a_speedup_that_fails_its_check_and_quotes_only_the_trust
             lessons.AcceptanceRow("code", "eagle", 4, 0.6, 2.2, 0.1, 1.6, 1.7, 32),
             lessons.AcceptanceRow("code", "early-exit", 4, 0.0, 1.0, 0.2, 0.5, 0.6, 32)]
     table = lessons.acceptance_rows(rows)
-    assert table[0][5] == "5.30× (noisy)" and table[1][5] == "1.60×"
+    assert table[0][6] == "5.30× (noisy)" and table[1][6] == "1.60×"
     sentence = lessons.acceptance_sentence(rows)
     assert "**1.60×**" in sentence and "**5.30×**" not in sentence and BUSY in sentence
     assert BUSY not in lessons.acceptance_sentence(rows[1:])  # the control: every row trusted, no note
@@ -244,7 +244,8 @@ def test_lesson_4_checks_each_pair_from_its_runs_own_steps():
             total += seconds
             elapsed.append(total)
         steps = [SimpleNamespace(elapsed_s=e, gamma=g) for e, g in zip(elapsed, gammas)]
-        metrics = SimpleNamespace(wall_seconds=total, mean_accepted_length=tokens / len(steps))
+        metrics = SimpleNamespace(wall_seconds=total, mean_accepted_length=tokens / len(steps), draft_seconds=0.0,
+                                  verify_seconds=total)
         return SimpleNamespace(steps=steps, metrics=metrics)
 
     spec = run([0.07] + [0.035] * 8, [4] * 9, 32)  # tau 3.56
