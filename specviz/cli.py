@@ -394,7 +394,7 @@ def writable(path: str, folder: bool = False) -> None:
 def cmd_learn(args) -> int:
     from .lessons import lessons_to_run
     from .lessons.saved import lesson_json, lessons_json, measured_on, save_lesson
-    from .lessons.catalogue import plain
+    from .lessons.catalogue import plain, prompt_line
     from .models.loading import load_model
 
     chosen = lessons_to_run(args.lesson)  # a wrong number fails here, before the model loads
@@ -416,7 +416,7 @@ def cmd_learn(args) -> int:
         if args.out:
             print(f"  wrote {save_lesson(args.out, lesson, record, where, round(seconds, 1))}", file=sys.stderr)
         headers, rows, sentence = lesson.headers(record), lesson.rows(record), plain_sentence(lesson.sentence(record))
-        print(f"\n{lesson.number} · {lesson.title}\nClaim: {plain_sentence(lesson.claim)}\n")
+        print(f"\n{lesson.number} · {lesson.title}\nClaim: {plain_sentence(lesson.claim)}\n{prompt_line(lesson)}\n")
         if rows:
             print(text_table(headers, rows) + "\n")
         print(f"Measured: {sentence}", flush=True)

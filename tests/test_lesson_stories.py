@@ -116,3 +116,25 @@ def test_lesson_4_feeds_the_formula_the_acceptance_it_means():
     assert expected_tokens_per_step(alpha, gamma) == pytest.approx(tau, rel=0.01)  # the formula gives the measured tau
     assert expected_tokens_per_step(share, gamma) < tau * 0.85  # the control: the share of drafts accepted does not
     assert tested_acceptance([SimpleNamespace(gamma=0, n_accepted=0, tree_size=0, positions=[])]) is None
+
+
+def test_every_lesson_shows_what_it_asks_the_model():
+    from specviz.lessons.catalogue import LESSONS, SETTINGS, prompt_line
+    from specviz.lessons.common import PROMPTS
+
+    lines = {lesson.key: prompt_line(lesson) for lesson in LESSONS}
+    assert all(line.startswith("Prompt") for line in lines.values()), lines
+    for key in ("mechanic", "exact", "drafters", "bugs"):
+        assert f"“{SETTINGS[key]['prompt']}”" in lines[key] and "chat turn" in lines[key]
+    assert all(text in lines["acceptance"] and text in lines["batch"] for text in PROMPTS.values())
+    assert "none" in lines["cost"]  # the control: the one lesson with no prompt says so rather than show another's
+
+
+def test_lesson_2_s_greedy_and_sampled_halves_send_one_prompt_the_same_way(monkeypatch):
+    from specviz.lessons import exactness
+
+    asked = []
+    monkeypatch.setattr(exactness, "greedy_side_by_side", lambda *a, chat, **k: asked.append(("greedy", chat)) or "g")
+    monkeypatch.setattr(exactness, "distribution", lambda *a, chat=False, **k: asked.append(("sampled", chat)) or iter(()))
+    list(exactness.unchanged(None, "Once upon a time, there was a"))
+    assert asked == [("greedy", True), ("sampled", True)]
