@@ -13,6 +13,7 @@ from gradio.components.plot import PlotData
 
 from ..api import first_difference, logit_margin
 from ..models.loading import DEFAULT_MODEL, default_source
+from ..models.random_target import is_random_target
 from ..measure.plausibility import noise_note
 from ..proposers.distilled import DISTILLED
 from ..records.schema import RunResult, StepRecord, TokenRecord
@@ -272,8 +273,11 @@ def loading_message(names: list[str | None], seconds: float, preparing: bool, de
             why = "a first short run of the model, untimed, so that the measured run does not start cold"
         return f"Preparing the run… {seconds:.0f} s ({why})"
     names = [n for n in names if n]
-    hub = [n for n in names if may_download(n)]
-    note = f" ({' and '.join(hub)}: a first load downloads it from the Hub)" if hub else ""
+    made = [n for n in names if is_random_target(n)]  # random weights of a stated shape: nothing to download
+    hub = [n for n in names if n not in made and may_download(n)]
+    notes = ([f"{' and '.join(made)}: random weights of that shape are made here, nothing is downloaded"] if made
+             else []) + ([f"{' and '.join(hub)}: a first load downloads it from the Hub"] if hub else [])
+    note = f" ({'; '.join(notes)})" if notes else ""
     return f"Loading {' and '.join(names)}… {seconds:.0f} s{note}"
 
 
