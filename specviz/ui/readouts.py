@@ -18,6 +18,7 @@ from ..measure.plausibility import noise_note
 from ..proposers.distilled import DISTILLED
 from ..records.schema import RunResult, StepRecord, TokenRecord
 from . import render, view
+from .tree_view import tree_svg
 from .live import BASELINE, FAILED, PAUSED, READY, RUNNING, STOPPED, LiveRun
 from .stepped_runs import SteppedRun
 
@@ -51,7 +52,7 @@ def token_view(run: LiveRun, cursor: int | None = None, upto: int | None = None,
         groups = _step_groups[run] = render.StepGroups(getattr(run.tokenizer, "all_special_ids", None) or ())
     steps = run.speculative.steps
     for step in steps[len(groups):]:
-        groups.add(tokens_of([step], run.tokenizer))
+        groups.add(tokens_of([step], run.tokenizer), tree_svg(step))
     return render.token_view_html([], run.request.prompt, run_header(run), sampling=not run.request.settings.greedy,
                                   story=story, spans=groups.html(current_step=cursor, upto_step=upto))
 
