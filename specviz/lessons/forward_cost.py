@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..measure.cost_curve import CostPoint, latest_points, measure_positions
 from ..measure.binding import what_binds
+from ..measure.figures import GPU_VERIFY_RATIO
 from ..measure.floor import memory_bandwidth, weight_bytes
 from ..models.loading import LoadedModel
 from ..measure.plausibility import cost_doubt, noise_note
@@ -16,8 +17,8 @@ CLAIM = ("Where a forward is bound by reading the weights (a GPU at batch 1), ch
          "as much as writing one: a forward reads every weight once, however many positions it scores. Where the "
          "arithmetic binds it (a small CPU), each checked position costs. The measurement below says which holds "
          "on this device.")
-GPU_MEASUREMENT = ("On a GPU the claim holds: on an H100 this lesson measured 16 positions at 1.08× one "
-                   "(docs/performance.md, the lessons).")
+GPU_MEASUREMENT = (f"On a GPU the claim holds: on an H100 this lesson measured 16 positions at {GPU_VERIFY_RATIO:.2f}× "
+                   "one (docs/performance.md, the lessons).")
 BOUND_BY_WEIGHTS = 2.0  # a forward of one position within this many times the weight-read floor: the reads bind it
 HEADERS = ["K (positions)", "forward ms", "× one position", "weight-read floor ms"]
 
