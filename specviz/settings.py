@@ -14,6 +14,41 @@ MAX_TREE = 1023
 # below it a temperature is greedy in all but rounding, and far below it (1e-300) logits / temperature overflow
 # float32 to inf and the sampler's probabilities to NaN
 MIN_TEMPERATURE = 0.01
+# far above it every run is noise to its full length: the page's slider, the API and the command line end here
+MAX_TEMPERATURE = 2.0
+PUBLIC_MAX_TREE = 64  # a public server's tree: larger trees are for a dedicated GPU
+MAX_NEW_TOKENS = 512  # the app's and the API's limit: a shared machine serves several users
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The values one setting takes: the page's slider, the API's boundary and the command line read the same
+    row, so that a value one of them takes is never silently changed by another."""
+    label: str  # how a message names it
+    low: float
+    high: float | None  # None: no upper end (the command line's max-new-tokens)
+    public_high: float | None = None  # a public server's end, where lower than high (the page's slider there too)
+    app_high: float | None = None  # the app's and the API's end, where lower than the command line's
+
+    def top(self, public: bool = False, app: bool = True) -> float | None:
+        """The end in one place: a public server, the app (and its API), or the command line (app=False)."""
+        if public and self.public_high is not None:
+            return self.public_high
+        if app and self.app_high is not None:
+            return self.app_high
+        return self.high
+
+    def range_text(self, public: bool = False, app: bool = True) -> str:
+        high = self.top(public, app)
+        return f"at least {self.low:g}" if high is None else f"between {self.low:g} and {high:g}"
+
+
+BOUNDS = {  # one row a setting (DecodeSettings' field names)
+    "gamma": Bound("gamma", 1, MAX_GAMMA),
+    "tree": Bound("draft tree", 0, MAX_TREE, public_high=PUBLIC_MAX_TREE),
+    "temperature": Bound("temperature", 0, MAX_TEMPERATURE),
+    "max_new_tokens": Bound("max new tokens", 1, None, app_high=MAX_NEW_TOKENS),
+}
 
 
 @dataclass(frozen=True)
@@ -42,6 +77,9 @@ class DecodeSettings:
         temperature = _as_number("temperature", self.temperature)
         if temperature < 0:
             raise InvalidSettingError(f"temperature must be >= 0 (0 means greedy), got {self.temperature}")
+        if temperature > MAX_TEMPERATURE:
+            raise InvalidSettingError(f"temperature must be between 0 and {MAX_TEMPERATURE:g} (0 means greedy), got "
+                                      f"{self.temperature:g}: far above {MAX_TEMPERATURE:g} every token is noise")
         if 0 < temperature < MIN_TEMPERATURE:
             raise InvalidSettingError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got "
                                       f"{self.temperature:g}: use 0 for the most probable token every time")

@@ -92,3 +92,39 @@ def test_without_a_budget_nothing_is_refused_and_switching_unloads_the_unused(po
     pool.load(A, loader(A, calls))
     pool.load(B, loader(B, calls))  # B replaces A, as the app always did on a model switch
     assert calls == [A, B] and B in names() and A not in names()
+
+
+def test_a_model_too_large_for_the_free_memory_is_refused_before_loading_in_every_profile(pool_of, monkeypatch):
+    """A local user's pool has no budget, yet an 8B model in float32 on a 23 GiB machine ended the server: what is
+    free now is checked for every profile (here stated by SPECVIZ_MEMORY_AVAILABLE)."""
+    from specviz.models.memory import NotEnoughMemoryError
+
+    monkeypatch.setenv("SPECVIZ_MEMORY_AVAILABLE", "4GiB")
+    calls = []
+    for budget in (None, 1 << 40):  # local (no budget) and a server with a budget far above what is free
+        with pytest.raises(NotEnoughMemoryError, match=r"random:llama-8b needs about 3[0-9]\.[0-9] GiB in float32 "
+                                                       r"and 4\.0 GiB is SPECVIZ_MEMORY_AVAILABLE"):
+            pool_of(budget).load(BIG, loader(BIG, calls))
+    assert calls == [] and BIG not in names()
+    pool_of(None).load(A, loader(A, calls))  # the control: a model that fits loads under the same figure
+    assert calls == [A]
+
+
+def test_the_memory_check_counts_what_unloading_frees_and_says_where_the_figure_comes_from():
+    from specviz.models.memory import HEADROOM, GiB, memory_refusal, parse_size
+
+    assert parse_size("12GiB") == 12 * GiB and parse_size("800MB") == 800_000_000
+    need = 10 * GiB
+    refusal = memory_refusal("m", need, "bfloat16", 6 * GiB, "free on the GPU")
+    assert "m needs about 10.0 GiB in bfloat16 and 6.0 GiB is free on the GPU" in refusal
+    assert memory_refusal("m", need, "bfloat16", 6 * GiB, "free on the GPU", freed=5 * GiB) is None  # replaced
+    assert memory_refusal("m", need, "bfloat16", need + HEADROOM, "x") is None  # the control: it fits
+    assert memory_refusal("m", None, "bfloat16", GiB, "x") is None  # a size not known is left to the load
+
+
+def test_the_loading_line_says_random_weights_are_made_here():
+    from specviz.ui.readouts import loading_message
+
+    line = loading_message(["random:llama-8b", None], 3.0, False)
+    assert "random weights of that shape are made here, nothing is downloaded" in line and "Hub" not in line
+    assert "Hub" in loading_message(["Qwen/Qwen2.5-0.5B-Instruct"], 3.0, False)  # the control: a Hub id downloads

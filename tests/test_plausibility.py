@@ -100,3 +100,19 @@ def test_batch_figures_above_tau_or_with_a_cheap_verify_are_doubted():
 def test_the_note_says_the_machine_was_busy_and_why():
     note = noise_note("a forward of 2 positions took 41.0 ms")
     assert note.startswith(BUSY) and "41.0 ms" in note and "again" in note
+
+
+def test_the_bound_counts_the_drafting_time():
+    """Lesson 4's 2.05x (eagle, tau 2.46, gamma 4, c 0.082) passed a bound of tau alone; each step also drafted, so
+    no run could beat tau / (1 + gamma c) = 1.85x."""
+    from specviz.measure.plausibility import drafting_share, speedup_ceiling
+
+    assert speedup_ceiling(2.46, 4 * 0.082) == pytest.approx(1.852, abs=1e-3)
+    assert drafting_share(0.3, 1.2) == 0.25 and drafting_share(0.3, 0.0) == 0.0
+    plain = [0.060] + [0.050] * 60  # 61 plain tokens
+    spec = [0.070] + [0.050] * 24  # 25 steps of tau 2.46, each step's median as plain's: consistent steps
+    speedup = sum(plain) / sum(spec)
+    assert 1.85 < speedup < 2.46
+    reason = speedup_doubt(speedup, 2.46, plain, spec, [4] * 25, drafting=4 * 0.082)
+    assert reason is not None and "τ / (1 + γc) = 2.46 / (1 + 0.33) = 1.85" in reason
+    assert speedup_doubt(speedup, 2.46, plain, spec, [4] * 25) is None  # the control: tau alone lets it through

@@ -52,7 +52,7 @@ def test_verify_cost_widgets_name_the_ratio_and_the_stated_floor():
     assert "2.50× the time of one" in sentence and "27.0 ms" in sentence and "assumed" in sentence
     assert "grows with K" in sentence and "too low" not in sentence
     # control: a forward faster than the assumed floor says the assumption was too low
-    fast = lessons.VerifyCost("cpu (x)", [lessons.CostPoint("positions", k, ms, 128) for k, ms in [(1, 15.0), (8, 20.0)]],
+    fast = lessons.VerifyCost("cpu (x)", [lessons.CostPoint("positions", k, ms, 128) for k, ms in [(1, 15.0), (8, 16.5)]],
                               540_000_000, 20.0, "assumed")
     assert "at least 36 GB/s" in lessons.verify_cost_sentence(fast) and "barely grows" in lessons.verify_cost_sentence(fast)
 
@@ -80,7 +80,7 @@ def test_acceptance_widgets():
     rows = [lessons.AcceptanceRow("code", "eagle", 4, 0.8, 3.2, 0.1, 1.6, 2.4, 32),
             lessons.AcceptanceRow("code", "ngram", 4, None, 1.0, None, 0.9, None, 32)]
     table = lessons.acceptance_rows(rows)
-    assert table[0][5] == "1.60×" and "Li et al. 2024" in table[0][7] and table[1][2] == "–"
+    assert table[0][6] == "1.60×" and "Li et al. 2024" in table[0][8] and table[1][2] == "–"
     fig = _valid(learn_figures.what_if_figure(rows, 0.5, 4, 0.1))
     assert fig["data"][1]["y"][0] == pytest.approx(lessons.expected_speedup(0.5, 4, 0.1))
     assert fig["data"][2]["x"] == [0.8]  # runs that drafted nothing have no alpha to place

@@ -4,10 +4,11 @@ host loop (step.py) shows its steps.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..rule import tree as trees
 from .device_detail import StepDetail
+from .step_records import tree_nodes
 
 
 @dataclass
@@ -23,6 +24,7 @@ class StepOutcome:
     accept_probs: list[float] | None = None  # sampled: each draft's acceptance probability (as verify_sampled's)
     uniforms: list[float] | None = None  # sampled: the draws compared with them (NaN where none was)
     doubted: bool = False  # the drafter ended its chain early, doubting its last token (settings.draft_stop)
+    nodes: list = field(default_factory=list)  # a tree step's every candidate (records.TreeNode); [] for a chain
 
     @property
     def next_token(self) -> int:
@@ -51,7 +53,8 @@ def tree_outcome(log: list[int], figures: list[float] | None, budget: int, draft
     tokens, parents = log[:count], log[budget:budget + count]
     walked = log[2 * budget:3 * budget + 1]
     if figures is None:
-        path = trees.walk_greedy(tokens, parents, walked[:count + 1]).path
+        walk = trees.walk_greedy(tokens, parents, walked[:count + 1])
+        path = walk.path
         if len(path) != accepted:
             raise RuntimeError(f"the device accepted {accepted} tree nodes where the host's walk accepts {len(path)}")
     else:
@@ -70,6 +73,9 @@ def tree_outcome(log: list[int], figures: list[float] | None, budget: int, draft
         tried = tried_nodes(parents, path)
         outcome.accept_probs = [accept[node] if node in tried else p_of[node] for node in line]
         outcome.uniforms = [uniforms[node] if node in tried else float("nan") for node in line]
+    if outcome.tree_size:  # greedy, the log holds no p of a node: the record's p is then None (not read)
+        judged = {node for node, _, _ in walk.tried} if figures is None else tried
+        outcome.nodes = tree_nodes(tokens, parents, path, judged, None if figures is None else p_of[:count])
     return outcome, line
 
 

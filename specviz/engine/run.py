@@ -31,7 +31,8 @@ from ..records.schema import RunResult, StepRecord, TokenKind, TokenRecord
 from ..runners.static import make_runner
 from ..rule.sampling import make_generator
 from ..settings import DecodeSettings
-from .step_records import TOP_N, StepTiming, accepted_in_output, figures_from_device, figures_from_logits, step_record
+from .step_records import (TOP_N, StepTiming, accepted_in_output, figures_from_device, figures_from_logits,
+                           name_tree_nodes, step_record)
 from .text import IncrementalDetokenizer
 
 
@@ -199,8 +200,11 @@ class SpeculativeRun:
         if self.detail:
             figures = figures_from_logits(checked.shown.probs, checked.shown.logits, checked.shown_ids, checked.logits,
                                           verdict, settings, accepted_in_output(verdict.n_accepted, kept)[0])
+        # a tree's candidates named before the step's tokens advance the detokenizer: each as it would follow
+        # the output so far (a deeper node's ancestors are left out of its text)
+        nodes = name_tree_nodes(checked.nodes, run.detokenizer.peek) if self.detail else checked.nodes
         record = step_record(len(self.steps), checked.shown_ids, verdict, kept, timing, figures, run.detokenizer)
-        record.tree_size, record.doubted = checked.tree_size, checked.shown.doubted
+        record.tree_size, record.doubted, record.tree = checked.tree_size, checked.shown.doubted, nodes
         return self._add(run, record)
 
     def _run_on_device(self, loop: DeviceLoop, run: RunProgress) -> Iterator[StepRecord]:
@@ -218,8 +222,9 @@ class SpeculativeRun:
             figures = None
             if outcome.detail is not None:
                 figures = figures_from_device(outcome.detail, accepted_in_output(n, kept)[0])
+            nodes = name_tree_nodes(outcome.nodes, run.detokenizer.peek) if figures is not None else outcome.nodes
             record = step_record(len(self.steps), outcome.draft_ids, verdict, kept, timing, figures, run.detokenizer)
-            record.tree_size, record.doubted = outcome.tree_size, outcome.doubted
+            record.tree_size, record.doubted, record.tree = outcome.tree_size, outcome.doubted, nodes
             yield self._add(run, record)
             if run.finished:
                 break

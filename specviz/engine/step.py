@@ -22,6 +22,7 @@ from ..rule import verify as verification
 from ..proposers import Draft, Feedback, Proposer
 from ..rule.sampling import warp_probs
 from ..settings import DecodeSettings
+from .step_records import tree_nodes
 
 
 @dataclass
@@ -109,6 +110,7 @@ class Verified:
     hidden: torch.Tensor | None
     verdict: verification.Verdict
     tree_size: int = 0
+    nodes: list = field(default_factory=list)  # a tree's candidates (records.TreeNode); [] for a chain
 
 
 def verify(runner, draft: Draft, draft_ids: list[int], last_token: int, settings: DecodeSettings,
@@ -157,8 +159,25 @@ def verify_tree(runner, draft: Draft, node_ids: list[int], last_token: int, sett
         uniforms=None if settings.greedy else uniforms, next_distribution=walk.next_distribution)
     line_ids = [node_ids[node] for node in line]
     shown = Draft(torch.tensor(line_ids, dtype=torch.long), None)  # on the host, where it is read
-    if not keep_rows:
-        return Verified(shown, line_ids, None, None, verdict, len(node_ids))  # no gathers on the device
+    judged = {node for node, _, _ in walk.tried}
+    if not keep_rows:  # no gathers on the device
+        return Verified(shown, line_ids, None, None, verdict, len(node_ids), tree_nodes(node_ids, parents, path, judged))
+    nodes = tree_nodes(node_ids, parents, path, judged, node_probs(logits, node_ids, parents, settings,
+                                                                    None if settings.greedy else probs))
     # the logits' rows, then the hidden states' (the root and the path): one copy to the device
     picks = torch.tensor(rows + [0] + [node + 1 for node in path], dtype=torch.long).to(logits.device)
-    return Verified(shown, line_ids, logits[picks[:len(rows)]], hidden[picks[len(rows):]], verdict, len(node_ids))
+    return Verified(shown, line_ids, logits[picks[:len(rows)]], hidden[picks[len(rows):]], verdict, len(node_ids),
+                    nodes)
+
+
+def node_probs(logits: torch.Tensor, node_ids: list[int], parents: list[int], settings: DecodeSettings,
+               probs: torch.Tensor | None = None) -> list[float]:
+    """The target's p of each tree node after its parent (row parent + 1): the warped distribution when
+    sampling (probs, already made), the plain softmax for greedy as the positions show it. Only the rows' log
+    normaliser is computed, never a [N + 1, V] softmax."""
+    rows = torch.tensor([parent + 1 for parent in parents], dtype=torch.long, device=logits.device)
+    tokens = torch.tensor(node_ids, dtype=torch.long, device=logits.device)
+    if probs is not None:
+        return probs[rows, tokens].float().tolist()
+    scores = logits.float()
+    return (scores[rows, tokens] - torch.logsumexp(scores, dim=-1)[rows]).exp().tolist()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..records.schema import DraftPosition, StepRecord, TokenKind, TokenRecord, TopTokens
+from ..records.schema import DraftPosition, StepRecord, TokenKind, TokenRecord, TopTokens, TreeNode
 from ..rule.sampling import display_probs
 from ..settings import DecodeSettings
 from ..rule.verify import Verdict
@@ -130,3 +130,20 @@ def figures_from_device(detail, n: int) -> StepFigures:
     return StepFigures(p_of=detail.p_drafts, q_of=detail.q_drafts or [None] * gamma, p_tops=tops,
                        q_tops=detail.q_tops or [None] * gamma, next_top=detail.next_top if sampled else tops[n],
                        next_p=detail.next_p if sampled else tops[n].probs[0])
+
+
+def tree_nodes(node_ids: list[int], parents: list[int], path: list[int], tried: set[int],
+               p_of: list[float] | None = None) -> list[TreeNode]:
+    """A tree step's every candidate (node i: node_ids[i] under parents[i]) with whether it is on the accepted
+    path and was judged, and the target's p of it where read (p_of, by node; None: a lean record)."""
+    on_path = set(path)
+    return [TreeNode(token_id=int(token), parent=int(parent), on_path=i in on_path, tried=i in tried,
+                     p=None if p_of is None else float(p_of[i]))
+            for i, (token, parent) in enumerate(zip(node_ids, parents))]
+
+
+def name_tree_nodes(nodes: list[TreeNode], decode) -> list[TreeNode]:
+    """The nodes with each token's text (decode: a token id -> its text), for a detailed record."""
+    for node in nodes:
+        node.text = decode(node.token_id)
+    return nodes

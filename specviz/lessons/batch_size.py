@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 
 from ..api import make_proposer, warm_up
 from ..engine.batch import decode_batch, forward_cost
+from ..measure.binding import what_binds
 from ..measure.batch_bench import batches_of, crossover, summarize_batches
 from ..models.loading import LoadedModel
-from ..measure.plausibility import batch_doubt, noise_note
+from ..measure.plausibility import TOLERANCE, UNSETTLED, batch_doubt, noise_note, too_close_to_call
 from ..settings import DecodeSettings
 from .common import PROMPTS, prompt_ids
 
@@ -19,7 +20,6 @@ CLAIM = ("Where a forward at batch 1 is bound by reading the weights (a GPU), ch
          "to cost, and at some batch size speculation stops paying. Where the arithmetic binds a forward already at "
          "batch 1 (a small CPU), extra positions cost from the start. The verify pass's cost below says which holds "
          "on this device.")
-BOUND_BY_WEIGHTS = 1.3  # a verify pass of gamma + 1 positions within this much of a plain step: the reads bind it
 HEADERS = ["method", "batch", "tokens/s", "τ", "α", "speedup over plain", "verify pass / plain step"]
 LEAST_PROMPTS = 4  # every batch size decodes at least this many prompts: the three kinds at batch 1
 
@@ -65,8 +65,8 @@ def batch_sizes(target: LoadedModel, method: str = "retrieval", sizes: Sequence[
                                     "row_forwards": sum(run.row_forwards), "drafted": run.drafted,
                                     "accepted": run.accepted,
                                     "identical_rows": sum(a == b for a, b in zip(run.token_ids, plain.token_ids))})
-        record.costs.append({"batch_size": size, "ratio": forward_cost(target, size, gamma + 1)
-                             / forward_cost(target, size, 1)})
+        record.costs.append({"batch_size": size, "positions": gamma + 1,
+                             "ratio": forward_cost(target, size, gamma + 1) / forward_cost(target, size, 1)})
         yield record
 
 
@@ -109,19 +109,38 @@ def batch_sentence(summary: list[dict], method: str, costs: list[dict] = ()) -> 
     doubts = batch_doubts(summary, method, costs)
     if doubts:
         text += " " + noise_note("; ".join(doubts.values()))
+    close = unsettled(summary, method)
+    if close:
+        text += " " + close
     return text + bound_sentence(costs, doubts)
 
 
+def unsettled(summary: list[dict], method: str, tolerance: float = TOLERANCE) -> str | None:
+    """Why the verdict (the batch size where speculation stops paying, or none) could flip on a second run on the
+    same machine, or None: it is the smallest size whose speedup is at most 1x, so a speedup at or below that
+    size within the tolerance of 1x can move it. Sizes after it do not decide it."""
+    turn = crossover(summary, method)
+    single_at_one = any(s["batch_size"] == 1 and s.get("path") == "single" for s in summary)
+    close = [s for s in summary if s["method"] == method and (turn is None or s["batch_size"] <= turn)
+             and not (single_at_one and s["batch_size"] == 1 and s.get("path") == "batched")  # as crossover reads it
+             and too_close_to_call(s["speedup"], tolerance)]
+    if not close:
+        return None
+    figures = ", ".join(f"{s['speedup']:.2f}× at batch {s['batch_size']}" for s in close)
+    return (f"{UNSETTLED}: {figures} {'lies' if len(close) == 1 else 'lie'} within {tolerance:.0%} of 1×, the spread "
+            "between repeats of the same work on a shared machine, so a second run may find "
+            f"{'it' if len(close) == 1 else 'them'} on the other side of 1× and move where speculation stops paying.")
+
+
 def bound_sentence(costs: Sequence[dict], doubts: dict[int, str] = {}) -> str:
-    """What binds a forward at the smallest batch measured, from its verify pass against its plain step (a
-    measured figure, never assumed: a GPU and a small CPU differ); empty where it is not measured or noisy."""
+    """What binds a forward at the smallest batch measured, from its verify pass against its plain step, read by
+    the rule lesson 3 reads its curve by (specviz.measure.binding), so both say the same of one machine; empty
+    where it is not measured or noisy. A cost without its positions (a run saved before they were kept) was
+    measured at the default gamma 4."""
     if not costs:
         return ""
     first = min(costs, key=lambda c: c["batch_size"])
     size, ratio = first["batch_size"], first["ratio"]
     if size in doubts:
         return ""
-    what = (f" At batch {size} a verify pass measured {ratio:.2f}× a plain step here: ")
-    if ratio <= BOUND_BY_WEIGHTS:
-        return what + "reading the weights binds a forward, so checking drafts is nearly free."
-    return what + "the arithmetic already binds a forward on this device, so each checked draft costs from the start."
+    return f" At batch {size}, {what_binds(ratio, first.get('positions', 5)).sentence()}"

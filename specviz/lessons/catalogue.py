@@ -86,6 +86,21 @@ LESSONS = [
 ]
 
 
+def _quoted(prompt: str) -> str:
+    return "“" + prompt + "”"
+
+
+def prompt_line(lesson: Lesson) -> str:
+    """What the lesson asks the model, as the Learn tab and the command line show it beside the claim: the text,
+    and that it is sent as a chat turn (the model's template around it), as every lesson sends it."""
+    if lesson.key == "cost":
+        return "Prompt: none; each forward runs over a context of 128 tokens already in the cache."
+    if lesson.key in ("acceptance", "batch"):
+        return ("Prompts, each sent as a chat turn: " + "; ".join(f"{kind}: {_quoted(text)}" for kind, text in
+                                                                   PROMPTS.items()) + ".")
+    return f"Prompt, sent as a chat turn: {_quoted(SETTINGS[lesson.key]['prompt'])}."
+
+
 def lessons_to_run(which: str) -> list[Lesson]:
     """'all' or a lesson's number."""
     if which == "all":

@@ -267,9 +267,11 @@ class Unchanged:
 
 def unchanged(target: LoadedModel, prompt: str | list[int], method: str = "medusa", runs: int = 150,
               temperature: float = 0.7, max_new_tokens: int = 32) -> Iterator[Unchanged]:
-    greedy = greedy_side_by_side(target, prompt, method, max_new_tokens=max_new_tokens)
+    """Both halves on one prompt, formatted as a chat turn in both: the lesson shows that prompt, and its sampled
+    half must test the same text its greedy half wrote from."""
+    greedy = greedy_side_by_side(target, prompt, method, max_new_tokens=max_new_tokens, chat=True)
     yield Unchanged(greedy)
-    for record in distribution(target, prompt, method, runs, temperature):
+    for record in distribution(target, prompt, method, runs, temperature, chat=True):
         yield Unchanged(greedy, record)
 
 

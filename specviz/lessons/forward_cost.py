@@ -6,6 +6,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ..measure.cost_curve import CostPoint, latest_points, measure_positions
+from ..measure.binding import what_binds
+from ..measure.figures import GPU_VERIFY_RATIO
 from ..measure.floor import memory_bandwidth, weight_bytes
 from ..models.loading import LoadedModel
 from ..measure.plausibility import cost_doubt, noise_note
@@ -15,8 +17,8 @@ CLAIM = ("Where a forward is bound by reading the weights (a GPU at batch 1), ch
          "as much as writing one: a forward reads every weight once, however many positions it scores. Where the "
          "arithmetic binds it (a small CPU), each checked position costs. The measurement below says which holds "
          "on this device.")
-GPU_MEASUREMENT = ("On a GPU the claim holds: on an H100 this lesson measured 16 positions at 1.08× one "
-                   "(docs/performance.md, the lessons).")
+GPU_MEASUREMENT = (f"On a GPU the claim holds: on an H100 this lesson measured 16 positions at {GPU_VERIFY_RATIO:.2f}× "
+                   "one (docs/performance.md, the lessons).")
 BOUND_BY_WEIGHTS = 2.0  # a forward of one position within this many times the weight-read floor: the reads bind it
 HEADERS = ["K (positions)", "forward ms", "× one position", "weight-read floor ms"]
 
@@ -93,13 +95,13 @@ def curve_sentence(points: list[CostPoint]) -> str:
     if elsewhere:
         text += (f"The bold figure's points passed their check; elsewhere on the chart, {elsewhere} (the machine "
                  "was busy there: run it again when it is quieter for a smooth curve). ")
+    if not batch:  # the rule lesson 5 and the Batch tab read their verify pass by (specviz.measure.binding)
+        binding = what_binds(ratio, k)
+        grows = "The time barely grows with K" if binding.kind == "weights" else "The time grows with K"
+        return f"{text}{grows}: {binding.sentence(say_ratio=False)} "
     if ratio < 2:
-        return text + ("The time barely grows with the batch: one read of the weights serves every sequence. "
-                       if batch else "The time barely grows with K: reading the weights, not the arithmetic, "
-                       "dominates a forward. ")
-    return text + ("The time grows with the batch: the arithmetic fills the device, and extra positions cost. "
-                   if batch else "The time grows with K: here the arithmetic, not the weight reads, dominates a "
-                   "forward, so each checked draft costs. ")
+        return text + "The time barely grows with the batch: one read of the weights serves every sequence. "
+    return text + "The time grows with the batch: the arithmetic fills the device, and extra positions cost. "
 
 
 def verify_cost_sentence(record: VerifyCost | None) -> str:
@@ -121,6 +123,7 @@ def verify_cost_sentence(record: VerifyCost | None) -> str:
                     "this device"))
     text += "."
     widest = max(record.points, key=lambda p: p.x)
-    if record.device.startswith("cpu") and one.ms > 0 and widest.ms / one.ms >= 2:
+    if (record.device.startswith("cpu") and one.ms > 0 and widest.x > one.x
+            and what_binds(widest.ms / one.ms, widest.x).kind != "weights"):
         text += " " + GPU_MEASUREMENT  # the claim failed here: where it holds, measured there
     return text

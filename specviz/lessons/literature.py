@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..measure.figures import HOST_LOOP_NGRAM, Figure, headline
+
 
 @dataclass
 class LiteratureRange:
@@ -63,28 +65,38 @@ LITERATURE = [  # all on targets of 3B and more, on accelerators, at batch 1 unl
 class LeaderboardRow:
     """One method's row of Spec-Bench's leaderboard (Vicuna-7B-v1.3, greedy, fp16, batch 1), beside specviz's
     nearest method measured over all 480 Spec-Bench prompts on an H200 (greedy, bf16, batch 1, 256 new tokens):
-    the run the Compare tab shows (assets/measured/, specviz.measure.measured)."""
+    its current figure (specviz.measure.figures), or where none is current the host loop's run that names itself
+    so."""
 
     method: str  # as the leaderboard names it
     a100: tuple[float, float]  # (overall speedup, mean accepted tokens) on one A100 80GB
     rtx3090: tuple[float, float]  # the same on one RTX 3090 24GB
     specviz: str | None  # specviz's method entry (bench's METHOD:GAMMA:TREE) of that kind; None: none ships
-    specviz_h200: tuple[float, float] | None  # (speedup, tau) of that entry
+
+    @property
+    def figure(self) -> Figure | None:
+        """specviz's figure for the entry: the current one, else the host loop's (the lookup ngram:8)."""
+        if self.specviz is None:
+            return None
+        return headline(self.specviz) or (HOST_LOOP_NGRAM if self.specviz == HOST_LOOP_NGRAM.method else None)
+
+    @property
+    def specviz_h200(self) -> tuple[float, float | None] | None:
+        """(speedup, tau) of that figure; tau None where its run did not keep it."""
+        return None if self.figure is None else (self.figure.speedup, self.figure.tau)
 
 
 SPEC_BENCH_SOURCE = ("Spec-Bench's Leaderboard.md (github.com/hemingkx/Spec-Bench, commit fd2c1cd of 2025-04-22): "
                      "'Leaderboard on A100', Vicuna-7B-v1.3, and 'Leaderboard on 3090': the Overall and #Mean "
                      "Accepted Tokens columns, the mean of 3 runs; PyTorch 2.5.1, greedy, FP16, batch 1")
-SPECVIZ_RUN = "one H200"  # the label that the shipped run of specviz_h200's figures starts with (assets/measured/)
-
 SPEC_BENCH = [
-    LeaderboardRow("EAGLE-2", (2.36, 4.34), (2.19, 4.35), "eagle:6:31", (1.13, 2.90)),
-    LeaderboardRow("Hydra", (2.07, 3.26), (1.91, 3.26), None, None),
-    LeaderboardRow("Medusa", (1.71, 2.31), (1.44, 2.32), "medusa:4", (0.61, 1.41)),
-    LeaderboardRow("PLD", (1.66, 1.75), (1.64, 1.73), "ngram:8", (2.02, 2.24)),
-    LeaderboardRow("SpS", (1.52, 2.28), (1.79, 2.28), "draft:4", (0.89, 2.12)),
-    LeaderboardRow("REST", (1.48, 1.82), (1.28, 1.63), "retrieval:16:31", (2.70, 3.38)),
-    LeaderboardRow("Lookahead", (1.34, 1.64), (1.13, 1.64), None, None),
+    LeaderboardRow("EAGLE-2", (2.36, 4.34), (2.19, 4.35), "eagle:6:31"),
+    LeaderboardRow("Hydra", (2.07, 3.26), (1.91, 3.26), None),
+    LeaderboardRow("Medusa", (1.71, 2.31), (1.44, 2.32), "medusa:4"),
+    LeaderboardRow("PLD", (1.66, 1.75), (1.64, 1.73), "ngram:8"),
+    LeaderboardRow("SpS", (1.52, 2.28), (1.79, 2.28), "draft:4@0.5"),
+    LeaderboardRow("REST", (1.48, 1.82), (1.28, 1.63), "retrieval:16:31"),
+    LeaderboardRow("Lookahead", (1.34, 1.64), (1.13, 1.64), None),
 ]
 
 
@@ -103,8 +115,10 @@ def spec_bench_lines() -> list[str]:
     def ours(row):
         if row.specviz is None:
             return "specviz ships none of this kind"
-        speedup, tau = row.specviz_h200
-        return f"specviz {row.specviz} {speedup:.2f}x, tau {tau:.2f} (135M target, H200)"
+        f = row.figure
+        tau = "" if f.tau is None else f", tau {f.tau:.2f}"
+        loop = "host loop" if "host loop" in f.label else "device loop"
+        return f"specviz {row.specviz} {f.speedup:.2f}x{tau} (135M target, H200, {loop}, {f.commit})"
 
     return [f"{r.method}: {r.a100[0]:.2f}x, tau {r.a100[1]:.2f} on an A100; {r.rtx3090[0]:.2f}x, tau "
             f"{r.rtx3090[1]:.2f} on an RTX 3090 (Vicuna-7B); {ours(r)}" for r in SPEC_BENCH]

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from .. import methods as registry
 from ..api import make_proposer, warm_up
 from ..models.loading import LoadedModel
-from ..measure.plausibility import noise_note, speedup_doubt, step_durations
+from ..measure.plausibility import drafting_share, noise_note, speedup_doubt, step_durations
 from ..proposers import PlainProposer, Proposer
+from ..records.metrics import tested_acceptance
 from ..records.schema import RunResult
 from ..settings import DecodeSettings
 from ..rule.theory import expected_speedup
@@ -18,7 +19,12 @@ from .literature import literature_for
 
 CLAIM = ("How much speculation wins depends on how often the target accepts the drafts (α), more than on anything "
          "else: speedup = (1 − α^(γ+1)) / ((1 − α)(γc + 1)).")
-HEADERS = ["prompt", "method", "α", "τ", "c", "measured speedup", "expected speedup", "literature (other models)"]
+HEADERS = ["prompt", "method", "α (per tested draft)", "accepted / drafted", "τ", "c", "measured speedup",
+           "expected speedup", "literature (other models)"]
+ALPHA_NOTE = ("α is the formula's: accepted drafts over the drafts the target tested. A draft after a step's first "
+              "rejection is never tested (the step ends there), so accepted / drafted, which counts it as a failure, "
+              "is lower and would make the formula expect too little; γc is the run's drafting time over its "
+              "verifying time, so the expected speedup is also the most the run's own τ and drafting allow.")
 
 
 @dataclass
@@ -26,21 +32,23 @@ class AcceptanceRow:
     kind: str  # the prompt's kind
     method: str
     gamma: int
-    alpha: float | None  # accepted / drafted
+    alpha: float | None  # accepted / tested drafts (records.metrics.tested_acceptance): the formula's alpha
     tau: float  # tokens per target forward
     c: float | None  # drafter time per token / target forward time
     measured_speedup: float  # plain wall time / the method's, same prompt and settings
     expected_speedup: float | None  # (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1))
     new_tokens: int
     doubt: str | None = None  # why the measured speedup is not to be trusted (specviz.measure.plausibility), or None
+    share_accepted: float | None = None  # accepted / drafted, the run's acceptance rate
 
 
 def pair_doubt(plain: RunResult, result: RunResult) -> str | None:
     """The plausibility check of one method's speedup over plain decoding, from the two runs' own steps."""
-    speedup = plain.metrics.wall_seconds / result.metrics.wall_seconds
-    return speedup_doubt(speedup, result.metrics.mean_accepted_length,
-                         step_durations([s.elapsed_s for s in plain.steps]),
-                         step_durations([s.elapsed_s for s in result.steps]), [s.gamma for s in result.steps])
+    m = result.metrics
+    speedup = plain.metrics.wall_seconds / m.wall_seconds
+    return speedup_doubt(speedup, m.mean_accepted_length, step_durations([s.elapsed_s for s in plain.steps]),
+                         step_durations([s.elapsed_s for s in result.steps]), [s.gamma for s in result.steps],
+                         drafting=drafting_share(m.draft_seconds, m.verify_seconds))
 
 
 def expected_curve(alpha: float, c: float, gammas: Sequence[int] = tuple(range(0, 13))) -> list[tuple[int, float]]:
@@ -76,9 +84,11 @@ def acceptance(target: LoadedModel, methods: Sequence[str] | None = None,
                 result = run_once(target, make(method), ids, settings, prompt, detail=False)
                 doubt = pair_doubt(baseline, result)
             m = result.metrics
-            expected = None if m.acceptance_rate is None else expected_speedup(m.acceptance_rate, gamma, m.cost_ratio or 0.0)
-            rows.append(AcceptanceRow(kind, result.method, gamma, m.acceptance_rate, m.mean_accepted_length, m.cost_ratio,
-                                      baseline.metrics.wall_seconds / m.wall_seconds, expected, m.new_tokens, doubt))
+            alpha = tested_acceptance(result.steps)
+            expected = None if alpha is None else expected_speedup(alpha, gamma, m.cost_ratio or 0.0)
+            rows.append(AcceptanceRow(kind, result.method, gamma, alpha, m.mean_accepted_length, m.cost_ratio,
+                                      baseline.metrics.wall_seconds / m.wall_seconds, expected, m.new_tokens, doubt,
+                                      m.acceptance_rate))
             yield list(rows)
 
 
@@ -101,7 +111,8 @@ def acceptance_rows(rows: list[AcceptanceRow]) -> list[list]:
         ref = literature_for(method)
         return "–" if ref is None else f"{ref.speedup}; {ref.targets} ({ref.source})"
 
-    return [[r.kind, r.method, "–" if r.alpha is None else round(r.alpha, 2), round(r.tau, 2),
+    return [[r.kind, r.method, "–" if r.alpha is None else round(r.alpha, 2),
+             "–" if r.share_accepted is None else round(r.share_accepted, 2), round(r.tau, 2),
              "–" if r.c is None else round(r.c, 3),
              f"{r.measured_speedup:.2f}×" + (" (noisy)" if r.doubt else " (far below: see the note)" if far_below(r) else ""),
              "–" if r.expected_speedup is None else f"{r.expected_speedup:.2f}×", lit(r.method)] for r in rows]
@@ -126,4 +137,4 @@ def acceptance_sentence(rows: list[AcceptanceRow]) -> str:
     return (f"The same machine and model gave **{best.measured_speedup:.2f}×** ({best.method} on {best.kind}, "
             f"α {best.alpha if best.alpha is None else round(best.alpha, 2)}) and **{worst.measured_speedup:.2f}×** "
             f"({worst.method} on {worst.kind}, α {worst.alpha if worst.alpha is None else round(worst.alpha, 2)}): "
-            f"acceptance, which depends on the prompt and the drafter, decides the win." + note)
+            f"acceptance, which depends on the prompt and the drafter, decides the win. {ALPHA_NOTE}" + note)

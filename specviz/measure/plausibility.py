@@ -6,8 +6,10 @@ moves the figure, and nothing in it says so. These checks hold a figure against 
 shows elsewhere:
 
 - a speculative step drafts and then checks gamma + 1 positions in one forward, so it costs at least one plain
-  step, and speculation cannot be more than tau times faster than plain decoding (checked with no tolerance: a
-  figure just above tau is as untrue as one far above it);
+  step plus its drafting, and speculation cannot be more than tau / (1 + gamma c) times faster than plain
+  decoding, gamma c being the run's drafting time over its verifying time (the bound of Leviathan et al.'s
+  formula with the verify pass taken as one plain step; checked with no tolerance: a figure just above it is as
+  untrue as one far above it);
 - steps of one kind do the same work: a run's time with each step taken at its kind's median duration is what
   it would have taken without bursts, and a speedup far from the one those medians give was moved by a burst;
 - a forward over more positions (or more rows) does at least the work of one over fewer: measured cheaper, the
@@ -42,23 +44,39 @@ def step_durations(elapsed: Sequence[float]) -> list[float]:
     return [b - a for a, b in zip([0.0, *elapsed], elapsed)]
 
 
+def drafting_share(draft_seconds: float, verify_seconds: float) -> float:
+    """gamma c of a run: its drafting time over its verifying time (c = one draft token's time over one verify
+    pass's, times the drafts a step); 0 when nothing was timed."""
+    return draft_seconds / verify_seconds if verify_seconds > 0 else 0.0
+
+
+def speedup_ceiling(tau: float, drafting: float = 0.0) -> float:
+    """The most a speculative run can beat plain decoding by: tau / (1 + gamma c), each step costing at least one
+    plain step (its verify pass) and its drafting."""
+    return tau / (1.0 + max(drafting, 0.0))
+
+
 def speedup_doubt(speedup: float, tau: float, plain_durations: Sequence[float], spec_durations: Sequence[float],
-                  spec_kinds: Sequence[int], tolerance: float = TOLERANCE) -> str | None:
+                  spec_kinds: Sequence[int], tolerance: float = TOLERANCE, drafting: float = 0.0) -> str | None:
     """Why a measured speedup (plain time over speculative time) is not to be trusted, or None. tau: the
     speculative run's tokens per target forward; *_durations: each step's seconds (plain decoding's steps are
-    all of one kind); spec_kinds: each speculative step's draft length."""
+    all of one kind); spec_kinds: each speculative step's draft length; drafting: gamma c (drafting_share)."""
+    ceiling = speedup_ceiling(tau, drafting)
+    bound = (f"τ = {tau:.2f}" if drafting <= 0 else
+             f"τ / (1 + γc) = {tau:.2f} / (1 + {drafting:.2f}) = {ceiling:.2f}")
     plain = typical_seconds(plain_durations, [0] * len(plain_durations))
     spec = typical_seconds(spec_durations, spec_kinds)
     typical = plain / spec if plain > 0 and spec > 0 else None
-    if typical is not None and typical > tau * (1 + tolerance):
+    if typical is not None and typical > ceiling * (1 + tolerance):
         return (f"a step of plain decoding took longer than a speculative step ({typical:.2f}× from the steps' "
-                f"median times, more than τ = {tau:.2f}): plain decoding ran while the machine was busier")
+                f"median times, more than {bound}): plain decoding ran while the machine was busier")
     if typical is not None and not 1 / (1 + tolerance) <= speedup / typical <= 1 + tolerance:
         return (f"with each kind of step taken at its median time the speedup is {typical:.2f}×, not "
                 f"{speedup:.2f}×: some steps took far longer than others of their kind")
-    if speedup > tau:  # no tolerance: a figure above tau is never true, however close
-        return (f"{speedup:.2f}× is more than τ = {tau:.2f}, which no speculative run can beat: each of its steps "
-                "costs at least one step of plain decoding, so plain decoding was slowed while it was measured")
+    if speedup > ceiling:  # no tolerance: a figure above the bound is never true, however close
+        return (f"{speedup:.2f}× is more than {bound}, which no speculative run can beat: each of its steps "
+                "costs at least one step of plain decoding and its drafting, so plain decoding was slowed while it "
+                "was measured")
     return None
 
 
@@ -110,7 +128,14 @@ def batch_doubt(speedup: float, tau: float | None, verify_ratio: float | None, b
     return None
 
 
+def too_close_to_call(speedup: float, tolerance: float = TOLERANCE) -> bool:
+    """A speedup within the tolerance of 1x: a repeat of the same measurement may land on the other side of 1, so
+    a verdict that rests on it (pays, or stops paying) can flip between two runs on the same machine."""
+    return 1 / (1 + tolerance) < speedup < 1 + tolerance
+
+
 BUSY = "The machine was busy while this was measured, so the figure is noisy"
+UNSETTLED = "Too close to call, so the verdict is noisy"
 
 
 def noise_note(reason: str) -> str:

@@ -39,3 +39,18 @@ def summarize(steps: list[StepRecord], new_tokens: int, wall_seconds: float, pre
         tokens_per_second=new_tokens / wall_seconds if wall_seconds > 0 else 0.0,
         cost_ratio=cost_ratio,
     )
+
+
+def tested_acceptance(steps: list[StepRecord]) -> float | None:
+    """Accepted drafts over the drafts the target tested: the per-token acceptance that Leviathan et al.'s
+    (1 - alpha^(gamma+1)) / (1 - alpha) assumes. A chain's drafts after its first rejection are never tested (the
+    step ends there), so accepted / drafted counts them as failures and understates that alpha; this is its
+    estimate from i.i.d. trials. None when nothing was tested. A step's gamma is its chain's length (a tree step,
+    whose siblings are alternatives rather than trials in a row, is counted by its line shown, `positions`)."""
+    accepted = tested = 0
+    for s in steps:
+        length = len(s.positions) if s.tree_size else s.gamma
+        if length:
+            accepted += s.n_accepted
+            tested += s.n_accepted + (1 if s.n_accepted < length else 0)
+    return accepted / tested if tested else None

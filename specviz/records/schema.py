@@ -24,6 +24,19 @@ class TopTokens:
 
 
 @dataclass
+class TreeNode:
+    """One candidate of a step's draft tree, as the verifier saw it."""
+
+    token_id: int
+    parent: int  # the index of its parent in the step's tree; -1: the step's last accepted token (the root)
+    on_path: bool  # on the accepted path
+    tried: bool  # judged by the verifier (below the root or an accepted node, up to the sibling it accepted)
+    p: float | None = None  # the target's probability of the token after its parent; None: not read (a lean record)
+    q: float | None = None  # the drafter's; None: one-hot (a tree's candidates are verified as one-hot drafts)
+    text: str = ""
+
+
+@dataclass
 class DraftPosition:
     """One drafted position of a step and the verifier's decision on it."""
 
@@ -77,6 +90,7 @@ class StepRecord:
     tree_size: int = 0  # draft tokens verified in a tree this step (0: a chain); `positions` then shows its
     # accepted path and, below it, the drafter's favourite line
     doubted: bool = False  # the drafter stopped early, after a token it gave less than the draft stop
+    tree: list[TreeNode] = field(default_factory=list)  # a tree step's every candidate, in draft order; [] a chain
 
     @property
     def emitted_tokens(self) -> list[TokenRecord]:

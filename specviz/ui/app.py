@@ -19,7 +19,7 @@ from .learn_saved import SAVED_MAX_BYTES
 from .sessions import end_session, session_key
 from .mcp import check_installed, only_these_tools
 from .readouts import TRACE_MAX_AGE
-from .run_tab import RUN_STATE_SCRIPT, RUN_TAB, RunTab
+from .run_tab import RANGE_SCRIPT, RUN_STATE_SCRIPT, RUN_TAB, RunTab
 from .tabs import CompareTab, CostTab
 
 CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "4"))  # runs at once; their engine steps interleave
@@ -27,7 +27,7 @@ QUEUE_SIZE = 64  # requests waiting at once, all users together (a public server
 
 TAB_TITLES = {RUN_TAB: "Run", "compare": "Compare methods", "cost": "Cost curve", "batch": "Batch", "learn": "Learn",
               "api": "API"}  # the app's tabs by id, in order
-PAGE_JS = ("() => { document.body.dataset.svMode = 'answer'; " + RUN_STATE_SCRIPT + render.TIP_SCRIPT
+PAGE_JS = ("() => { document.body.dataset.svMode = 'answer'; " + RUN_STATE_SCRIPT + RANGE_SCRIPT + render.TIP_SCRIPT
            + " }")  # and the tips' placing
 
 

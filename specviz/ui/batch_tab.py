@@ -18,7 +18,7 @@ from ..measure.batch_bench import batches_of, parse_batch_sizes, row_of, summari
 from ..errors import SpecvizError
 from ..lessons.batch_size import batch_sentence as verdict_line
 from ..lessons.batch_size import prompts_for
-from ..measure.plausibility import BUSY
+from ..measure.plausibility import BUSY, UNSETTLED
 from ..proposers.checkpoints import load_draft_model
 from ..settings import DecodeSettings
 from . import charts, render, serving
@@ -120,7 +120,7 @@ class BatchTab:
             yield {self.status: render.status_html(stopped_message(cancel), "warn")}
             return
         verdict = verdict_line(summary, form.batch_method, costs)
-        yield {self.status: render.status_html(verdict, "warn" if BUSY in verdict else "ok"),
+        yield {self.status: render.status_html(verdict, "warn" if BUSY in verdict or UNSETTLED in verdict else "ok"),
                self.plot: plot(charts.batch_figure(summary, device, form.batch_method, costs))}
 
 
@@ -154,8 +154,8 @@ def batch_records(name: str, method: str, batch_sizes: list[int], settings: Deco
                         rows.append(row_of(run, plain, spec, size))
                         yield ("batch",)
                 with ENGINE_LOCK:  # why: a verify pass of gamma + 1 positions against a plain step, this batch
-                    costs.append({"batch_size": size, "ratio": forward_cost(model, size, settings.gamma + 1)
-                                  / forward_cost(model, size, 1)})
+                    costs.append({"batch_size": size, "positions": settings.gamma + 1,
+                                  "ratio": forward_cost(model, size, settings.gamma + 1) / forward_cost(model, size, 1)})
                 yield ("size", size, summarize_batches(rows), list(costs))
     except Exception as error:
         yield ("failed", message_of(error))

@@ -12,13 +12,11 @@ from ..errors import InvalidSettingError, SpecvizError
 from ..models.loading import DEFAULT_MODEL
 from ..methods import methods, names
 from .public import SHIPPED_DRAFTERS, Profile, check_model
-from ..settings import DecodeSettings, check_prompt_text
+from ..settings import BOUNDS, MAX_NEW_TOKENS, PUBLIC_MAX_TREE, DecodeSettings, check_prompt_text  # noqa: F401
 
-MAX_NEW_TOKENS = 512  # the app's and the API's limit: a shared machine serves several users
 MAX_NAME = 300  # characters of a model name
 MAX_STEPS = 100_000  # the step slider's end: a run of MAX_NEW_TOKENS has fewer steps
 MAX_SEED = 2 ** 63 - 1  # torch.Generator.manual_seed's range
-PUBLIC_MAX_TREE = 64  # the tree slider's end: larger trees are for a dedicated GPU
 SELF_DRAFT = "draft (target itself)"  # the Batch tab's `draft` with the target drafting for itself
 
 
@@ -142,11 +140,11 @@ FIELDS: dict[str, Callable] = {  # (value, profile) -> the Form's value
     "target": lambda v, p: _target(model("target", v, p, "target model")),
     "draft": lambda v, p: model("drafter", v, p, "drafter"),
     "max_new_tokens": lambda v, p: _max_new(v),
-    "gamma": lambda v, p: whole("gamma", v, 1, 32),
-    "temperature": lambda v, p: real("temperature", v, 0.0, p.max_temperature),
+    "gamma": lambda v, p: bounded("gamma", v, p),
+    "temperature": lambda v, p: bounded("temperature", v, p),
     "top_p": lambda v, p: real("top-p", v, 0.0, 1.0),
     "seed": lambda v, p: _seed(v),
-    "tree": lambda v, p: whole("draft tree", v, 0, PUBLIC_MAX_TREE if p.public else 1023),
+    "tree": lambda v, p: bounded("tree", v, p),
     "draft_stop": lambda v, p: real("draft stop", v, 0.0, 1.0),
     "compare_plain": lambda v, p: flag("also run plain decoding", v),
     "step_mode": lambda v, p: flag("step mode", v),
@@ -164,6 +162,15 @@ FIELDS: dict[str, Callable] = {  # (value, profile) -> the Form's value
     "what_if_gamma": lambda v, p: whole("γ", v, 1, 12),
     "cost": lambda v, p: real("c", v, 0.0, 1.0),
 }
+
+
+def bounded(name: str, value, profile: Profile):
+    """A setting read by its row of specviz.settings.BOUNDS, the one the page's slider is built from."""
+    bound = BOUNDS[name]
+    high = bound.top(profile.public)
+    if name == "temperature":
+        return real(bound.label, value, bound.low, min(high, profile.max_temperature))
+    return whole(bound.label, value, int(bound.low), None if high is None else int(high))
 
 
 def _target(name: str | None) -> str:

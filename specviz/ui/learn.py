@@ -132,7 +132,7 @@ class LearnTab:
     # layout shared by every lesson
     def _frame(self, lesson: Lesson):
         key = lesson.key
-        gr.Markdown(f"**{lesson_heading(lesson)}.** {lesson.claim}")
+        gr.Markdown(f"**{lesson_heading(lesson)}.** {lesson.claim}\n\n{catalogue.prompt_line(lesson)}")
         settings = catalogue.SETTINGS.get(key)  # a lesson without settings has nothing to open in the Run tab
         with gr.Row():
             run = gr.Button("Run lesson", variant="primary", elem_id=f"sv-learn-{key}")
@@ -276,7 +276,7 @@ class LearnTab:
 
     def _batch(self, lesson: Lesson):
         """The Batch tab's view, as the lesson's own: its Run and its status line."""
-        gr.Markdown(f"**{lesson_heading(lesson)}.** {lesson.claim}")
+        gr.Markdown(f"**{lesson_heading(lesson)}.** {lesson.claim}\n\n{catalogue.prompt_line(lesson)}")
         batch = BatchTab("sv-learn-batch", api_name=None)
         self.events.append(batch.build(self.target, self.batch_prompts, self.engine))
         self.saved_draws[lesson.key] = (lambda r, _: {batch.plot: plot(batch_lesson_figure(r))}, batch.status,

@@ -20,7 +20,7 @@ import torch
 
 from ..engine.run import SpeculativeRun
 from ..errors import SpecvizError
-from ..measure.plausibility import speedup_doubt
+from ..measure.plausibility import drafting_share, speedup_doubt
 from ..models.loading import LoadedModel
 from ..proposers import PlainProposer
 from . import serving
@@ -248,7 +248,9 @@ class LiveRun:
             return None
         spec = self.speculative
         tau = spec.result.metrics.mean_accepted_length
-        return speedup_doubt(speedup, tau, self.plain.durations, spec.durations, [s.gamma for s in spec.steps])
+        m = spec.result.metrics
+        return speedup_doubt(speedup, tau, self.plain.durations, spec.durations, [s.gamma for s in spec.steps],
+                             drafting=drafting_share(m.draft_seconds, m.verify_seconds))
 
     def report(self):
         """specviz.api.Report of the finished run (None until the speculative run has a result)."""

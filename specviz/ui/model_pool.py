@@ -16,6 +16,7 @@ import torch
 from ..errors import ModelLoadError
 from ..models.loading import DEFAULT_MODEL, LoadedModel, loaded_models, unload_all
 from .public import PRESETS, SHIPPED_DRAFTERS, evictions, needed_bytes, parameters
+from ..models.memory import NotEnoughMemoryError, available_bytes, memory_refusal
 from ..models.random_target import is_random_target, parse_shape
 
 
@@ -71,6 +72,26 @@ def estimate_bytes(name: str, dtype_bytes: int) -> int:
         return needed_bytes(parameters(shape), dtype_bytes, shape)
     config = read_config(name)
     return needed_bytes(count_parameters(config), dtype_bytes, shape_of(config))
+
+
+def check_fits(name: str, freed: int = 0) -> None:
+    """Refuse (models.memory.NotEnoughMemoryError) a model whose weights, at the dtype it will load in here, do
+    not fit the memory free now plus `freed` (what the models it replaces free); a model whose size cannot be
+    told before loading (an unreadable config) is left to its load, which says what is wrong."""
+    from ..models.loading import pick_device, pick_dtype
+
+    if not (is_random_target(name) or name in PRESETS or Path(name).expanduser().exists()):
+        return  # a Hub id: its config may first have to be downloaded, which its load does anyway
+    device = pick_device(None)
+    dtype = pick_dtype(None, device)
+    try:
+        need = estimate_bytes(name, dtype.itemsize)
+    except Exception:  # why: the load itself reports a missing or unreadable model better than a guess here
+        return
+    free, source = available_bytes(on_gpu=device.type == "cuda")
+    refusal = memory_refusal(name, need, str(dtype).replace("torch.", ""), free, source, freed)
+    if refusal:
+        raise NotEnoughMemoryError(refusal)
 
 
 def model_bytes(model: LoadedModel) -> int:
@@ -130,8 +151,10 @@ class ModelPool:
             if name not in current:
                 need = estimate_bytes(name, self.dtype_bytes) if self.budget is not None else 0
                 order = sorted(current, key=lambda n: self._last_used.get(n, 0.0))
-                victims = evictions([(n, model_bytes(current[n])) for n in order], self.in_use() | {name}, need,
+                sizes = {n: model_bytes(current[n]) for n in order}
+                victims = evictions([(n, sizes[n]) for n in order], self.in_use() | {name}, need,
                                     self.budget, self.keep)
+                check_fits(name, sum(sizes[n] for n in victims))  # in every profile, a budget or none
                 if victims:
                     unload_all(keep=set(current) - set(victims))
             model = loader()

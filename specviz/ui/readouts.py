@@ -13,10 +13,12 @@ from gradio.components.plot import PlotData
 
 from ..api import first_difference, logit_margin
 from ..models.loading import DEFAULT_MODEL, default_source
+from ..models.random_target import is_random_target
 from ..measure.plausibility import noise_note
 from ..proposers.distilled import DISTILLED
 from ..records.schema import RunResult, StepRecord, TokenRecord
 from . import render, view
+from .tree_view import tree_svg
 from .live import BASELINE, FAILED, PAUSED, READY, RUNNING, STOPPED, LiveRun
 from .stepped_runs import SteppedRun
 
@@ -50,7 +52,7 @@ def token_view(run: LiveRun, cursor: int | None = None, upto: int | None = None,
         groups = _step_groups[run] = render.StepGroups(getattr(run.tokenizer, "all_special_ids", None) or ())
     steps = run.speculative.steps
     for step in steps[len(groups):]:
-        groups.add(tokens_of([step], run.tokenizer))
+        groups.add(tokens_of([step], run.tokenizer), tree_svg(step))
     return render.token_view_html([], run.request.prompt, run_header(run), sampling=not run.request.settings.greedy,
                                   story=story, spans=groups.html(current_step=cursor, upto_step=upto))
 
@@ -272,8 +274,11 @@ def loading_message(names: list[str | None], seconds: float, preparing: bool, de
             why = "a first short run of the model, untimed, so that the measured run does not start cold"
         return f"Preparing the run… {seconds:.0f} s ({why})"
     names = [n for n in names if n]
-    hub = [n for n in names if may_download(n)]
-    note = f" ({' and '.join(hub)}: a first load downloads it from the Hub)" if hub else ""
+    made = [n for n in names if is_random_target(n)]  # random weights of a stated shape: nothing to download
+    hub = [n for n in names if n not in made and may_download(n)]
+    notes = ([f"{' and '.join(made)}: random weights of that shape are made here, nothing is downloaded"] if made
+             else []) + ([f"{' and '.join(hub)}: a first load downloads it from the Hub"] if hub else [])
+    note = f" ({'; '.join(notes)})" if notes else ""
     return f"Loading {' and '.join(names)}… {seconds:.0f} s{note}"
 
 

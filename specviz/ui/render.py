@@ -128,17 +128,19 @@ def _token_span(token: TokenRecord, current: bool, reached: bool, special: bool 
             f'{_content(token, special)}</span>')
 
 
-def step_group_html(step: int, tokens: list[TokenRecord], current: bool = False, special: Collection[int] = ()) -> str:
+def step_group_html(step: int, tokens: list[TokenRecord], current: bool = False, special: Collection[int] = (),
+                    tree: str = "") -> str:
     """One step's tokens as one group (a lane in the steps reading mode): its drafts in order, each accepted or
     rejected, then the target's own token. Drafts after the step's first rejection were never tested. special:
-    the ids of special tokens, shown by their names (a quiet end mark in the answer mode)."""
+    the ids of special tokens, shown by their names (a quiet end mark in the answer mode). tree: the step's
+    draft tree drawn (tree_view.tree_svg), shown in the steps mode only."""
     spans = []
     rejected = 0
     for token in tokens:
         spans.append(_token_span(token, current, reached=token.kind != TokenKind.REJECTED or rejected == 0,
                                  special=token.id in special))
         rejected += token.kind == TokenKind.REJECTED
-    return f'<span class="sv-step" data-step="{step}">{"".join(spans)}</span>'
+    return f'<span class="sv-step" data-step="{step}">{"".join(spans)}{tree}</span>'
 
 
 def _by_step(tokens: list[TokenRecord]) -> list[tuple[int, list[TokenRecord]]]:
@@ -162,6 +164,7 @@ class StepGroups:
 
     def __init__(self, special: Collection[int] = ()):
         self._tokens: list[tuple[int, list[TokenRecord]]] = []
+        self._trees: list[str] = []  # each group's drawn draft tree ("" for a chain)
         self._html: list[str] = []
         self._steps = 0
         self.special = frozenset(special)
@@ -170,19 +173,20 @@ class StepGroups:
         """Steps added so far."""
         return self._steps
 
-    def add(self, step_tokens: list[TokenRecord]) -> None:
-        """The next step's tokens (a step with none adds no group)."""
+    def add(self, step_tokens: list[TokenRecord], tree: str = "") -> None:
+        """The next step's tokens (a step with none adds no group), and its drawn draft tree if it had one."""
         self._steps += 1
         for step, group in _by_step(step_tokens):
             self._tokens.append((step, group))
-            self._html.append(step_group_html(step, group, special=self.special))
+            self._trees.append(tree)
+            self._html.append(step_group_html(step, group, special=self.special, tree=tree))
 
     def html(self, current_step: int | None = None, upto_step: int | None = None) -> str:
         parts = []
-        for (step, group), rendered in zip(self._tokens, self._html):
+        for (step, group), tree, rendered in zip(self._tokens, self._trees, self._html):
             if upto_step is not None and step > upto_step:
                 break
-            parts.append(step_group_html(step, group, True, self.special) if step == current_step else rendered)
+            parts.append(step_group_html(step, group, True, self.special, tree) if step == current_step else rendered)
         return "".join(parts)
 
 

@@ -22,6 +22,7 @@ from .admission import REPLAY, REPLAYS
 from .assets import example_prompts, examples
 from .cancel import Cancel
 from .endpoint import form_handler
+from ..settings import BOUNDS
 from .form import MAX_NEW_TOKENS, Form
 from .gpu import CAPTURE_SECONDS, forks, gpu
 from .live import FAILED, LiveRun
@@ -84,6 +85,26 @@ READING_MODES = [("answer", "answer"), ("drafts", "drafts"), ("steps", "steps")]
 # the token view's reading mode and presentation mode are classes on the page: switching needs no server
 # the run controls' state (assets/specviz.css): the latest status line that names one; a line that names none
 # (a note such as "Pausing after the current step…") leaves it as it was
+# A number typed outside a slider's range: the browser's slider would send its end while its box still showed what
+# was typed. Before the slider reads it (capture phase), the box is set to the end and a line under it says so.
+RANGE_SCRIPT = ("document.addEventListener('change', (e) => { const box = e.target; "
+                "if (!(box instanceof HTMLInputElement) || box.type !== 'number' || box.min === '' || box.max === '') return; "
+                "const typed = parseFloat(box.value), low = parseFloat(box.min), high = parseFloat(box.max); "
+                "if (!(typed < low || typed > high)) return; "
+                "const used = typed < low ? low : high; box.value = String(used); "
+                "box.dispatchEvent(new Event('input', {bubbles: true})); "
+                "const block = box.closest('.block') || box.parentElement; "
+                "const name = (block.querySelector('[data-testid=\"block-info\"], label') || {}).textContent || 'this setting'; "
+                "let note = block.querySelector('.sv-range-note'); "
+                "if (!note) { note = document.createElement('div'); note.className = 'sv-range-note'; "
+                "note.setAttribute('role', 'status'); block.appendChild(note); } "
+                "note.textContent = `${name.trim()} takes ${low} to ${high}: ${typed} was set to ${used}.`; }, true);"
+                # an error (an empty prompt, a refused model) is brought into view where it landed below the screen
+                "let svShownError = null; new MutationObserver(() => { "
+                "const error = document.querySelector('#sv-status .sv-error'); "
+                "if (error && error !== svShownError) { svShownError = error; const box = error.getBoundingClientRect(); "
+                "if (box.top < 0 || box.bottom > window.innerHeight) error.scrollIntoView({block: 'center'}); } })"
+                ".observe(document.body, {childList: true, subtree: true});")
 RUN_STATE_SCRIPT = ("new MutationObserver(() => { const line = document.querySelector('#sv-status [data-sv-run]'); "
                     "if (line && document.body.dataset.svRun !== line.dataset.svRun) "
                     "document.body.dataset.svRun = line.dataset.svRun; })"
@@ -250,9 +271,10 @@ class RunTab(RunControls):
                 self.draft = gr.Dropdown(offered(DRAFTS), value="none", allow_custom_value=not public,
                                          label="Drafter (draft, adaptive)", elem_id="sv-draft", min_width=260)
             with gr.Row():
-                self.gamma = gr.Slider(1, 16, value=4, step=1, label="γ (draft tokens per step)",
+                # the ends of specviz.settings.BOUNDS, which the API and the command line check too
+                self.gamma = gr.Slider(1, BOUNDS["gamma"].top(public), value=4, step=1, label="γ (draft tokens per step)",
                                        elem_id="sv-gamma", min_width=200)
-                self.tree = gr.Slider(0, 64, value=0, step=1, elem_id="sv-tree", min_width=200,
+                self.tree = gr.Slider(0, BOUNDS["tree"].top(public), value=0, step=1, elem_id="sv-tree", min_width=200,
                                       label="draft tree: tokens verified at once (0 = a chain of γ)",
                                       info=f"{tree_drafting()}: several candidates, depth γ")
                 self.max_new = gr.Slider(8, MAX_NEW_TOKENS, value=96, step=8, label="max new tokens",
@@ -264,8 +286,8 @@ class RunTab(RunControls):
                                             info="draft, early-exit: end a draft after a token the drafter "
                                                  "gives less than this probability")
             with gr.Row():
-                self.temperature = gr.Slider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)",
-                                             min_width=200)
+                self.temperature = gr.Slider(0, BOUNDS["temperature"].top(public), value=0, step=0.05,
+                                             label="temperature (0 = greedy)", elem_id="sv-temperature", min_width=200)
                 self.top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p", min_width=200)
                 self.seed = gr.Number(value=0, precision=0, label="seed", minimum=0, min_width=120)
             with gr.Row():

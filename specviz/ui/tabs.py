@@ -15,7 +15,7 @@ from ..engine.run import SpeculativeRun
 from ..errors import MissingDrafterError, SpecvizError
 from ..measure.measured import load_measured
 from ..records.oracle import oracle_figures
-from ..measure.plausibility import BUSY, noise_note, speedup_doubt
+from ..measure.plausibility import BUSY, drafting_share, noise_note, speedup_doubt
 from ..methods import names as method_names
 from . import charts, render, serving, view
 from .endpoint import form_handler, pull, stopped_message
@@ -105,8 +105,9 @@ def compare_doubt(plain: StepLog | None, run: StepLog) -> str | None:
     if plain is None or run is plain or run.method == "plain":
         return None
     tau = run.result.metrics.mean_accepted_length
+    m = run.result.metrics
     return speedup_doubt(plain.engine_wall / run.engine_wall, tau, plain.durations, run.durations,
-                         [s.gamma for s in run.steps])
+                         [s.gamma for s in run.steps], drafting=drafting_share(m.draft_seconds, m.verify_seconds))
 
 
 def compare_figures(method: str, run: StepLog, plain: StepLog | None, settings) -> dict:
