@@ -12,7 +12,8 @@ loading them and what drafting with them costs can be measured at a real size wi
   eagle/traineagle3/config.json and draft_vocab_size (32,000 at the 8B shape), and pytorch_model.bin in float16
   holding fc.weight [H, 3H], the midlayer (q, k and v reading 2H; hidden_norm, input_layernorm,
   post_attention_layernorm), norm.weight, lm_head.weight [K, H], d2t [K] int64 and t2d [V] bool; no embedding
-  (their training saves only what it trains). 849,362,944 bytes of float16 tensors at the 8B shape.
+  (their training saves only what it trains). 849,379,328 bytes of float16 tensors at the 8B shape, besides the
+  maps.
 - z-lab DFlash (z-lab/dflash's model.py; e.g. z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat): config.json, a Qwen3Config of
   the draft layers with block_size, num_target_layers and dflash_config (target_layer_ids, mask_token_id), and
   model.safetensors in bfloat16 holding fc, hidden_norm, the draft layers (q and k norms included) and a final

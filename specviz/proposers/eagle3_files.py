@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from ..errors import DrafterMismatchError, ModelLoadError
-from ..models.configs import default_target_layers, text_config
+from ..models.configs import text_config
 from ..models.loading import LoadedModel
 from ..options import EngineOptions
 from ..runners.onednn import pack_linears
@@ -43,9 +43,11 @@ def default_layers(target_layers: int) -> tuple[int, ...]:
     layers 2, L // 2 and L - 3, i.e. the outputs of layers 1, L // 2 - 1 and L - 4. A target too shallow for
     those gets three distinct layers spread over all but its last."""
     layers = (1, target_layers // 2 - 1, target_layers - 4)
-    if len(set(layers)) == FEATURE_LAYERS and sorted(layers) == list(layers) and layers[0] >= 0:
+    if layers[0] < layers[1] < layers[2]:
         return layers
-    return tuple(default_target_layers(target_layers, FEATURE_LAYERS))
+    if target_layers - 1 < FEATURE_LAYERS:
+        raise ValueError(f"a target of {target_layers} layers has no {FEATURE_LAYERS} layers before its last to read")
+    return tuple(round(i * (target_layers - 2) / (FEATURE_LAYERS - 1)) for i in range(FEATURE_LAYERS))
 
 
 def to_aux_ids(layers) -> list[int]:
