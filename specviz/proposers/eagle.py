@@ -41,6 +41,7 @@ class EagleProposer(Proposer):
         super().reset(prompt_ids, settings, generator)
         self.cache = DraftCache(len(self.drafter.net.layers))
         features = self.drafter.feature_size
+        check_width(target_hidden, features)
         self.pending = target_hidden if target_hidden is not None else torch.empty(0, features)
         # pending [P, F]: target features of positions cache.length .. cache.length + P - 1, not yet fed
         self.head_feature = None  # the drafter's output at position cache.length - 1, once pending is fed
@@ -157,7 +158,16 @@ class EagleProposer(Proposer):
         known = fed + self.pending.shape[0]  # positions with a target feature
         new = feedback.tokens.shape[0] - 1 - known
         if new > 0 and feedback.target_hidden is not None:
+            check_width(feedback.target_hidden, self.drafter.feature_size)
             self.pending = torch.cat([self.pending.to(feedback.target_hidden), feedback.target_hidden[:new]])
+
+
+def check_width(hidden: torch.Tensor | None, features: int) -> None:
+    """Target features of the wrong width would be read as the drafter's own (EAGLE-3 tells the two apart by width):
+    a runner made without the proposer's target_layers is a mistake to stop at once."""
+    if hidden is not None and hidden.shape[-1] != features:
+        raise ValueError(f"the EAGLE drafter reads target features of width {features}, but was handed "
+                         f"{hidden.shape[-1]}: make the runner with features=proposer.target_layers")
 
 
 def build(request: ProposerRequest) -> EagleProposer:
