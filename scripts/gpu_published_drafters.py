@@ -1,13 +1,15 @@
 """Published drafter files at a real shape on the GPU: writes EAGLE-1 and Medusa-1 folders in the layouts of
 yuhuili/EAGLE-Vicuna-7B-v1.3 and FasterDecoding/medusa-vicuna-7b-v1.3 (the 7B shape), or a DFlash folder in z-lab's
-layout (--shape llama-8b --methods dflash: Llama 3.1 8B's), with random weights (specviz/models/published_layouts.py),
+layout (--shape llama-8b --methods dflash: Llama 3.1 8B's), or an EAGLE-3 folder in SafeAILab's (--shape llama-8b
+--methods eagle3: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B's, which the eagle method loads), with random weights (specviz/models/published_layouts.py),
 loads them through specviz's loader on the random target of the same shape (random:vicuna-7b, random:llama-8b) and
 benches each against plain decoding through the fast path (specviz.measure.bench, one run each per prompt). Random weights accept at random: what counts is that the files load and what drafting
 costs. c = drafting time a step / the target's one-token forward (plain decoding's time a step); also
-given over the method's own verify pass. Writes OUT/published_drafters.json (and the two bench reports).
+given over the method's own verify pass, and for EAGLE's chains a depth's share (drafting ms a step / gamma). Writes OUT/published_drafters.json (and the two bench reports).
 
     python3 -m scripts.gpu_published_drafters --out $OUT                     # on the GPU machine
     python3 -m scripts.gpu_published_drafters --shape llama-8b --methods dflash --out $OUT
+    python3 -m scripts.gpu_published_drafters --shape llama-8b --methods eagle3 --gamma 6 --out $OUT
     python3 -m scripts.gpu_published_drafters --shape tiny --device cpu --out DIR --max-new-tokens 12 --prompts 1
 """
 from __future__ import annotations
@@ -54,7 +56,8 @@ def main(argv=None) -> int:
     parser.add_argument("--work", default=None, help="where the drafter folders go (default: a temporary folder)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default=None, help="default: bfloat16 on a GPU, float32 on a CPU")
-    parser.add_argument("--methods", default="eagle,medusa", help="of eagle, medusa, dflash (comma-separated)")
+    parser.add_argument("--methods", default="eagle,medusa", help="of eagle, eagle3, medusa, dflash (comma-separated; "
+                        "eagle3 runs as the eagle method)")
     parser.add_argument("--gamma", type=int, default=5, help="chain length: EAGLE-1's depth, Medusa's 5 heads "
                         "(DFlash drafts its whole block: 15)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
@@ -80,7 +83,8 @@ def main(argv=None) -> int:
               "max_new_tokens": args.max_new_tokens, "prompts": args.prompts, "files": written["files"],
               "write_seconds": write_seconds, "methods": {}}
     for method in methods:
-        spec = f"{method}:{15 if method == 'dflash' else args.gamma}"
+        name = "eagle" if method == "eagle3" else method  # the eagle method loads both layouts
+        spec = f"{name}:{15 if method == 'dflash' else args.gamma}"
         began = time.perf_counter()
         report = run_bench(str(prompts), ["plain", spec], settings, str(out / f"bench_{method}.json"),
                            target=shape.target, device=args.device, dtype=dtype, chat=False,
@@ -88,6 +92,9 @@ def main(argv=None) -> int:
         result["device"] = report["device"]
         result["floor"] = report["floor"]
         result["methods"][method] = {**figures(report, spec), "bench_seconds": time.perf_counter() - began}
+        if name == "eagle":  # a chain of gamma depths, each one drafter forward
+            draft = result["methods"][method]["draft_ms_per_step"]
+            result["methods"][method]["draft_ms_per_depth"] = draft / args.gamma if draft is not None else None
         print(f"{method}: c = {result['methods'][method]['c']:.3f} (draft "
               f"{result['methods'][method]['draft_ms_per_step']:.3f} ms a step, target forward "
               f"{result['methods'][method]['plain_forward_ms']:.3f} ms)", flush=True)

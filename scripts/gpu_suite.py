@@ -125,6 +125,24 @@ SUITES: dict[str, Suite] = {
                                             "--gen-minutes", "4", "--init", SHIPPED_DFLASH, "--out", "{out}/dflash",
                                             "--minutes", "4", "--eval-every", "2000", "--device", "cuda")),
     )),
+    "eagle3-data": Suite("the default target writes EAGLE-3's training data (Magpie-style prompts, its own answers, "
+                         "long contexts), into OUT/eagle3/data.pt, nothing trained", (
+        Step("eagle3-data", "specviz", ("train-drafter", "--method", "eagle3", "--target", "default", "--out",
+                                        "{out}/eagle3", "--prompts", "24000", "--gen-batch", "1024", "--gen-minutes",
+                                        "3.5", "--data-only", "--device", "cuda"), seconds=540),
+    )),
+    "eagle3-train": Suite("trains an EAGLE-3 drafter for the default target on OUT/eagle3/data.pt for 7 minutes "
+                          "(the training-time test over 7 steps; --resume goes on), into OUT/eagle3", (
+        Step("eagle3-train", "specviz", ("train-drafter", "--method", "eagle3", "--target", "default", "--data",
+                                         "{out}/eagle3/data.pt", "--out", "{out}/eagle3", "--minutes", "7",
+                                         "--draft-vocab", "16384", "--ttt-steps", "7", "--eval-every", "400",
+                                         "--device", "cuda"), seconds=580),
+    )),
+    "eagle3": Suite("bfloat16, all 480 prompts, greedy: the EAGLE-3 drafter of OUT/eagle3 (eagle's chain and tree) "
+                    "beside plain, with each step's cost (the shipped EAGLE-1 drafter: the drafters suite)", (
+        bench("eagle3", "bfloat16", "eagle:6:31,eagle:6", "--heads", "{out}/eagle3"),
+        figures("eagle3"),
+    )),
     "dflash": Suite("bfloat16, all 480 prompts, greedy: dflash's chain and tree (DDTree's) beside plain, retrieval "
                     "and EAGLE, with each step's cost", (
         bench("dflash", "bfloat16", DFLASH),
@@ -188,9 +206,12 @@ SUITES: dict[str, Suite] = {
         Step("zero-gpu-eager-layers", "scripts.zero_gpu_bench", ("--out", "{out}/zero_gpu_eager_layers.json"),
              env=(("SPECVIZ_COMPILE", "0"),)),
     )),
-    "published-drafters": Suite("EAGLE-1 and Medusa-1 files in their published layouts at the 7B shape (random "
-                                "weights): loaded, and what drafting costs (scripts/gpu_published_drafters.py)", (
+    "published-drafters": Suite("EAGLE-1 and Medusa-1 files in their published layouts at the 7B shape, and EAGLE-3's "
+                                "at Llama 3.1 8B's (random weights): loaded, and what drafting costs, a step and a "
+                                "depth, beside the verify pass (scripts/gpu_published_drafters.py)", (
         Step("published-drafters", "scripts.gpu_published_drafters", ("--out", "{out}")),
+        Step("published-eagle3-8b", "scripts.gpu_published_drafters", ("--shape", "llama-8b", "--methods", "eagle3",
+                                                                      "--gamma", "6", "--out", "{out}/eagle3-8b")),
     )),
     "app": Suite("the web app served against the library on one prompt: its tok/s over the library's, ngram and "
                  "retrieval (scripts/gpu_app_check.py; needs the app's wheels installed, docs/gpu.md)", (

@@ -1,4 +1,4 @@
-"""Random drafters for the tests: Medusa heads and EAGLE layers with random weights on a tiny target, and
+"""Random drafters for the tests: Medusa heads, EAGLE and EAGLE-3 layers with random weights on a tiny target, and
 the published file layouts (FasterDecoding's Medusa, SafeAILab's EAGLE-1) written with random weights."""
 import torch
 
@@ -45,3 +45,19 @@ def write_eagle_published(folder, target, seed=0, hidden=None, vocab=None, bias=
     """SafeAILab's EAGLE-1 layout: a LlamaConfig-like config.json and pytorch_model.bin."""
     return write_eagle1(folder, _shape(target, hidden, vocab), seed=seed, bias=bias, std=0.3,
                         embed=target.model.get_input_embeddings().weight)
+
+
+def random_eagle3(target, layers=(0, 1, 2), seed=0, token_ids=None, scale=0.3) -> EagleDrafter:
+    """An EAGLE-3 drafter with random weights reading `layers` of the target, its own output layer over
+    `token_ids` (None: the whole vocabulary)."""
+    torch.manual_seed(seed)
+    vocab = target.vocab_size
+    config = EagleConfig.like_target(target.model.config, target_layers=layers,
+                                     draft_vocab_size=vocab if token_ids is None else len(token_ids))
+    net = EagleNet(config).eval()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(torch.randn_like(p) * scale)
+    parts = TargetParts(target.model, config.head_dim)
+    head = DraftHead(net.lm_head.weight.detach(), vocab, token_ids, norm=net.norm, selected=True)
+    return EagleDrafter(net, parts, head, "random")

@@ -4,7 +4,8 @@ with temperature, top-k, top-p and a draft stop, have the target's distribution 
 on the tiny random model of test_sampling_exactness.py), run here on the CPU, eagerly (SPECVIZ_DEVICE_LOOP=force).
 
 The controls: the device loop at 0.85 of the temperature, and its verifier that resamples from p instead of the
-residual (the device's verify_sampled_without_residual), must fail the same test."""
+residual (the device's verify_sampled_without_residual), must fail the same test. EAGLE-3's chain runs with a
+tenth of the runs on a 4-layer target (test_sampling_exactness.py has its control at that size)."""
 import dataclasses
 from collections import Counter
 
@@ -23,7 +24,7 @@ from specviz.rule.tree_device import tree_layout, walk_tree_sampled
 from specviz.rule.verify import verify_sampled_without_residual
 
 from stats import ALPHA
-from random_drafters import random_eagle, random_medusa
+from random_drafters import random_eagle, random_eagle3, random_medusa
 
 VOCAB = 6
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]
@@ -192,3 +193,24 @@ def test_a_seed_reproduces_a_device_loop_run(target, makers, monkeypatch, method
     assert len({tuple(run.token_ids) for run in runs}) == 3
     accepted = [[step.n_accepted for step in run.steps] for run in runs[:2]]
     assert accepted[0] == accepted[1]
+
+
+EAGLE3_RUNS = 150
+
+
+@pytest.mark.stats
+def test_device_loop_samples_the_target_distribution_with_eagle3(monkeypatch):
+    """EAGLE-3's chain on the device loop (three target layers handed over by the verify pass, a draft vocabulary
+    with q zero on tokens 1 and 4), top-p."""
+    target = tiny_causal_lm(vocab_size=VOCAB, seed=10, sharpness=2.0, layers=4)
+    drafter = random_eagle3(target, seed=3, token_ids=torch.tensor([0, 2, 3, 5]))
+    make = lambda: EagleProposer(drafter)  # noqa: E731
+    settings = settings_for("top-p", 0)
+    monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "force")
+    assert run_once(target, make(), PROMPT, dataclasses.replace(settings, seed=0), detail=False).settings["loop"] == "device"
+    exact = target_distribution(target, PROMPT, settings, DEPTH, EAGLE3_RUNS)
+    samples = sample_outputs(target, make, PROMPT, settings, DEPTH, EAGLE3_RUNS)
+    fit = goodness_of_fit(samples.counts, exact, EAGLE3_RUNS)
+    assert samples.loops["device"] == EAGLE3_RUNS
+    assert samples.drafted > 0 and 0 < samples.accepted < samples.drafted
+    assert fit.p_value >= ALPHA, f"p = {fit.p_value:.2g} (chi-square {fit.statistic:.1f}, dof {fit.dof})"

@@ -10,7 +10,11 @@ residual, must both fail it.
 
 The chains of the methods decode_batch drafts (a draft model, the lookups) draw their runs through the batched
 engine (stats.sample_batched: each row is its seed's single run, checked token for token on some seeds); trees,
-draft stops and the drafters that read the target's hidden states run one after another (sample_outputs)."""
+draft stops and the drafters that read the target's hidden states run one after another (sample_outputs).
+
+EAGLE-3 (three target layers, its own output layer over a draft vocabulary) runs on a 4-layer target of the same
+kind, with a tenth of the runs (EAGLE3_RUNS: the suite's time), so its control is a larger bias: the engine at
+half the temperature (total variation 0.23 from the target on that model)."""
 import dataclasses
 
 import pytest
@@ -28,7 +32,7 @@ from specviz.engine.batch_draft import ModelDrafting
 from specviz.models.testing import perturbed_copy, tiny_causal_lm
 
 from stats import ALPHA, sample_batched
-from random_drafters import random_eagle, random_medusa
+from random_drafters import random_eagle, random_eagle3, random_medusa
 
 VOCAB = 6
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]  # repeats, so that lookups find matches
@@ -150,3 +154,32 @@ def test_the_control_is_a_small_bias(target):
     cooler = target_distribution(target, PROMPT, DecodeSettings(temperature=0.85), DEPTH, RUNS, min_expected=0)
     distance = 0.5 * sum(abs(full[k] - cooler.get(k, 0.0)) for k in full)
     assert 0.03 < distance < 0.12
+
+
+EAGLE3_RUNS = 150
+
+
+@pytest.fixture(scope="module")
+def deep_target():
+    """`target`'s kind with 4 layers: an EAGLE-3 drafter reads three of them before the last."""
+    return tiny_causal_lm(vocab_size=VOCAB, seed=10, sharpness=2.0, layers=4)
+
+
+@pytest.fixture(scope="module")
+def make_eagle3(deep_target):
+    drafter = random_eagle3(deep_target, seed=3, token_ids=torch.tensor([0, 2, 3, 5]))  # q zero on 1 and 4
+    return lambda: EagleProposer(drafter)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5], ids=["exact", "control-at-half-the-temperature"])
+def test_eagle3_samples_the_target_distribution_and_a_cooler_sampler_fails(deep_target, make_eagle3, temperature):
+    settings = settings_for("temperature", 0)
+    run_settings = dataclasses.replace(settings, temperature=temperature)
+    exact = target_distribution(deep_target, PROMPT, settings, DEPTH, EAGLE3_RUNS)
+    samples = sample_outputs(deep_target, make_eagle3, PROMPT, run_settings, DEPTH, EAGLE3_RUNS)
+    fit = goodness_of_fit(samples.counts, exact, EAGLE3_RUNS)
+    assert samples.drafted > 0 and 0 < samples.accepted < samples.drafted
+    if temperature == settings.temperature:
+        assert fit.p_value >= ALPHA, f"p = {fit.p_value:.2g} (chi-square {fit.statistic:.1f}, dof {fit.dof})"
+    else:
+        assert fit.p_value < ALPHA, f"the control passed: p = {fit.p_value:.2g}"

@@ -156,7 +156,8 @@ def sample_outputs(target: LoadedModel, make_proposer: Callable[[], Proposer], p
     share one runner of the target, each run resetting it (as the app's runs share a pooled one): its checks and
     weights are prepared once, not thousands of times."""
     samples = Samples(Counter())
-    runner = make_runner(target.model)
+    # the hidden states the proposer reads: several target layers side by side for DFlash and EAGLE-3
+    runner = make_runner(target.model, features=make_proposer().target_layers)
     try:
         for i in range(runs):
             run_settings = dataclasses.replace(settings, seed=first_seed + i)

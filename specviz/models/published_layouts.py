@@ -7,6 +7,13 @@ loading them and what drafting with them costs can be measured at a real size wi
   bias=True), and pytorch_model.bin in float32 holding embed_tokens.weight (a copy of the target's), fc.weight
   [H, 2H], fc.bias [H] and one decoder layer without input_layernorm (EAGLE-1 drops it on its first layer);
   1,468,039,168 bytes of tensors at the 7B shape, the 1.47 GB the Hub lists.
+- SafeAILab EAGLE-3 (eagle/model/cnets.py's Model; e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B, as vLLM's
+  llama_eagle3.py loads it): config.json, a LlamaConfig of one layer with the keys of EAGLE's
+  eagle/traineagle3/config.json and draft_vocab_size (32,000 at the 8B shape), and pytorch_model.bin in float16
+  holding fc.weight [H, 3H], the midlayer (q, k and v reading 2H; hidden_norm, input_layernorm,
+  post_attention_layernorm), norm.weight, lm_head.weight [K, H], d2t [K] int64 and t2d [V] bool; no embedding
+  (their training saves only what it trains). 849,379,328 bytes of float16 tensors at the 8B shape, besides the
+  maps.
 - z-lab DFlash (z-lab/dflash's model.py; e.g. z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat): config.json, a Qwen3Config of
   the draft layers with block_size, num_target_layers and dflash_config (target_layer_ids, mask_token_id), and
   model.safetensors in bfloat16 holding fc, hidden_norm, the draft layers (q and k norms included) and a final
@@ -87,6 +94,71 @@ def eagle1_tensors(shape: Shape, bias: bool = True, embed: bool = True) -> dict[
     if bias:
         shapes["fc.bias"] = (h,)
     return shapes
+
+
+EAGLE3_DRAFT_VOCAB = {"llama-8b": 32000}  # the published drafters' draft_vocab_size; other shapes: a quarter of V
+
+
+def eagle3_draft_vocab(shape_name: str) -> int:
+    return EAGLE3_DRAFT_VOCAB.get(shape_name) or SHAPES[shape_name].vocab // 4
+
+
+def eagle3_config(shape: Shape, draft_vocab: int, layer_ids: list[int] | None = None) -> dict:
+    """EAGLE's eagle/traineagle3/config.json at `shape` (LlamaForCausalLMEagle3, as SGLang names it); layer_ids:
+    the target layers read in vLLM's numbering (eagle_aux_hidden_state_layer_ids), left out as theirs leave it
+    (EAGLE-3's default then: 2, L // 2, L - 3)."""
+    config = {"architectures": ["LlamaForCausalLMEagle3"], "bos_token_id": 128000, "eos_token_id": 128001,
+              "hidden_act": "silu", "hidden_size": shape.hidden, "initializer_range": 0.02,
+              "intermediate_size": shape.intermediate, "max_position_embeddings": 2048, "model_type": "llama",
+              "num_attention_heads": shape.heads, "num_key_value_heads": shape.kv_heads, "num_hidden_layers": 1,
+              "pad_token_id": 0, "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "torch_dtype": "float16",
+              "transformers_version": "4.28.1", "use_cache": True, "vocab_size": shape.vocab,
+              "draft_vocab_size": draft_vocab}
+    if layer_ids is not None:
+        config["eagle_aux_hidden_state_layer_ids"] = list(layer_ids)
+    return config
+
+
+def eagle3_tensors(shape: Shape, draft_vocab: int) -> dict[str, tuple[int, ...]]:
+    """The floating-point tensors (d2t and t2d, the integer maps, come beside them)."""
+    h, head_dim = shape.hidden, shape.hidden // shape.heads
+    return {
+        "midlayer.self_attn.q_proj.weight": (shape.heads * head_dim, 2 * h),
+        "midlayer.self_attn.k_proj.weight": (shape.kv_heads * head_dim, 2 * h),
+        "midlayer.self_attn.v_proj.weight": (shape.kv_heads * head_dim, 2 * h),
+        "midlayer.self_attn.o_proj.weight": (h, shape.heads * head_dim),
+        "midlayer.mlp.gate_proj.weight": (shape.intermediate, h),
+        "midlayer.mlp.up_proj.weight": (shape.intermediate, h),
+        "midlayer.mlp.down_proj.weight": (h, shape.intermediate),
+        "midlayer.hidden_norm.weight": (h,), "midlayer.input_layernorm.weight": (h,),
+        "midlayer.post_attention_layernorm.weight": (h,),
+        "norm.weight": (h,),
+        "fc.weight": (h, 3 * h),
+        "lm_head.weight": (draft_vocab, h),
+    }
+
+
+def eagle3_maps(vocab: int, draft_vocab: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """d2t and t2d for a draft vocabulary of random target ids (their training takes the most frequent ones)."""
+    ids = torch.randperm(vocab, generator=generator)[:draft_vocab].sort().values
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[ids] = True
+    return {"d2t": ids - torch.arange(draft_vocab), "t2d": t2d}
+
+
+def write_eagle3(folder, shape: Shape, draft_vocab: int, seed: int = 0, dtype: torch.dtype = torch.float16,
+                 std: float | None = None, config: dict | None = None, layer_ids: list[int] | None = None) -> dict:
+    """An EAGLE-3 folder at `shape` with random weights and a random draft vocabulary; returns the state written."""
+    generator = torch.Generator().manual_seed(seed)
+    state = {name: _random(name, size, generator, std).to(dtype)
+             for name, size in eagle3_tensors(shape, draft_vocab).items()}
+    state.update(eagle3_maps(shape.vocab, draft_vocab, generator))
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(state, folder / EAGLE_FILE)
+    (folder / "config.json").write_text(json.dumps(config or eagle3_config(shape, draft_vocab, layer_ids), indent=2)
+                                        + "\n")
+    return state
 
 
 def medusa1_config(heads: int, layers: int = 1, base: str = "lmsys/vicuna-7b-v1.3") -> dict:
@@ -205,11 +277,12 @@ def write_dflash(folder, shape: Shape, layers: int = DFLASH_LAYERS, seed: int = 
 
 
 def write_published(out, shape_name: str, methods=("eagle", "medusa"), seed: int = 0) -> dict:
-    """out/METHOD in the published layouts at a named shape, for each of `methods` (eagle, medusa, dflash);
-    returns what was written."""
+    """out/METHOD in the published layouts at a named shape, for each of `methods` (eagle, eagle3, medusa,
+    dflash); returns what was written."""
     shape = SHAPES[shape_name]
     out = Path(out)
     writers = {"eagle": lambda: write_eagle1(out / "eagle", shape, seed=seed),
+               "eagle3": lambda: write_eagle3(out / "eagle3", shape, eagle3_draft_vocab(shape_name), seed=seed + 3),
                "medusa": lambda: write_medusa1(out / "medusa", shape, config_heads=MEDUSA_CONFIG_HEADS, seed=seed + 1),
                "dflash": lambda: write_dflash(out / "dflash", shape, seed=seed + 2)}
     for method in methods:

@@ -9,6 +9,8 @@
   LlamaConfig with num_hidden_layers = 1 and `bias` (the fc's); pytorch_model.bin or model.safetensors with
   fc.weight [H, 2H], fc.bias, layers.0.self_attn.{q,k,v,o}_proj.weight, layers.0.mlp.{gate,up,down}_proj.weight,
   layers.0.post_attention_layernorm.weight and usually embed_tokens.weight (a copy of the target's).
+- SafeAILab EAGLE-3 drafters (e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B), loaded by the same `eagle` method:
+  eagle3_files.py's layout (midlayer.*, d2t and t2d tell them apart).
 - z-lab DFlash drafters (e.g. z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat): dflash_files.py's layout.
 - For `retrieval`, a datastore of the target's own answers: datastore.npz and config.json (datastore.py).
 
@@ -24,7 +26,7 @@ from pathlib import Path
 import torch
 
 from .datastore import Datastore
-from .dflash_files import load_dflash
+from .dflash_files import load_dflash, read_weights
 from .drafter_files import check_fits, check_trained_for, draft_vocab_ids, read_config, read_state, save_config
 from ..errors import ModelLoadError, OfflineError
 from ..options import EngineOptions
@@ -32,6 +34,7 @@ from ..runners.onednn import pack_linears
 from ..models.loading import DEFAULT_MODEL, LoadedModel, load_model
 from .distilled import DISTILLED, is_distilled_folder, load_distilled
 from .draft_head import DraftHead, TargetParts
+from .eagle3_files import is_eagle3, load_eagle3
 from .eagle_net import EagleConfig, EagleDrafter, EagleNet
 from .medusa_net import MedusaDrafter, MedusaHeads
 
@@ -41,7 +44,7 @@ EAGLE_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 MEDUSA_WEIGHTS = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
 # method -> (what --heads must name, the files fetched from a Hub repository beside config.json)
 DRAFTER_FILES = {"medusa": ("FasterDecoding Medusa heads", MEDUSA_WEIGHTS),
-                 "eagle": ("a SafeAILab EAGLE-1 drafter", EAGLE_WEIGHTS),
+                 "eagle": ("a SafeAILab EAGLE-1 or EAGLE-3 drafter", EAGLE_WEIGHTS),
                  "dflash": ("a z-lab DFlash drafter", ("model*.safetensors", "model.safetensors.index.json")),
                  "retrieval": ("a folder with datastore.npz and config.json", ("datastore.npz",))}
 
@@ -91,12 +94,20 @@ def resolve_folder(method: str, target: LoadedModel, heads: str | None) -> Path:
     return _download(heads, ["config.json", *DRAFTER_FILES[method][1]])
 
 
+def eagle_state(folder: Path) -> tuple[dict, Path]:
+    """An EAGLE drafter's tensors: one published file, else our numbered safetensors shards (EAGLE-3's)."""
+    if not any((folder / name).is_file() for name in EAGLE_WEIGHTS) and any(folder.glob("model-*.safetensors")):
+        return read_weights(folder), folder
+    return read_state(folder, EAGLE_WEIGHTS)
+
+
 def load_eagle(folder: Path, target: LoadedModel, options: EngineOptions) -> EagleDrafter:
+    """An EAGLE-1 drafter (also EAGLE-2's), or an EAGLE-3 one where the file's layout is EAGLE-3's (eagle3_files.py)."""
     what = f"the EAGLE drafter in {folder}"
     data = read_config(folder)
-    state, file = read_state(folder, EAGLE_WEIGHTS)
-    if any(k.startswith("midlayer.") for k in state) or "d2t" in state:
-        raise ModelLoadError(f"{file} is an EAGLE-3 drafter; specviz loads EAGLE-1 drafters (also used by EAGLE-2)")
+    state, file = eagle_state(folder)
+    if is_eagle3(state):
+        return load_eagle3(folder, file, data, state, target, options)
     if "fc.weight" not in state:
         raise ModelLoadError(f"{file} has no fc.weight: not an EAGLE-1 drafter")
     config = EagleConfig.from_json(data)

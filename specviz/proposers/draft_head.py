@@ -79,13 +79,16 @@ def top_k(x: torch.Tensor, k: int, two_stage: bool | None = None) -> tuple[torch
 
 class DraftHead:
     """Logits over the full vocabulary from draft features, scoring only `token_ids` (None = all tokens).
-    weight [K, H] (the target's output rows for those tokens, or a head's own output layer)."""
+    weight [V, H] whose rows `token_ids` are kept (the target's output layer, or a head's own), or with
+    `selected` [K, H] already one row a token of token_ids (EAGLE-3's own output layer over its draft
+    vocabulary). norm: applied to the features first (EAGLE-3's final norm), or None."""
 
     def __init__(self, weight: torch.Tensor, vocab_size: int, token_ids: torch.Tensor | None = None,
-                 bias: torch.Tensor | None = None, onednn: bool = True):
+                 bias: torch.Tensor | None = None, onednn: bool = True, norm=None, selected: bool = False):
         self.token_ids = token_ids
         self.vocab_size = vocab_size
-        if token_ids is not None:
+        self.norm = norm
+        if token_ids is not None and not selected:
             weight = weight[token_ids]
             bias = bias[token_ids] if bias is not None else None
         self.weight = weight.detach()
@@ -108,6 +111,8 @@ class DraftHead:
 
     def sub_logits(self, features: torch.Tensor) -> torch.Tensor:
         """features [..., H] -> [..., K] float32."""
+        if self.norm is not None:
+            features = self.norm(features)
         if self.packed is None:
             return torch.nn.functional.linear(features, self.weight, self.bias).float()
         return onednn_linear(features, self.packed, self.bias).float()

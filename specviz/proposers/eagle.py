@@ -1,7 +1,9 @@
 """`eagle`: a feature-level drafter (EAGLE, Li et al. 2024). One decoder layer reads the target's last hidden
 state f_i together with the embedding of the next token x_{i+1}, predicts the next hidden state f_{i+1}, and
 the target's own output layer turns it into logits. It drafts autoregressively in feature space: from the
-second draft token on, its input is its own predicted feature.
+second draft token on, its input is its own predicted feature. An EAGLE-3 drafter (the checkpoint's layout says
+which, eagle_net.py) reads three of the target's layers instead of its last hidden state, and scores a draft
+vocabulary with its own output layer; the proposer drafts with both alike.
 
 The network and its loaded form are eagle_net.py's; drafting a tree on the device, eagle_tree.py's. Its KV cache
 only ever holds positions computed from the target's true features: draft positions are dropped after each
@@ -31,15 +33,17 @@ class EagleProposer(Proposer):
 
     def __init__(self, drafter: EagleDrafter, options: EngineOptions | None = None):
         self.drafter = drafter
+        self.target_layers = drafter.target_layers  # EAGLE-3's three layers, which the run's runner hands over
         self.options = options or EngineOptions.from_environment()  # graphs and compile for its trees
         self.trees = self._finalizer = None  # a tree run's drafting on the device, and what gives it back
 
     def reset(self, prompt_ids, settings, generator, target_hidden=None) -> None:
         super().reset(prompt_ids, settings, generator)
         self.cache = DraftCache(len(self.drafter.net.layers))
-        hidden_size = self.drafter.net.config.hidden_size
-        self.pending = target_hidden if target_hidden is not None else torch.empty(0, hidden_size)
-        # pending [P, H]: target features of positions cache.length .. cache.length + P - 1, not yet fed
+        features = self.drafter.feature_size
+        check_width(target_hidden, features)
+        self.pending = target_hidden if target_hidden is not None else torch.empty(0, features)
+        # pending [P, F]: target features of positions cache.length .. cache.length + P - 1, not yet fed
         self.head_feature = None  # the drafter's output at position cache.length - 1, once pending is fed
         self.release()
         if self.tree_budget():  # trees draft on the device over a static cache (eagle_tree.py)
@@ -66,7 +70,7 @@ class EagleProposer(Proposer):
         if not tree or gamma < 1 or parts.device.type != "cuda" or not self.options.graphs:
             return  # nothing is captured: no cache to make
         trees = self._tree_drafting(max_length, gamma)
-        features = torch.zeros(1, self.drafter.net.config.hidden_size, device=parts.device, dtype=parts.dtype)
+        features = torch.zeros(1, self.drafter.feature_size, device=parts.device, dtype=parts.dtype)
         trees.catch_up(features, torch.zeros(1, dtype=torch.long, device=parts.device))
         trees.step(features, torch.zeros(1, dtype=torch.long, device=parts.device), gamma, self.tree_width, tree)
         trees.release()
@@ -91,7 +95,8 @@ class EagleProposer(Proposer):
 
     @torch.inference_mode()
     def _step(self, features, token_ids, start: int):
-        """Feed positions start .. start + T - 1: features [T, H], token_ids [T] (x_{i+1} for position i)."""
+        """Feed positions start .. start + T - 1: features [T, F] (the target's, or the drafter's own [T, H]),
+        token_ids [T] (x_{i+1} for position i)."""
         parts = self.drafter.parts
         positions = torch.arange(start, start + token_ids.shape[0], device=parts.device)
         cos, sin = parts.rotary(positions)
@@ -153,7 +158,16 @@ class EagleProposer(Proposer):
         known = fed + self.pending.shape[0]  # positions with a target feature
         new = feedback.tokens.shape[0] - 1 - known
         if new > 0 and feedback.target_hidden is not None:
+            check_width(feedback.target_hidden, self.drafter.feature_size)
             self.pending = torch.cat([self.pending.to(feedback.target_hidden), feedback.target_hidden[:new]])
+
+
+def check_width(hidden: torch.Tensor | None, features: int) -> None:
+    """Target features of the wrong width would be read as the drafter's own (EAGLE-3 tells the two apart by width):
+    a runner made without the proposer's target_layers is a mistake to stop at once."""
+    if hidden is not None and hidden.shape[-1] != features:
+        raise ValueError(f"the EAGLE drafter reads target features of width {features}, but was handed "
+                         f"{hidden.shape[-1]}: make the runner with features=proposer.target_layers")
 
 
 def build(request: ProposerRequest) -> EagleProposer:

@@ -20,12 +20,12 @@ from .eagle_tree import TreeDrafting, draft_tree, feed
 
 class EagleSpace:
     """An EAGLE drafter's tensors for one loop state: its static cache (eagle_tree.TreeDrafting, whose catch-up
-    graph feeds a prompt), the features of the positions still to feed [rows, H] and how many there are [1]."""
+    graph feeds a prompt), the features of the positions still to feed [rows, F] and how many there are [1]."""
 
     def __init__(self, drafter, capacity: int, rows: int, options):
         self.trees = TreeDrafting(drafter, capacity, rows, options)
         parts = drafter.parts
-        self.features = torch.zeros(rows, drafter.net.config.hidden_size, device=parts.device, dtype=parts.dtype)
+        self.features = torch.zeros(rows, drafter.feature_size, device=parts.device, dtype=parts.dtype)
         self.count = torch.ones(1, dtype=torch.long, device=parts.device)
 
 

@@ -88,14 +88,15 @@ class _TreeGraph:
 
 
 def feed(drafter, cache: CacheTensors, features, token_ids, slots, positions, mask):
-    """Run the drafter over K inputs: features [K, H] (f_i), token_ids [K] (x_{i+1}); their keys and values are
-    written at cache `slots` [K]; rotary `positions` [K]; mask [K, span] (True = may attend). Returns [K, H]."""
+    """Run the drafter over K inputs: features [K, F] (f_i: the target's, or the drafter's own [K, H]), token_ids
+    [K] (x_{i+1}); their keys and values are written at cache `slots` [K]; rotary `positions` [K]; mask [K, span]
+    (True = may attend). Returns [K, H]."""
     net, parts = drafter.net, drafter.parts
-    x = net.fc(torch.cat([parts.embed(token_ids), features], dim=-1))[None]  # [1, K, H]
+    x, embeds = net.start(features[None], parts.embed(token_ids)[None])  # [1, K, H]
     cos, sin = cache.cos[positions][None], cache.sin[positions][None]
     span = mask.shape[-1]
     for index, layer in enumerate(net.layers):
-        q, k, v = layer.project(x, cos, sin)
+        q, k, v = layer.project(x, cos, sin, embeds)
         cache.keys[index].index_copy_(1, slots, k[0])
         cache.values[index].index_copy_(1, slots, v[0])
         keys, values = cache.keys[index][:, :span], cache.values[index][:, :span]

@@ -1,4 +1,4 @@
-"""`specviz train-drafter`: self-distilled Medusa heads, an EAGLE drafter, a DFlash block drafter or a small draft model for
+"""`specviz train-drafter`: self-distilled Medusa heads, an EAGLE (or EAGLE-3) drafter, a DFlash block drafter or a small draft model for
 a target, from data the target writes itself (data.py), trained by trainer.py (dflash.py for DFlash: its own loop over
 blocks); or, with --method retrieval, a datastore of those answers
 (datastore.py: nothing to train). Meant for one GPU and minutes; runs on a CPU too (slowly: fine for a smoke
@@ -15,8 +15,10 @@ from ..errors import InvalidSettingError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--method", required=True, choices=("eagle", "medusa", "dflash", "draft-model", "retrieval"),
-                        help="draft-model: a small causal LM for the draft method (--draft FOLDER); "
+    parser.add_argument("--method", required=True,
+                        choices=("eagle", "eagle3", "medusa", "dflash", "draft-model", "retrieval"),
+                        help="eagle3: an EAGLE-3 drafter (three target layers; the eagle method loads it with --heads); "
+                        "draft-model: a small causal LM for the draft method (--draft FOLDER); "
                         "retrieval: no training, a datastore of the target's own answers")
     parser.add_argument("--target", default="default", help="'default', a Hub id, a folder or a .gguf file")
     parser.add_argument("--out", required=True, help="folder for config.json, the weights, loss.png, checkpoint.pt")
@@ -44,8 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "of similar length batched together)")
     group.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
     group.add_argument("--draft-vocab", type=int, default=8192, help="tokens the draft head scores (0 = all)")
-    group.add_argument("--ttt-steps", type=int, default=5, help="eagle: draft steps unrolled in training")
-    group.add_argument("--feature-weight", type=float, default=1.0, help="eagle: feature regression weight")
+    group.add_argument("--ttt-steps", type=int, default=5, help="eagle, eagle3: draft steps unrolled in training")
+    group.add_argument("--feature-weight", type=float, default=1.0, help="eagle: feature regression weight (eagle3 "
+                       "has none: it predicts tokens only)")
     group.add_argument("--heads", type=int, default=5, help="medusa: number of heads")
     group.add_argument("--layers", type=int, default=None, help="medusa: residual blocks per head (default 1); "
                        "draft-model and dflash: decoder layers (default 2)")

@@ -4,7 +4,7 @@ Notation for one sequence x_0 .. x_{T-1} with target features f_0 .. f_{T-1} (f_
 the target's hidden state after its final norm): the teacher's distribution for x_{j+1} is
 p_j = softmax(W f_j) over the draft vocabulary (W: the target's output rows for those tokens).
 
-EAGLE with training-time test (EAGLE-3's idea, on EAGLE-1's feature drafter): at inference the drafter's
+EAGLE with training-time test (EAGLE-3's idea; on EAGLE-1's feature drafter and on EAGLE-3's): at inference the drafter's
 second and later steps read its own predicted features, so training unrolls the same chain. Step 0 is
 teacher-forced: position i reads (f_i, x_{i+1}) and predicts f_{i+1} (regression) and p_{i+1} (cross-entropy).
 Step k at position i reads (o^{k-1}_{i-1}, x_{i+1}), its own output from the step before at the previous
@@ -12,6 +12,9 @@ position, which is what a chain started at s = i - k reads at its k-th draft. It
 chain would see: the cache of true positions j <= s (step 0's keys) and the chain's own earlier positions
 s + m, each computed at step m (m = 1..k). `ttt_mask` says exactly that, over the keys of all steps laid side
 by side. Tokens are teacher-forced: when a draft token differs from x_{i+1}, the target rejects it anyway.
+
+EAGLE-3 reads, in place of f_i, three of the target's layers at position i (fused by its fc), and from step 1 on
+its own outputs as they are; it is trained on tokens alone (the cross-entropy), as its paper does.
 
 Medusa: head k reads f_t and predicts p_{t+k+1} (the token k + 2 places after t).
 
@@ -39,24 +42,33 @@ def ttt_mask(length: int, step: int, device) -> torch.Tensor:
 
 
 def ttt_forward(net: EagleNet, features, embeds, cos, sin, steps: int) -> list[torch.Tensor]:
-    """features [B, T, H] (f_i at position i), embeds [B, T, H] (embedding of x_{i+1}), cos and sin [1, T, d].
-    Returns each step's outputs [B, T, H]: step k at position i is the k-th draft of the chain started at
-    position i - k (meaningless for i < k)."""
-    batch, length, hidden = features.shape
+    """features [B, T, F] (f_i at position i: the final hidden state, or EAGLE-3's three layers), embeds [B, T, H]
+    (embedding of x_{i+1}), cos and sin [1, T, d]. Returns each step's outputs [B, T, H]: step k at position i is
+    the k-th draft of the chain started at position i - k (meaningless for i < k). From step 1 on the inputs are
+    the drafter's own outputs [B, T, H], which EAGLE-3 reads unfused (EagleNet.start)."""
+    batch, length, _ = features.shape
     keys = [[] for _ in net.layers]
     values = [[] for _ in net.layers]
     inputs, outputs = features, []
     for step in range(steps):
-        x = net.fc(torch.cat([embeds, inputs], dim=-1))
+        x, layer_embeds = net.start(inputs, embeds)
         mask = ttt_mask(length, step, x.device)
         for index, layer in enumerate(net.layers):
-            q, k, v = layer.project(x, cos, sin)
+            q, k, v = layer.project(x, cos, sin, layer_embeds)
             keys[index].append(k)
             values[index].append(v)
             x = layer.finish(x, attend(q, torch.cat(keys[index], dim=2), torch.cat(values[index], dim=2), mask))
         outputs.append(x)
-        inputs = torch.cat([x.new_zeros(batch, 1, hidden), x[:, :-1]], dim=1)  # o^k_{i-1} feeds position i
+        inputs = torch.cat([x.new_zeros(batch, 1, x.shape[-1]), x[:, :-1]], dim=1)  # o^k_{i-1} feeds position i
     return outputs
+
+
+def draft_logits(net: EagleNet, out, head_weight):
+    """A drafter's scores over the draft vocabulary: EAGLE-1's feature through the target's output rows, EAGLE-3's
+    output through its own final norm and output layer."""
+    if net.config.eagle3:
+        return net.lm_head(net.norm(out))
+    return F.linear(out, head_weight)
 
 
 def soft_cross_entropy(student_logits, teacher_probs):
@@ -69,8 +81,9 @@ def masked_mean(values, mask):
 
 
 def eagle_loss(net, batch: dict, head_weight, cos, sin, steps: int, feature_weight: float, step_decay: float):
-    """batch: features [B, T, H], embeds [B, T, H] (of x_j), teacher [B, T, K] (p_j), valid [B, T] (p_j counts).
-    Returns (loss, {"ce": [...], "acc": [...], "reg": [...]}) with one entry per unrolled step."""
+    """batch: features [B, T, F], embeds [B, T, H] (of x_j), teacher [B, T, K] (p_j), valid [B, T] (p_j counts).
+    Returns (loss, {"ce": [...], "acc": [...], "reg": [...]}) with one entry per unrolled step. EAGLE-3 predicts
+    tokens only (its output is not the target's feature): no regression, "reg" 0."""
     features, embeds, teacher, valid = batch["features"], batch["embeds"], batch["teacher"], batch["valid"]
     outputs = ttt_forward(net, features[:, :-1], embeds[:, 1:], cos, sin, steps)
     target_features, target_probs, target_valid = features[:, 1:], teacher[:, 1:], valid[:, 1:]
@@ -78,9 +91,10 @@ def eagle_loss(net, batch: dict, head_weight, cos, sin, steps: int, feature_weig
     total, weights, stats = 0.0, 0.0, {"ce": [], "acc": [], "reg": []}
     for step, out in enumerate(outputs):
         mask = (target_valid & (positions >= step)).float()
-        logits = F.linear(out, head_weight)
+        logits = draft_logits(net, out, head_weight)
         ce = masked_mean(soft_cross_entropy(logits, target_probs), mask)
-        reg = masked_mean(F.smooth_l1_loss(out.float(), target_features, reduction="none").mean(-1), mask)
+        reg = out.new_zeros(()) if net.config.eagle3 else masked_mean(
+            F.smooth_l1_loss(out.float(), target_features, reduction="none").mean(-1), mask)
         acc = masked_mean((logits.argmax(-1) == target_probs.argmax(-1)).float(), mask)
         weight = step_decay ** step
         total = total + weight * (ce + feature_weight * reg)

@@ -17,17 +17,18 @@ import torch.nn.functional as F
 from ..errors import InvalidSettingError
 from ..models.loading import LoadedModel
 from ..proposers.checkpoints import read_medusa_blocks, save_eagle, save_medusa
+from ..proposers.eagle3_files import default_layers, save_eagle3
 from ..proposers.distilled import build_draft_model, draft_config, save_distilled, spread_layers, start_from_target
 from ..proposers.draft_head import TargetParts
 from ..proposers.eagle_net import EagleConfig, EagleNet
 from ..proposers.medusa_net import MedusaHeads
-from .losses import draft_model_loss, eagle_loss, medusa_loss, ttt_forward
+from .losses import draft_logits, draft_model_loss, eagle_loss, medusa_loss, ttt_forward
 from .plot import save_loss_curve
 
 
 @dataclass
 class TrainOptions:
-    method: str  # "eagle", "medusa", "draft-model" or "dflash"
+    method: str  # "eagle", "eagle3", "medusa", "draft-model" or "dflash"
     steps: int | None = None  # optimizer steps; None = until `minutes`
     minutes: float | None = None  # time budget for training (the schedule follows whichever ends first)
     batch_tokens: int = 16384  # tokens per batch (sequences of similar length are batched together)
@@ -58,10 +59,11 @@ class TrainOptions:
     extra: dict = field(default_factory=dict)
 
 
-def compute_features(target: LoadedModel, sequences: list[list[int]], batch_tokens: int) -> tuple[torch.Tensor, list[int]]:
+def compute_features(target: LoadedModel, sequences: list[list[int]], batch_tokens: int,
+                     layers: tuple[int, ...] | None = None) -> tuple[torch.Tensor, list[int]]:
     """Target features (hidden states after the final norm) of every position, flat [N, H] float32 on the
-    target's device, and each sequence's offset in it. Right padding with a causal mask never changes a real
-    position's features."""
+    target's device, and each sequence's offset in it; with `layers` (EAGLE-3's), those layers' outputs after
+    them, [N, H + len(layers) * H]. Right padding with a causal mask never changes a real position's features."""
     from tqdm.auto import tqdm
 
     decoder = target.model.get_decoder()
@@ -70,7 +72,7 @@ def compute_features(target: LoadedModel, sequences: list[list[int]], batch_toke
         offsets.append(total)
         total += len(s)
     hidden = target.model.get_output_embeddings().weight.shape[1]
-    flat = torch.empty(total, hidden, dtype=torch.float32, device=target.device)
+    flat = torch.empty(total, hidden * (1 + len(layers or ())), dtype=torch.float32, device=target.device)
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
     with torch.inference_mode(), tqdm(total=total, desc="target features", unit="tok") as bar:
         for group in length_batches([len(sequences[i]) for i in order], batch_tokens):
@@ -79,7 +81,9 @@ def compute_features(target: LoadedModel, sequences: list[list[int]], batch_toke
             ids = torch.zeros(len(rows), width, dtype=torch.long)
             for b, r in enumerate(rows):
                 ids[b, : len(sequences[r])] = torch.tensor(sequences[r])
-            out = decoder(input_ids=ids.to(target.device), use_cache=False).last_hidden_state.float()
+            result = decoder(input_ids=ids.to(target.device), use_cache=False, output_hidden_states=bool(layers))
+            # hidden_states[i + 1] is layer i's output, as the runners hand it over (runners.causal.layer_features)
+            out = torch.cat([result.last_hidden_state, *(result.hidden_states[i + 1] for i in layers or ())], -1).float()
             for b, r in enumerate(rows):
                 flat[offsets[r]: offsets[r] + len(sequences[r])] = out[b, : len(sequences[r])]
             bar.update(sum(len(sequences[r]) for r in rows))
@@ -104,6 +108,8 @@ class Batches:
 
     def __init__(self, data: dict, rows: list[int], features: torch.Tensor, offsets: list[int], parts: TargetParts,
                  head_weight: torch.Tensor, batch_tokens: int, device):
+        """features [N, H] (the final hidden states), or [N, H + F] with EAGLE-3's layers after them: then the
+        batches' features are those layers, and the final ones only give the teacher."""
         self.data, self.features, self.offsets = data, features, offsets
         self.parts, self.head_weight, self.device = parts, head_weight, device
         rows = sorted(rows, key=lambda r: len(data["sequences"][r]))
@@ -127,7 +133,10 @@ class Batches:
             # p_j (predicting x_{j+1}) counts when x_{j+1} belongs to the answer
             valid[b, max(0, prompt_lengths[r] - 1): n] = True
         ids, valid = ids.to(self.device), valid.to(self.device)
-        teacher = F.linear(features, self.head_weight).softmax(-1)
+        final = self.head_weight.shape[1]
+        teacher = F.linear(features[..., :final], self.head_weight).softmax(-1)
+        if hidden > final:  # EAGLE-3: the drafter reads the layers after the final hidden state
+            features = features[..., final:]
         return {"ids": ids, "features": features, "embeds": self.parts.embed(ids).float(), "teacher": teacher,
                 "valid": valid}
 
@@ -169,7 +178,7 @@ def evaluate(method: str, model, batches: Batches, parts: TargetParts, options: 
     """On held-out conversations: for each draft length k + 1, the share of draft chains whose first k + 1
     tokens all equal the target's greedy choice (what greedy verification accepts), and the tokens per step
     that implies. A chain starts wherever its first draft token belongs to an answer."""
-    depth = {"eagle": options.ttt_steps, "medusa": options.medusa_heads}.get(method, options.chain)
+    depth = {"eagle": options.ttt_steps, "eagle3": options.ttt_steps, "medusa": options.medusa_heads}.get(method, options.chain)
     joint, starts_total = [0.0] * depth, 0.0
     for group in batches.groups:
         batch = batches.make(group)
@@ -177,12 +186,12 @@ def evaluate(method: str, model, batches: Batches, parts: TargetParts, options: 
         starts = valid[:, 1:]  # chain start s: its first draft is x_{s+2}, chosen from p_{s+1}
         hits = [torch.zeros_like(starts) for _ in range(depth)]  # hits[k][s]: draft k + 1 of chain s is right
         with autocast():
-            if method == "eagle":
+            if method in ("eagle", "eagle3"):
                 length = starts.shape[1]
                 cos, sin = parts.rotary(torch.arange(length, device=starts.device))
                 outs = ttt_forward(model, batch["features"][:, :-1], batch["embeds"][:, 1:], cos.float(), sin.float(), depth)
                 for k, out in enumerate(outs):  # step k at position s + k
-                    right = (F.linear(out, batches.head_weight).argmax(-1) == choice[:, 1:]) & starts
+                    right = (draft_logits(model, out, batches.head_weight).argmax(-1) == choice[:, 1:]) & starts
                     hits[k][:, : length - k] = right[:, k:]
             elif method == "draft-model":  # teacher-forced: a chain reads the target's own (accepted) tokens
                 right = (model(input_ids=batch["ids"], use_cache=False).logits.argmax(-1) == choice) & valid
@@ -230,9 +239,18 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
     head_weight = head_weight[token_ids.to(device)] if token_ids is not None else head_weight
     log(f"draft vocabulary: {head_weight.shape[0]} tokens, covering {coverage:.2%} of answer tokens")
 
+    depth = len(target.model.get_decoder().layers)
+    layers = None
     if options.method == "eagle":
         config = EagleConfig.like_target(target.model.config)
         model = EagleNet(config)
+    elif options.method == "eagle3":
+        layers = default_layers(depth)
+        config = EagleConfig.like_target(target.model.config, target_layers=layers, draft_vocab_size=head_weight.shape[0])
+        model = EagleNet(config)
+        with torch.no_grad():  # its own output layer starts as the target's rows for the draft vocabulary
+            model.lm_head.weight.copy_(head_weight)
+        log(f"EAGLE-3 drafter reading the outputs of the target's layers {list(layers)}")
     elif options.method == "draft-model":
         model = build_draft_model(target.model, draft_config(target.model.config, options.draft_layers),
                                   token_ids.to(device) if token_ids is not None else None)
@@ -258,7 +276,7 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
         log(f"resumed at step {step} ({elapsed:.0f}s trained)")
     commands = commands + [options.command]
 
-    features, offsets = compute_features(target, data["sequences"], options.batch_tokens * 2)
+    features, offsets = compute_features(target, data["sequences"], options.batch_tokens * 2, layers)
     val_rows, train_rows = split_rows(data, options.val_share)
     train_batches = Batches(data, train_rows, features, offsets, parts, head_weight, options.batch_tokens, device)
     val_batches = Batches(data, val_rows, features, offsets, parts, head_weight, options.batch_tokens, device)
@@ -291,7 +309,7 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
         for group in optimizer.param_groups:
             group["lr"] = lr
         with autocast():
-            if options.method == "eagle":
+            if options.method in ("eagle", "eagle3"):
                 length = batch["ids"].shape[1] - 1
                 cos, sin = parts.rotary(torch.arange(length, device=device))
                 loss, stats = eagle_loss(model, batch, head_weight, cos.float(), sin.float(), options.ttt_steps,
@@ -330,7 +348,7 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
 
     meta = {
         "trained_for": {"target": target.name, "description": target.describe(), "hidden_size": parts.hidden_size,
-                        "vocab_size": parts.vocab_size},
+                        "vocab_size": parts.vocab_size, "num_layers": depth},
         "method": options.method,
         "command": options.command,
         "commands": commands,  # every run that trained these weights, the first one first (--resume)
@@ -343,6 +361,8 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
     }
     if options.method == "eagle":
         save_eagle(out, model, token_ids, meta)
+    elif options.method == "eagle3":
+        save_eagle3(out, model, token_ids, parts.vocab_size, meta)
     elif options.method == "draft-model":
         save_distilled(out, model, token_ids, meta)
     else:
