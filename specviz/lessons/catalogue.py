@@ -98,7 +98,8 @@ def prompt_line(lesson: Lesson) -> str:
     if lesson.key in ("acceptance", "batch"):
         return ("Prompts, each sent as a chat turn: " + "; ".join(f"{kind}: {_quoted(text)}" for kind, text in
                                                                    PROMPTS.items()) + ".")
-    return f"Prompt, sent as a chat turn: {_quoted(SETTINGS[lesson.key]['prompt'])}."
+    prompt = SETTINGS.get(lesson.key, {}).get("prompt")  # a lesson registered later may have no settings here
+    return f"Prompt, sent as a chat turn: {_quoted(prompt)}." if prompt else ""
 
 
 def lessons_to_run(which: str) -> list[Lesson]:
