@@ -45,7 +45,7 @@ def test_the_drawing_lights_the_accepted_path_and_shows_p_and_q_of_every_node():
     assert "<b>" not in html and "&lt;b&gt;&amp;" in html  # a token's text is escaped, never markup
     assert "4 candidates, 1 accepted along one path" in html
     width = int(re.search(r'<svg viewBox="0 -4 (\d+) ', html).group(1))
-    assert width == 3 * 64  # one column a leaf: wider trees scroll in their own box rather than shrink
+    assert width == 3 * 80  # one column a leaf: wider trees scroll in their own box rather than shrink
 
 
 def test_a_chain_step_draws_no_tree_and_a_tree_step_s_lane_holds_its_drawing():

@@ -8,9 +8,9 @@ from ..records.schema import StepRecord, TreeNode
 from ..records.tree_layout import place
 from .render import escape_text
 
-COLUMN = 64  # px a leaf column takes at full size: a token and "p 0.42" fit
+COLUMN = 80  # px a leaf column takes at full size: a token and "p 0.42 · q 1" fit
 ROW = 58  # px from one depth to the next
-BOX_W, BOX_H = 58, 38
+BOX_W, BOX_H = 72, 38
 MAX_TEXT = 7  # characters of a token shown in its box (the whole token is in the node's title)
 
 
@@ -46,7 +46,8 @@ def tree_svg(step: StepRecord) -> str:
     width, height = max(columns, 1) * COLUMN, (depth + 1) * ROW
     x = {p.node: (p.column + 0.5) * COLUMN for p in placed}
     y = {p.node: p.depth * ROW + BOX_H / 2 for p in placed}
-    root = (width / 2, BOX_H / 2 - 4)
+    tops = [p.column for p in placed if p.depth == 1]
+    root = ((sum(tops) / len(tops) + 0.5) * COLUMN, BOX_H / 2 - 4)  # over the middle of its children
     edges, boxes = [], []
     for i, node in enumerate(step.tree):
         px, py = root if node.parent < 0 else (x[node.parent], y[node.parent])
