@@ -22,14 +22,22 @@ class NotEnoughMemoryError(SpecvizError):
     """A model whose weights do not fit the memory free now; nothing of it was loaded."""
 
 
-def parse_size(text: str) -> int:
-    """'12GiB', '12 GB', '800MiB', '1500000000' -> bytes."""
+def parse_bytes(text: str) -> int:
+    """A memory size as written in the environment: '12GiB', '12 GB', '800MiB', '1500000000' -> bytes."""
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?)B?\s*", str(text), re.IGNORECASE)
     if not match:
-        raise SpecvizError(f"{ENV}: '{text}' is not a size such as 12GiB or 800MB")
+        raise SpecvizError(f"'{text}' is not a size such as 12GiB or 800MB")
     number, unit, binary = float(match.group(1)), match.group(2).upper(), bool(match.group(3))
     power = "KMGT".index(unit) + 1 if unit else 0
     return int(number * (1024 if binary else 1000) ** power)
+
+
+def parse_size(text: str) -> int:
+    """SPECVIZ_MEMORY_AVAILABLE's size in bytes (parse_bytes), its name in the refusal."""
+    try:
+        return parse_bytes(text)
+    except SpecvizError as error:
+        raise SpecvizError(f"{ENV}: {error}") from None
 
 
 def _meminfo_available(path: Path = Path("/proc/meminfo")) -> int | None:

@@ -20,11 +20,11 @@ the app applies it (specviz/ui)."""
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecvizError
+from ..models.memory import parse_bytes
 
 DEFAULT_MODEL = "default"  # the same name as models.DEFAULT_MODEL, without importing torch here
 SHIPPED_DRAFTERS = ("distilled",)  # drafter names that load files shipped in assets/drafters
@@ -97,16 +97,6 @@ def is_public(env) -> bool:
     if flag in ("0", "false", "no", "off"):
         return False
     return flag in ("1", "true", "yes", "on") or bool(env.get("SPACE_ID"))
-
-
-def parse_bytes(text: str) -> int:
-    """'12GiB', '12 GB', '800MiB', '1500000000' -> bytes."""
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?)B?\s*", str(text), re.IGNORECASE)
-    if not match:
-        raise SpecvizError(f"'{text}' is not a size such as 12GiB or 800MB")
-    number, unit, binary = float(match.group(1)), match.group(2).upper(), bool(match.group(3))
-    power = "KMGT".index(unit) + 1 if unit else 0
-    return int(number * (1024 if binary else 1000) ** power)
 
 
 def _count(env, name: str, default: int) -> int | None:
