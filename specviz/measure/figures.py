@@ -3,7 +3,9 @@ lessons all read them from here (the docs' tables are written by `python -m spec
 tests/test_figures.py checks that they are), so a new measurement changes this file and nothing else.
 
 Each figure names its run: the device, the prompts, the commit and the date, and its journal entry under
-docs/benchmarks/. A figure that run did not keep is None (shown as "–"), never one from another run.
+docs/benchmarks/. A figure that run did not keep is None (shown as "–"), never one from another run. The figures
+and their dates sit in code, not only in docs/, because the app and the lessons state them at run time; how each
+run was made (commands, raw results) stays in its journal entry.
 """
 from __future__ import annotations
 
