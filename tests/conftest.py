@@ -6,6 +6,7 @@ profile, one chromium (a fresh context per test). A test module runs on one work
 once, its tests keep their order), except the sampling statistics, whose tests spread one by one
 (pytest_xdist_make_scheduler). Markers say what a test needs (model, server, browser, subprocess, stats, train);
 most come from the fixtures it uses, so `-m "not browser"` and the like select by them."""
+import contextlib
 import os
 import subprocess
 import sys
@@ -134,14 +135,17 @@ def app_url(default_target):
 @pytest.fixture(scope="session")
 def chromium():
     """Debian's chromium, launched once; a test opens its own context (browser.new_context) and closes it."""
-    from ui_server import CHROMIUM, CHROMIUM_ARGS, require_chromium
+    from ui_server import CHROMIUM, CHROMIUM_ARGS, bounded, require_chromium
 
     require_chromium()
     sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
+    playwright = sync_api.sync_playwright().start()
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    yield browser
+    with bounded(60):
+        for close in (browser.close, playwright.stop):
+            with contextlib.suppress(Exception):  # a driver killed by the watchdog fails the close: the tests ran
+                close()
 
 
 # the command line -----------------------------------------------------------------------------------------

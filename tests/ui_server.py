@@ -2,7 +2,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import threading
 import time
+import warnings
+from pathlib import Path
 
 
 @contextlib.contextmanager
@@ -46,3 +51,40 @@ def require_chromium() -> None:
         if os.environ.get("CI"):
             pytest.fail(message, pytrace=False)
         pytest.skip(message, allow_module_level=True)
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is pid (read from /proc: the tests run on Linux)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def kill_playwright_driver() -> None:
+    """Kill this process's Playwright driver (node ... run-driver) and what it started (chromium): its pipe then
+    ends, and a stop that waits on it returns."""
+    for pid in _children(os.getpid()):
+        with contextlib.suppress(OSError):
+            if b"run-driver" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue
+            for child in _children(pid):
+                os.kill(child, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
+            warnings.warn("Playwright's driver did not stop within its time and was killed")
+
+
+@contextlib.contextmanager
+def bounded(seconds: float):
+    """Run the block with a watchdog: past `seconds`, the Playwright driver is killed so that a close or a stop
+    that hangs on its pipe (seen at the end of a session in CI, for 900 s) returns instead."""
+    watchdog = threading.Timer(seconds, kill_playwright_driver)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        yield
+    finally:
+        watchdog.cancel()

@@ -120,7 +120,7 @@ def verify_cost_figure(record: lessons.VerifyCost | None) -> dict:
 # acceptance -----------------------------------------------------------------------------------------------------
 
 ACCEPTANCE_HEADERS = lessons.speedup.HEADERS
-ACCEPTANCE_WIDTHS = ["9%", "8%", "6%", "6%", "5%", "5%", "13%", "10%", "38%"]  # the literature column wraps in its own
+ACCEPTANCE_WIDTHS = ["9%", "8%", "8%", "9%", "4%", "4%", "10%", "10%", "38%"]  # the literature column wraps in its own
 
 
 def what_if_figure(rows: list[lessons.AcceptanceRow], alpha: float, gamma: int, c: float) -> dict:
