@@ -7,6 +7,7 @@ import pytest
 
 from specviz.measure.plausibility import TOLERANCE
 from specviz.proposers import PlainProposer
+from specviz.service import events
 from specviz.settings import DecodeSettings
 from specviz.ui import run_setup, tabs, view
 from specviz.ui.run_request import RunRequest
@@ -19,13 +20,13 @@ def rows_of(methods=("ngram",), max_new_tokens=8, prompt=PROMPT):
     request = RunRequest(prompt, methods[0], "default", None,
                          DecodeSettings(max_new_tokens=max_new_tokens, gamma=4, stop_at_eos=False))
     records = list(tabs.compare_records(request, tuple(methods)))
-    assert not [r for r in records if r[0] == "failed"], records
-    return records, {r[1]["method"]: r[1] for r in records if r[0] == "row"}
+    assert not [r for r in records if isinstance(r, events.Failed)], records
+    return records, {r.figures["method"]: r.figures for r in records if isinstance(r, events.Row)}
 
 
 def plain_runs(records) -> int:
     """How many times plain decoding was run: its progress starts again from its first step each time."""
-    counts = [r[2] for r in records if r[0] == "progress" and r[1] == "plain"]
+    counts = [r.tokens for r in records if isinstance(r, events.Progress) and r.method == "plain"]
     return sum(1 for before, now in zip([None, *counts], counts) if before is None or now < before)
 
 

@@ -16,6 +16,7 @@ from gradio_client import Client
 
 from specviz import DecodeSettings
 from specviz.api import encode, make_proposer, run_once
+from specviz.service import events
 from specviz.ui import gpu, live, recorded_runs, run_request, run_setup, sessions
 from ui_server import serve_app, wait_done
 
@@ -178,7 +179,7 @@ def test_a_worker_does_not_take_the_apps_sessions_for_its_own():
 
     def records():  # a call still computing: its run in the session is unfinished
         released.wait(60)
-        yield ("end", live.STOPPED, None)
+        yield events.Ended(live.STOPPED, None)
 
     sessions.session(key).run = recorded_runs.RecordedRun(run_request.RunRequest(PROMPT, "ngram"), records())
     call = GpuFunction(models_in_use_here)

@@ -8,6 +8,7 @@ import pytest
 
 from specviz import DecodeSettings, InvalidSettingError
 from specviz.api import encode, make_proposer, run_once
+from specviz.service import events
 from specviz.proposers import PlainProposer
 from specviz.ui import engine_lock, live, recorded_runs, run_request, run_setup, serving, sessions
 from specviz.ui.public import Profile
@@ -266,7 +267,7 @@ def test_the_pool_keeps_the_models_of_a_sessions_unfinished_run():
 
     def records():  # a GPU call still computing: the session's run is unfinished
         released.wait(60)
-        yield ("end", live.STOPPED, None)
+        yield events.Ended(live.STOPPED, None)
 
     request = run_request.RunRequest(PROMPT, "draft", "test-target", "test-drafter")
     sessions.session("test-held").run = recorded_runs.RecordedRun(request, records())

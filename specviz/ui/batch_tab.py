@@ -20,6 +20,7 @@ from ..lessons.batch_size import batch_sentence as verdict_line
 from ..lessons.batch_size import prompts_for
 from ..measure.plausibility import BUSY, UNSETTLED
 from ..proposers.checkpoints import load_draft_model
+from ..service import events
 from ..settings import DecodeSettings
 from . import charts, render, serving
 from .endpoint import form_handler, pull, stopped_message
@@ -104,16 +105,16 @@ class BatchTab:
         settings = DecodeSettings(max_new_tokens=form.batch_tokens, gamma=4).validate()
         yield {self.status: render.status_html(f"Loading {form.target}…", "info")}
         summary, device, costs = [], "", []
-        for record in pull(gpu(batch_records)(form.target, form.batch_method, batch_sizes, settings, self.prompts),
-                           cancel):
-            if record[0] == "failed":
-                yield {self.status: render.status_html(record[1], "error")}
+        for event in pull(gpu(batch_records)(form.target, form.batch_method, batch_sizes, settings, self.prompts),
+                          cancel):
+            if isinstance(event, events.Failed):
+                yield {self.status: render.status_html(event.message, "error")}
                 return
-            if record[0] == "device":
-                device = record[1]
-            if record[0] != "size":
+            if isinstance(event, events.Device):
+                device = event.label
+            if not isinstance(event, events.BatchSize):
                 continue
-            _, size, summary, costs = record
+            size, summary, costs = event.size, event.summary, event.costs
             yield {self.status: render.status_html(f"Measured batch {size}.", "info"),
                    self.plot: plot(charts.batch_figure(summary, device, form.batch_method, costs))}
         if cancel.is_set():
@@ -125,16 +126,16 @@ class BatchTab:
 
 
 def batch_records(name: str, method: str, batch_sizes: list[int], settings: DecodeSettings,
-                  prompts: list[str]) -> Iterator[tuple]:
-    """The prompts decoded in batches of each size, plain and with `method`: ("device", label), then ("size",
-    size, summary so far, forward costs so far) after each size, or ("failed", message). A GPU call; other users'
-    runs interleave between its batches."""
+                  prompts: list[str]) -> Iterator[events.Event]:
+    """The prompts decoded in batches of each size, plain and with `method`: Device, a Beat after each batch,
+    then a BatchSize (the summary and forward costs so far) after each size, or Failed (specviz.service.events).
+    A GPU call; other users' runs interleave between its batches."""
     try:
         with serving.pool().using(name):
             model = load_target(name)
             ids = [encode(model, prompt) for prompt in prompts]
             drafting = BatchTab.drafting(method, name, model)
-            yield ("device", f"{model.device.type} ({model.describe()})")
+            yield events.Device(f"{model.device.type} ({model.describe()})")
             rows, costs = [], []
             # every size decodes the first prompts of one list: as many as the largest batch (repeated where there
             # are fewer), at least a few at the small sizes (prompts_for), as the lesson does
@@ -152,10 +153,10 @@ def batch_records(name: str, method: str, batch_sizes: list[int], settings: Deco
                                                (lambda: make_proposer("plain", model)), batch, settings)
                         plain = plain or run
                         rows.append(row_of(run, plain, spec, size))
-                        yield ("batch",)
+                        yield events.Beat()
                 with ENGINE_LOCK:  # why: a verify pass of gamma + 1 positions against a plain step, this batch
                     costs.append({"batch_size": size, "positions": settings.gamma + 1,
                                   "ratio": forward_cost(model, size, settings.gamma + 1) / forward_cost(model, size, 1)})
-                yield ("size", size, summarize_batches(rows), list(costs))
+                yield events.BatchSize(size, summarize_batches(rows), list(costs))
     except Exception as error:
-        yield ("failed", message_of(error))
+        yield events.Failed(message_of(error))

@@ -28,6 +28,7 @@ from ..engine.run import SpeculativeRun
 from ..errors import SpecvizError
 from ..models.loading import DEFAULT_MODEL
 from ..proposers import PlainProposer
+from ..service import events
 from . import serving
 from .admission import LEDGER, address_of
 from .cancel import Cancel
@@ -187,11 +188,11 @@ def page_url(request) -> str:
     return f"{scheme.split(',')[0].strip()}://{host.split(',')[0].strip()}/"
 
 
-def speculate_records(request: RunRequest) -> Iterator[tuple]:
+def speculate_records(request: RunRequest) -> Iterator[events.Event]:
     """Plain decoding, then the method, of one prompt, a step at a time under the engine lock (as the Run tab's
     runs: other users' steps interleave, so a long request slows the others by a share, not by its length; its
-    times are on engine time, stepped_runs.engine_result): ("step",) after every step, then ("report", the JSON),
-    or ("failed", message). A GPU call: it runs where gpu() puts it, and closing it ends it at its next step."""
+    times are on engine time, stepped_runs.engine_result): a Beat after every step, then the Report (its JSON), or
+    Failed (specviz.service.events). A GPU call: it runs where gpu() puts it, and closing it ends it at its next step."""
     try:
         with serving.pool().using(request.target, request.draft):
             target, draft = load_models(request)
@@ -205,15 +206,15 @@ def speculate_records(request: RunRequest) -> Iterator[tuple]:
                 try:
                     while not stepped.done:
                         stepped.advance()
-                        yield ("step",)
+                        yield events.Beat()
                 finally:
                     stepped.close()
                 results.append(engine_result(stepped))
-        yield ("report", api.Report(results[1], results[0]).to_dict())
+        yield events.Report(api.Report(results[1], results[0]).to_dict())
     except Exception as error:
         if not isinstance(error, SpecvizError):
             log.exception("/speculate failed")
-        yield ("failed", message_of(error))
+        yield events.Failed(message_of(error))
 
 
 def speculate(prompt: str, method: str = "ngram", max_new_tokens: int = 64, gamma: int = 4, temperature: float = 0.0,
@@ -244,11 +245,11 @@ def speculate(prompt: str, method: str = "ngram", max_new_tokens: int = 64, gamm
         run_request = RunRequest(form.prompt, form.method, form.target, draft_name, form.settings)
         report = None
         with metering(charge_of(request)):
-            for record in pull(gpu(speculate_records)(run_request), cancel):  # to its end: the call finishes
-                if record[0] == "failed":
-                    raise SpecvizError(record[1])
-                if record[0] == "report":
-                    report = record[1]
+            for event in pull(gpu(speculate_records)(run_request), cancel):  # to its end: the call finishes
+                if isinstance(event, events.Failed):
+                    raise SpecvizError(event.message)
+                if isinstance(event, events.Report):
+                    report = event.report
         if report is None:
             raise SpecvizError(stopped_message(cancel))
         return report

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from .. import lessons
 from ..errors import SpecvizError
 from ..lessons.progress import Progress, left_text, progress_of, time_left
+from ..service import events
 from . import render, serving
 from .endpoint import pull, stopped_message
 from .form import message_of
@@ -17,16 +18,17 @@ from .run_setup import encode_prompt
 from .serving import load_target
 
 
-def lesson_records(name: str, start: Callable, prompt: str | None = None) -> Iterator[tuple]:
-    """A lesson measured on the target `name`: ("loaded",), then ("record", record) for each record start(model)
-    yields (one at a time under the engine lock, so that other users' steps interleave), or ("failed", message).
+def lesson_records(name: str, start: Callable, prompt: str | None = None) -> Iterator[events.Event]:
+    """A lesson measured on the target `name`: a Beat once the model is loaded, then a LessonRecord for each
+    record start(model) yields (one at a time under the engine lock, so that other users' steps interleave), or
+    Failed (specviz.service.events).
     A GPU call: `start` must pickle (a module-level function, or a functools.partial of one)."""
     try:
         with serving.pool().using(name):
             model = load_target(name)
             if prompt is not None:  # a caller's prompt: its tokens within the profile's limit
                 encode_prompt(model, prompt)
-            yield ("loaded",)
+            yield events.Beat()
             records = start(model)
             try:
                 while True:
@@ -34,11 +36,11 @@ def lesson_records(name: str, start: Callable, prompt: str | None = None) -> Ite
                         record = next(records, None)
                     if record is None:
                         return
-                    yield ("record", record)
+                    yield events.LessonRecord(record)
             finally:
                 records.close()
     except Exception as error:
-        yield ("failed", message_of(error))
+        yield events.Failed(message_of(error))
 
 
 def exact_records(model, prompt: str, method: str, max_new: int, runs: int, temperature: float) -> Iterator:
@@ -51,11 +53,11 @@ def last_record(target: str, start: Callable, cancel, prompt: str | None = None)
     """A lesson run to its end in a GPU call, as an endpoint answers it: its last record, or SpecvizError with
     the lesson's failure or, when the caller cancelled, the stopped message."""
     record = None
-    for item in pull(gpu(lesson_records)(target, start, prompt), cancel):
-        if item[0] == "failed":
-            raise SpecvizError(item[1])
-        if item[0] == "record":
-            record = item[1]
+    for event in pull(gpu(lesson_records)(target, start, prompt), cancel):
+        if isinstance(event, events.Failed):
+            raise SpecvizError(event.message)
+        if isinstance(event, events.LessonRecord):
+            record = event.record
     if cancel.is_set() or record is None:
         raise SpecvizError(stopped_message(cancel))
     return record
@@ -67,12 +69,12 @@ def stream_lesson(cancel, status, target: str, start: Callable, draw: Callable) 
     says how far it has come and the time left; what is drawn before the end is partial, and says so."""
     yield {status: render.status_html(f"Loading {target}…", "info")}
     last, began, samples = None, time.monotonic(), []
-    for item in pull(gpu(lesson_records)(target, start), cancel):
-        if item[0] == "failed":
-            yield {status: render.status_html(item[1], "error")}
+    for event in pull(gpu(lesson_records)(target, start), cancel):
+        if isinstance(event, events.Failed):
+            yield {status: render.status_html(event.message, "error")}
             return
-        if item[0] == "record":
-            last = item[1]
+        if isinstance(event, events.LessonRecord):
+            last = event.record
             done = progress_of(last)
             if done is not None:
                 samples.append((time.monotonic(), done.done))

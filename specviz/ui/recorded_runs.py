@@ -1,6 +1,6 @@
-"""A run computed in one GPU call (on ZeroGPU: a forked GPU worker), served here from its records: run_records
-computes it where it runs and yields picklable records; RecordedRun receives them and offers what the app reads
-of a LiveRun (its step logs, phase and figures), never the process that computed them."""
+"""A run computed in one GPU call (on ZeroGPU: a forked GPU worker), served here from its events: run_records
+computes it where it runs and yields them (specviz.service.events); RecordedRun receives them and offers what the
+app reads of a LiveRun (its step logs, phase and figures), never the process that computed them."""
 from __future__ import annotations
 
 import logging
@@ -8,10 +8,9 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from ..errors import SpecvizError
-from ..settings import DecodeSettings
+from ..service import events
 from .form import message_of
 from .gpu_worker import Preparation, this_worker
 from .live import BASELINE, DONE, FAILED, READY, RUNNING, STOPPED, LiveRun
@@ -22,41 +21,26 @@ from .stepped_runs import StepLog
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class RunHeader:
-    """What a run computed elsewhere tells first: what the app's header and inspector need of its models."""
-    tokenizer: object
-    target_label: str
-    device_label: str
-    prompt_tokens: int
-    speculative_settings: DecodeSettings
-    plain_settings: DecodeSettings | None
-    preparation: Preparation | None = None
-
-
-
-def run_records(request: RunRequest) -> Iterator[tuple]:
-    """A whole run, computed where this generator runs (on ZeroGPU: a GPU worker, in one GPU call), as
-    picklable records: ("preparing", fresh worker) where the run captures graphs first (the first run of its
-    shapes on this worker), ("started", RunHeader), then ("step", which, StepRecord, idle before it) and
-    ("result", which, RunResult, idle seconds) for which in "speculative", "plain", and last ("end", phase,
-    error); or ("failed", message). Closing it stops the run at its next step."""
+def run_records(request: RunRequest) -> Iterator[events.Event]:
+    """A whole run, computed where this generator runs (on ZeroGPU: a GPU worker, in one GPU call), as events
+    (specviz.service.events): Preparing where the run captures graphs first (the first run of its shapes on
+    this worker), Started, then Stepped and Finished for "speculative" and "plain", and last Ended; or Failed.
+    Closing it stops the run at its next step."""
     try:
         target, draft = load_models(request)
         setup = RunSetup.make(request, target, draft)
         if setup.needs_preparing():
-            yield ("preparing", this_worker().calls <= 1)
+            yield events.Preparing(this_worker().calls <= 1)
         setup.prepare(capture_bound())
         run = LiveRun(request, target, draft, setup)
     except Exception as error:
         if not isinstance(error, SpecvizError):
             log.exception("could not start a run")
-        yield ("failed", message_of(error))
+        yield events.Failed(message_of(error))
         return
     try:
-        yield ("started", RunHeader(run.tokenizer, run.target_label, run.device_label, run.prompt_tokens,
-                                    run.speculative.settings, run.plain.settings if run.plain else None,
-                                    run.preparation))
+        yield events.Started(run.tokenizer, run.target_label, run.device_label, run.prompt_tokens,
+                             run.speculative.settings, run.plain.settings if run.plain else None, run.preparation)
         run.start()
         sent = {"speculative": 0, "plain": 0}
         reported = set()
@@ -66,15 +50,15 @@ def run_records(request: RunRequest) -> Iterator[tuple]:
                 if stepped is None:
                     continue
                 for index in range(sent[which], len(stepped.steps)):
-                    yield ("step", which, stepped.steps[index], stepped.idle_before[index])
+                    yield events.Stepped(which, stepped.steps[index], stepped.idle_before[index])
                 sent[which] = len(stepped.steps)
                 if stepped.done and which not in reported:
                     reported.add(which)
-                    yield ("result", which, stepped.result, stepped.idle_seconds)
+                    yield events.Finished(which, stepped.result, stepped.idle_seconds)
             if not running:
                 break
             time.sleep(0.02)
-        yield ("end", run.phase, run.error)
+        yield events.Ended(run.phase, run.error)
     finally:
         run.stop()
 
@@ -84,7 +68,7 @@ class RecordedRun:
     the app shows, replays, inspects or steps through is read from these records, never from the process that
     computed them (it is gone after the call). Stop ends the call at its next step."""
 
-    def __init__(self, request: RunRequest, records: Iterator[tuple]):
+    def __init__(self, request: RunRequest, records: Iterator[events.Event]):
         self.id = uuid.uuid4().hex[:12]
         self.request = request
         self.target = self.draft = None
@@ -110,10 +94,10 @@ class RecordedRun:
 
     def _receive(self) -> None:
         try:
-            for record in self._records:
+            for event in self._records:
                 if self._stop.is_set():
                     break
-                self._file(record)
+                self._file(event)
             else:
                 if not self.finished:
                     self.phase = STOPPED
@@ -128,37 +112,34 @@ class RecordedRun:
             self.version += 1
             self.started.set()
 
-    def _file(self, record: tuple) -> None:
-        kind = record[0]
-        if kind == "preparing":
-            self.preparing_since, self.fresh_worker = time.monotonic(), record[1]
-        elif kind == "started":
-            header: RunHeader = record[1]
-            self.tokenizer, self.target_label, self.device_label = header.tokenizer, header.target_label, header.device_label
-            self.prompt_tokens = header.prompt_tokens
-            self.speculative.settings = header.speculative_settings
-            if self.plain is not None and header.plain_settings is not None:
-                self.plain.settings = header.plain_settings
-            self.preparation = header.preparation
-            self.phase = RUNNING
-            self.started.set()
-        elif kind == "step":
-            _, which, step, idle = record
-            log_ = self.speculative if which == "speculative" else self.plain
-            log_.steps.append(step)
-            log_.idle_before.append(idle)
-            if which == "plain":
-                self.phase = BASELINE
-        elif kind == "result":
-            _, which, result, idle = record
-            log_ = self.speculative if which == "speculative" else self.plain
-            log_.result, log_.idle_seconds = result, idle
-        elif kind == "end":
-            _, phase, error = record
-            self.phase, self.error = phase, error
-        elif kind == "failed":
-            self.phase, self.error = FAILED, record[1]
-            self.started.set()
+    def _file(self, event: events.Event) -> None:
+        match event:
+            case events.Preparing(fresh_worker):
+                self.preparing_since, self.fresh_worker = time.monotonic(), fresh_worker
+            case events.Started():
+                self.tokenizer, self.target_label, self.device_label = (event.tokenizer, event.target_label,
+                                                                        event.device_label)
+                self.prompt_tokens = event.prompt_tokens
+                self.speculative.settings = event.speculative_settings
+                if self.plain is not None and event.plain_settings is not None:
+                    self.plain.settings = event.plain_settings
+                self.preparation = event.preparation
+                self.phase = RUNNING
+                self.started.set()
+            case events.Stepped(which, step, idle):
+                log_ = self.speculative if which == "speculative" else self.plain
+                log_.steps.append(step)
+                log_.idle_before.append(idle)
+                if which == "plain":
+                    self.phase = BASELINE
+            case events.Finished(which, result, idle):
+                log_ = self.speculative if which == "speculative" else self.plain
+                log_.result, log_.idle_seconds = result, idle
+            case events.Ended(phase, error):
+                self.phase, self.error = phase, error
+            case events.Failed(message):
+                self.phase, self.error = FAILED, message
+                self.started.set()
         self.version += 1
 
     # the controls of a LiveRun that a computed run has

@@ -1,5 +1,5 @@
 """The Compare methods and Cost curve tabs: each owns its widgets, its handler and its event. Each computation is
-a GPU call of picklable arguments that yields records (compare_records, cost_records); the handler draws them."""
+a GPU call of picklable arguments that yields events (compare_records, cost_records); the handler draws them."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,6 +15,7 @@ from ..engine.run import SpeculativeRun
 from ..errors import MissingDrafterError, SpecvizError
 from ..measure.measured import load_measured
 from ..records.oracle import oracle_figures
+from ..service import events
 from ..measure.plausibility import BUSY, drafting_share, noise_note, speedup_doubt
 from ..methods import names as method_names
 from . import charts, render, serving, view
@@ -50,9 +51,9 @@ def stop_tab(request: gr.Request):
     return render.status_html("Stopped.", "warn")
 
 
-def compare_records(request: RunRequest, methods: tuple[str, ...]) -> Iterator[tuple]:
-    """Plain decoding, then each method, of one prompt: ("progress", method, tokens) after every step,
-    ("row", figures) after each run, ("skipped", why) for a method that cannot run, or ("failed", message). A
+def compare_records(request: RunRequest, methods: tuple[str, ...]) -> Iterator[events.Event]:
+    """Plain decoding, then each method, of one prompt: Progress after every step, a Row of figures after each
+    run, Skipped for a method that cannot run, or Failed (specviz.service.events). A
     method whose speedup fails its plausibility check (compare_doubt) is measured once more, plain decoding again
     right before it, and its row keeps the second pair (with its doubt, if that one fails too). A GPU call: it
     runs where gpu() puts it, and closing it ends it at its next step."""
@@ -71,7 +72,7 @@ def compare_records(request: RunRequest, methods: tuple[str, ...]) -> Iterator[t
                 try:
                     while not stepped.done:
                         stepped.advance()
-                        yield ("progress", method, stepped.emitted)
+                        yield events.Progress(method, stepped.emitted)
                 finally:
                     stepped.close()
                 return stepped
@@ -81,12 +82,12 @@ def compare_records(request: RunRequest, methods: tuple[str, ...]) -> Iterator[t
                 try:
                     check_drafter(method, draft)
                 except MissingDrafterError:
-                    yield ("skipped", SKIPPED_DRAFT)
+                    yield events.Skipped(SKIPPED_DRAFT)
                     continue
                 try:
                     stepped = yield from timed(method)
                 except SpecvizError as error:
-                    yield ("skipped", f"Skipped {method}: {error}")
+                    yield events.Skipped(f"Skipped {method}: {error}")
                     continue
                 baseline = plain
                 if method == "plain":
@@ -94,9 +95,9 @@ def compare_records(request: RunRequest, methods: tuple[str, ...]) -> Iterator[t
                 elif compare_doubt(baseline, stepped):  # measured again, the pair back to back
                     baseline = yield from timed("plain")
                     stepped = yield from timed(method)
-                yield ("row", compare_figures(method, stepped, baseline, settings))
+                yield events.Row(compare_figures(method, stepped, baseline, settings))
     except Exception as error:
-        yield ("failed", message_of(error))
+        yield events.Failed(message_of(error))
 
 
 def compare_doubt(plain: StepLog | None, run: StepLog) -> str | None:
@@ -129,13 +130,13 @@ def compare_figures(method: str, run: StepLog, plain: StepLog | None, settings) 
             "doubt": compare_doubt(plain, run)}
 
 
-def cost_records(name: str) -> Iterator[tuple]:
-    """The target's forward time against positions and batch size: ("device", label), then ("point", CostPoint)
-    one at a time (other users' runs interleave between them), or ("failed", message). A GPU call."""
+def cost_records(name: str) -> Iterator[events.Event]:
+    """The target's forward time against positions and batch size: Device, then a Point at a time (other users'
+    runs interleave between them), or Failed (specviz.service.events). A GPU call."""
     try:
         with serving.pool().using(name):
             model = load_target(name)
-            yield ("device", f"{model.device.type} ({model.describe()}, {str(model.dtype).replace('torch.', '')})")
+            yield events.Device(f"{model.device.type} ({model.describe()}, {str(model.dtype).replace('torch.', '')})")
             measurements = measure_cost_curve(model, as_measured=True)
             try:
                 while True:
@@ -143,11 +144,11 @@ def cost_records(name: str) -> Iterator[tuple]:
                         point = next(measurements, None)
                     if point is None:
                         return
-                    yield ("point", point)
+                    yield events.Point(point)
             finally:
                 measurements.close()
     except Exception as error:
-        yield ("failed", message_of(error))
+        yield events.Failed(message_of(error))
 
 
 def default_methods(runs: list[dict], choices: list[str]) -> list[str]:
@@ -222,20 +223,20 @@ class CompareTab:
         yield out(f"Loading {form.target}… (the prompt: the Run tab's, {quoted_prompt(form.prompt)})")
         request = RunRequest(form.prompt, chosen[0], form.target, draft_name, form.settings)
         last = 0.0
-        for record in pull(gpu(compare_records)(request, tuple(chosen)), cancel):
-            kind = record[0]
-            if kind == "failed":
-                yield out(record[1], "error")
-                return
-            if kind == "skipped":
-                skipped.append(record[1])
-                yield out("")
-            elif kind == "progress" and time.monotonic() - last > 0.5:
-                last = time.monotonic()
-                yield {self.status: render.status_html(f"Running {record[1]}: {plural(record[2], 'token')}…", "info")}
-            elif kind == "row":
-                rows.append(record[1])
-                yield out(f"{record[1]['method']} done.")
+        for event in pull(gpu(compare_records)(request, tuple(chosen)), cancel):
+            match event:
+                case events.Failed(message):
+                    yield out(message, "error")
+                    return
+                case events.Skipped(reason):
+                    skipped.append(reason)
+                    yield out("")
+                case events.Progress(method, tokens) if time.monotonic() - last > 0.5:
+                    last = time.monotonic()
+                    yield {self.status: render.status_html(f"Running {method}: {plural(tokens, 'token')}…", "info")}
+                case events.Row(figures):
+                    rows.append(figures)
+                    yield out(f"{figures['method']} done.")
         if cancel.is_set():
             yield out(stopped_message(cancel), "warn")
             return
@@ -273,14 +274,14 @@ class CostTab:
     def on_cost(self, form, state, cancel):
         points, device = [], ""
         yield {self.status: render.status_html(f"Loading {form.target}…", "info"), self.sentence: ""}
-        for record in pull(gpu(cost_records)(form.target), cancel):
-            if record[0] == "failed":
-                yield {self.status: render.status_html(record[1], "error")}
+        for event in pull(gpu(cost_records)(form.target), cancel):
+            if isinstance(event, events.Failed):
+                yield {self.status: render.status_html(event.message, "error")}
                 return
-            if record[0] == "device":
-                device = record[1]
+            if isinstance(event, events.Device):
+                device = event.label
                 continue
-            point = record[1]
+            point = event.point
             again = any((p.axis, p.x) == (point.axis, point.x) for p in points)
             points = latest_points([*points, point])  # a point measured again (cost_curve.py) replaces its first
             label = "new positions" if point.axis == "positions" else "batch size"
