@@ -2,7 +2,7 @@
 GPU when there is one; models load on the first run, not at import). Everything else lives in specviz/ui/.
 
 On a Hugging Face Space (SPACE_ID set), or with SPECVIZ_PUBLIC=1, it serves the public profile: the models it
-offers only, a memory budget, a share of the queue per session and per client (specviz/ui/public.py, docs/deploy.md).
+offers only, a memory budget, a share of the queue per session and per client (specviz/service/public.py, docs/deploy.md).
 
 Several GPUs: `python app.py --device-map auto [--max-memory 0=60GiB,1=75GiB] [--draft-device cuda:0]`
 shards every target over this machine's GPUs (also SPECVIZ_DEVICE_MAP, SPECVIZ_MAX_MEMORY, SPECVIZ_DRAFT_DEVICE).
@@ -33,8 +33,9 @@ def sleep_when_waiting(environ=os.environ, loaded=sys.modules) -> bool:
 
 sleep_when_waiting()  # before anything imports torch
 
-from specviz.ui import launch, serving  # noqa: E402
-from specviz.ui.serving import configure_placement, configure_profile, machine_profile  # noqa: E402
+from specviz.service import serving  # noqa: E402
+from specviz.ui import launch  # noqa: E402
+from specviz.service.serving import configure_placement, configure_profile, machine_profile  # noqa: E402
 from specviz.ui.mcp import mcp_wanted  # noqa: E402
 
 

@@ -180,7 +180,7 @@ def freed_after(stopped_before: int, since: float, served: bool) -> float | None
     (ui/gpu.calls, readable only when the app is served in this process, --serve); None otherwise."""
     if not served:
         return None
-    from specviz.ui import gpu
+    from specviz.service import gpu
 
     deadline = since + 120
     while gpu.calls()["stopped"] == stopped_before or gpu.calls()["running"]:
@@ -193,7 +193,7 @@ def freed_after(stopped_before: int, since: float, served: bool) -> float | None
 def stopped_count(served: bool) -> int:
     if not served:
         return 0
-    from specviz.ui import gpu
+    from specviz.service import gpu
 
     return gpu.calls()["stopped"]
 
@@ -538,7 +538,7 @@ def serve_public():
     not: it serves as it does anywhere else)."""
     os.environ["SPECVIZ_PUBLIC"] = "1"
     from specviz.ui.app import build_demo, launch
-    from specviz.ui.serving import configure_profile, machine_profile
+    from specviz.service.serving import configure_profile, machine_profile
 
     configure_profile(machine_profile({**os.environ, "SPACE_ID": "public-check/local"}))
     demo = build_demo()
@@ -581,7 +581,7 @@ def check(url: str, args, httpx) -> int:
     if before is not None:
         budget = ""
         if args.serve:
-            from specviz.ui import serving
+            from specviz.service import serving
 
             budget = f" (its models' budget: {serving.profile().memory_budget / 2 ** 30:.1f} GiB)"
         print(f"server memory: {before:.0f} MiB before, {after:.0f} MiB after{budget}")

@@ -63,7 +63,8 @@ def stop_load(burners: list[subprocess.Popen]) -> None:
 
 def browser_run(page, previous) -> dict:
     """Press Run on the page and wait for the run to end: the figures the page stated, and the run's own."""
-    from specviz.ui import live, sessions
+    from specviz.service import live
+    from specviz.ui import sessions
 
     page.click("#sv-run")
     deadline = time.monotonic() + 600

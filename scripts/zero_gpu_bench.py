@@ -1,7 +1,7 @@
 """ZeroGPU's speed, emulated beside a dedicated GPU's: the same runs in a GPU worker the way `spaces` 0.51 serves
-GPU calls (specviz/ui/zero_emulation.py: a worker forked from this process, kept and reused while its GPU stays idle,
+GPU calls (specviz/service/zero_emulation.py: a worker forked from this process, kept and reused while its GPU stays idle,
 a new one when it is not), and then in this process (a dedicated GPU). The worker runs with SPACES_ZERO_GPU=1:
-CUDA graphs captured on its first call and kept (specviz/ui/gpu_worker.py, preparing bounded by CAPTURE_SECONDS),
+CUDA graphs captured on its first call and kept (specviz/service/gpu_worker.py, preparing bounded by CAPTURE_SECONDS),
 compiled unless SPECVIZ_COMPILE=0. This process runs with the environment's options (a dedicated GPU's
 defaults: graphs and compile).
 
@@ -69,7 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def measure(config: dict, zero_gpu: bool):
     """A GPU call: load (once a process), prepare within the bound, then per prompt plain decoding and the
     method, timed. Yields one dict of figures. zero_gpu: the options a ZeroGPU worker runs with."""
-    from specviz.ui import gpu_worker
+    from specviz.service import gpu_worker
 
     call = gpu_worker.begin_call()
     yield run_figures(config, zero_gpu, call)
@@ -80,7 +80,7 @@ def run_figures(config: dict, zero_gpu: bool, call: int) -> dict:
 
     import torch
 
-    from specviz.ui import gpu_worker
+    from specviz.service import gpu_worker
     from specviz.api import encode, make_proposer, run_once, warm_up
     from specviz.measure.bench import device_info, parse_method
     from specviz.models.loading import load_model
@@ -151,7 +151,7 @@ def run_figures(config: dict, zero_gpu: bool, call: int) -> dict:
 
 def emulated_calls(config: dict, big: dict | None, reuse_calls: int) -> dict:
     """Every emulated call, in order, before this process touches CUDA."""
-    from specviz.ui.zero_emulation import GpuFunction
+    from specviz.service.zero_emulation import GpuFunction
 
     worker = GpuFunction(measure)
     calls = {}
@@ -242,7 +242,7 @@ def main(argv=None) -> dict:
     if not os.environ.get("SPECVIZ_DEFAULT_GGUF") and Path(STAGED).is_file():
         os.environ["SPECVIZ_DEFAULT_GGUF"] = STAGED  # the GPU machine's staged default model (docs/gpu.md)
     from specviz.measure.bench import load_prompts
-    from specviz.ui.gpu_worker import CAPTURE_SECONDS
+    from specviz.service.gpu_worker import CAPTURE_SECONDS
 
     prompts = [p["prompt"] for p in load_prompts(args.prompts, args.limit, args.per_category)]
     config = {"target": args.target, "method": args.method, "prompts": prompts, "max_new_tokens": args.max_new_tokens,

@@ -31,3 +31,12 @@ class VocabularyMismatchError(ModelLoadError):
 
 class DrafterMismatchError(ModelLoadError):
     """Trained drafter heads (Medusa, EAGLE) were made for another target (hidden size or vocabulary)."""
+
+
+def message_of(error: Exception) -> str:
+    """What a person is shown for an error: the message of a SpecvizError (their request), a fixed sentence for
+    anything else (the server's fault, logged there with its traceback)."""
+    if isinstance(error, SpecvizError):
+        return str(error)
+    return ("Something went wrong on the server and this request was not finished. Try again, or choose other "
+            "settings.")

@@ -5,7 +5,7 @@ import pytest
 from specviz.errors import InvalidSettingError
 from specviz.settings import BOUNDS, DecodeSettings
 from specviz.ui.form import read_form
-from specviz.ui.public import Profile, profile_from_env
+from specviz.service.public import Profile, profile_from_env
 
 from command_line import run_cli
 

@@ -39,8 +39,8 @@ SMALL = {"max_new_tokens": 8, "batch_tokens": 4, "runs": 10, "prompt": "Count to
 
 @pytest.fixture(scope="module")
 def served(default_target):
-    from specviz.ui.public import profile_from_env
-    from specviz.ui import serving
+    from specviz.service.public import profile_from_env
+    from specviz.service import serving
 
     public = profile_from_env({"SPECVIZ_PUBLIC": "1", "SPECVIZ_MEMORY_BUDGET": "6GiB", "SPECVIZ_PER_CLIENT": "0"})
     with serving.served_as(public), serve_app() as url, httpx.Client(base_url=url, timeout=120) as http:
@@ -104,7 +104,7 @@ def test_every_field_of_every_endpoint_refuses_bad_values_with_a_message(served,
 def test_the_local_profile_takes_what_the_public_one_refuses():
     """Control: the same values that name a model are a local user's right (any path, URL-like id or random
     shape), so the refusals above come from the public profile, not from the fields' types."""
-    from specviz.ui.public import Profile
+    from specviz.service.public import Profile
     from specviz.ui.form import read_form
 
     for value in ("/etc", "random:llama-8b", "some-org/unknown-model", "~/model.gguf"):
@@ -121,8 +121,8 @@ def test_the_model_lists_offer_only_what_fits(served):
     assert "'default'" in types["target"] and "'distilled'" in types["draft"] and "Qwen2.5-0.5B" in types["draft"]
     for big in ("SmolLM2-1.7B", "Qwen2.5-7B", "Llama-3.1-8B"):  # 6.8, 30 and 32 GB in float32
         assert big not in types["target"]
-    from specviz.ui.public import Profile
-    from specviz.ui import serving
+    from specviz.service.public import Profile
+    from specviz.service import serving
 
     with serving.served_as(Profile()):
         local = str(run_tab.offered(run_tab.TARGETS))

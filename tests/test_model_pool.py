@@ -1,11 +1,11 @@
-"""The model pool (specviz/ui/model_pool.py): what a model needs is known from its config before it loads, and
+"""The model pool (specviz/service/model_pool.py): what a model needs is known from its config before it loads, and
 models nobody uses are unloaded, least recently used first, to keep within the budget. Real (tiny, random)
 models in the process-wide registry."""
 import pytest
 
-from specviz.ui.model_pool import ModelPool, estimate_bytes, model_bytes
+from specviz.service.model_pool import ModelPool, estimate_bytes, model_bytes
 from specviz.models.loading import load_model, loaded_models, unload_all
-from specviz.ui.public import MemoryBudgetError
+from specviz.service.public import MemoryBudgetError
 from specviz.models.testing import save_tiny_model
 
 A, B, C = "random:llama-tiny", "random:llama-tiny,layers=1", "random:llama-tiny,layers=3"

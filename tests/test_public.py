@@ -1,9 +1,9 @@
-"""The public profile's rules (specviz/ui/public.py): when it is on, which models it offers, what a model needs,
+"""The public profile's rules (specviz/service/public.py): when it is on, which models it offers, what a model needs,
 which models make room, who may queue. Pure functions: no server, no model loaded."""
 import pytest
 
 from specviz.errors import SpecvizError
-from specviz.ui.public import (GiB, MemoryBudgetError, NotOfferedError, PRESETS, Profile, admission_refusal,
+from specviz.service.public import (GiB, MemoryBudgetError, NotOfferedError, PRESETS, Profile, admission_refusal,
     budget_for, budget_refusal, check_model, check_prompt_tokens, client_address, evictions, host_memory, is_public,
     needed_bytes, parameters, parse_bytes, preset_bytes, profile_from_env, replay_refusal)
 

@@ -70,9 +70,9 @@ def test_bad_device_map_options():
 
 
 def test_app_places_targets_with_the_launch_device_map(folders):
-    from specviz.ui.run_request import RunRequest
-    from specviz.ui.run_setup import load_models
-    from specviz.ui.serving import configure_placement
+    from specviz.service.run_request import RunRequest
+    from specviz.service.run_setup import load_models
+    from specviz.service.serving import configure_placement
 
     configure_placement(device_map=SPLIT)
     try:

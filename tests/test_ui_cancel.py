@@ -13,7 +13,7 @@ import time
 import pytest
 from gradio_client import Client
 
-from specviz.ui import gpu
+from specviz.service import gpu
 from ui_server import wait_done
 
 LONG = dict(prompt="Write a long story about a lighthouse keeper and her cat.", method="ngram", max_new_tokens=512,

@@ -9,8 +9,9 @@ from specviz.measure.plausibility import TOLERANCE
 from specviz.proposers import PlainProposer
 from specviz.service import events
 from specviz.settings import DecodeSettings
-from specviz.ui import run_setup, tabs, view
-from specviz.ui.run_request import RunRequest
+from specviz.service import run_setup
+from specviz.ui import tabs, view
+from specviz.service.run_request import RunRequest
 
 PROMPT = "Repeat this sentence three times, word for word: The quick brown fox jumps over the lazy dog."
 SLOW = 0.5  # seconds a slowed plain step waits: a burst of other work, many times a step's own time on a loaded CPU

@@ -5,7 +5,7 @@ import pytest
 
 from specviz import DecodeSettings
 from specviz.options import EngineOptions
-from specviz.ui import live, run_request, run_setup
+from specviz.service import live, run_request, run_setup
 from specviz.ui.form import FormError, read_form
 
 

@@ -8,8 +8,8 @@ import concurrent.futures
 import pytest
 from gradio_client import Client
 
-from specviz.ui.public import profile_from_env
-from specviz.ui import serving
+from specviz.service.public import profile_from_env
+from specviz.service import serving
 from ui_server import serve_app
 
 pytestmark = pytest.mark.server  # its own server, in a profile of its own

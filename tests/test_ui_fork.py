@@ -1,5 +1,5 @@
 """ZeroGPU under its fork: with SPECVIZ_FORK_GPU=1 every GPU call runs the way `spaces.GPU` runs it on ZeroGPU
-(specviz/ui/zero_emulation.py: in a worker process forked from this one and kept for the next calls while idle, its
+(specviz/service/zero_emulation.py: in a worker process forked from this one and kept for the next calls while idle, its
 arguments and records pickled, a stop event), against the served app. Run, Stop, Replay (with the inspector),
 Compare and a Learn lesson must work, everything after a run served in this process from the records the call
 sent; a worker prepares a run's shapes once and keeps them, a new worker prepares again, and a preparation past
@@ -17,7 +17,8 @@ from gradio_client import Client
 from specviz import DecodeSettings
 from specviz.api import encode, make_proposer, run_once
 from specviz.service import events
-from specviz.ui import gpu, live, recorded_runs, run_request, run_setup, sessions
+from specviz.service import gpu, live, recorded_runs, run_request, run_setup
+from specviz.ui import sessions
 from ui_server import serve_app, wait_done
 
 pytestmark = pytest.mark.server  # its own server: GPU calls forked as on ZeroGPU
@@ -173,7 +174,7 @@ def test_a_worker_does_not_take_the_apps_sessions_for_its_own():
     """A worker kept for many calls must be free to unload a model the app's sessions used when it was forked."""
     import threading
 
-    from specviz.ui.zero_emulation import GpuFunction
+    from specviz.service.zero_emulation import GpuFunction
 
     key, released = "fork-test-session", threading.Event()
 

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from specviz.errors import InvalidSettingError
-from specviz.ui.public import Profile, profile_from_env
-from specviz.ui.form import Form, message_of, read_form
+from specviz.errors import InvalidSettingError, message_of
+from specviz.service.public import Profile, profile_from_env
+from specviz.ui.form import Form, read_form
 
 PUBLIC = Profile(public=True, memory_budget=12 << 30, max_prompt_chars=4000)
 

@@ -18,8 +18,9 @@ import pytest
 from gradio_client import Client
 
 from specviz.api import DecodeSettings
-from specviz.ui.public import profile_from_env
-from specviz.ui import admission, engine_lock, live, run_request, run_setup, serving, sessions
+from specviz.service.public import profile_from_env
+from specviz.service import engine_lock, live, run_request, run_setup, serving
+from specviz.ui import admission, sessions
 from ui_server import wait_done
 
 pytestmark = pytest.mark.server  # its own server, in a profile of its own

@@ -1,4 +1,4 @@
-"""The app's run driver (specviz/ui/live.py) on the real default model, without a server: worker threads,
+"""The app's run driver (specviz/service/live.py) on the real default model, without a server: worker threads,
 step mode, stop, engine-time accounting, the fair engine lock (engine_lock.py), form validation
 (run_request.py), sessions (sessions.py)."""
 import threading
@@ -10,8 +10,9 @@ from specviz import DecodeSettings, InvalidSettingError
 from specviz.api import encode, make_proposer, run_once
 from specviz.service import events
 from specviz.proposers import PlainProposer
-from specviz.ui import engine_lock, live, recorded_runs, run_request, run_setup, serving, sessions
-from specviz.ui.public import Profile
+from specviz.service import engine_lock, live, recorded_runs, run_request, run_setup, serving
+from specviz.ui import form, sessions
+from specviz.service.public import Profile
 
 PROMPT = "List the days of the week, one per line."
 
@@ -194,7 +195,7 @@ def test_fair_lock_serves_in_arrival_order():
     assert order == [0, 1, 2, 3] and lock.waiting == 0
 
 
-@pytest.mark.parametrize("form, fragment", [
+@pytest.mark.parametrize("values, fragment", [
     (dict(max_new_tokens=0, gamma=4, temperature=0), "max-new-tokens"),
     (dict(max_new_tokens=16, gamma=0, temperature=0), "gamma"),
     (dict(max_new_tokens=16, gamma=2.5, temperature=0), "gamma"),
@@ -205,16 +206,16 @@ def test_fair_lock_serves_in_arrival_order():
     (dict(max_new_tokens=16, gamma=4, temperature=0, seed=float("nan")), "seed"),
     (dict(max_new_tokens=16, gamma=4, temperature=0, draft_stop=1.0), "draft-stop"),
 ])
-def test_form_values_are_validated(form, fragment):
+def test_form_values_are_validated(values, fragment):
     with pytest.raises(InvalidSettingError, match=fragment):
-        run_request.settings_from_form(**form)
+        form.settings_from_form(**values)
 
 
 def test_form_values_from_widgets():
-    settings = run_request.settings_from_form(96.0, 4.0, 0.7, 0.9, None)  # sliders give floats, an empty box None
+    settings = form.settings_from_form(96.0, 4.0, 0.7, 0.9, None)  # sliders give floats, an empty box None
     assert (settings.max_new_tokens, settings.gamma, settings.temperature, settings.top_p, settings.seed) == (96, 4, 0.7, 0.9, None)
     assert settings.draft_stop == 0.0
-    assert run_request.settings_from_form(96.0, 4.0, 0, 1, 0, 0, 0.5).draft_stop == 0.5
+    assert form.settings_from_form(96.0, 4.0, 0, 1, 0, 0, 0.5).draft_stop == 0.5
     assert run_request.model_name("  none ") is None and run_request.model_name(" Qwen/Qwen2.5-0.5B ") == "Qwen/Qwen2.5-0.5B"
 
 

@@ -2,7 +2,7 @@
 import pytest
 
 from specviz.ui import run_view
-from specviz.ui.live import BASELINE, RUNNING
+from specviz.service.live import BASELINE, RUNNING
 from specviz.ui.pacing import Pacer
 
 pytestmark = pytest.mark.quick

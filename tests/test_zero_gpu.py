@@ -1,5 +1,5 @@
-"""ZeroGPU's workers, emulated (specviz/ui/zero_emulation.py, as `spaces` 0.51 runs a GPU call) and what a worker
-prepares (specviz/ui/gpu_worker.py): a worker serves calls while it is kept, a new one starts from nothing, what a
+"""ZeroGPU's workers, emulated (specviz/service/zero_emulation.py, as `spaces` 0.51 runs a GPU call) and what a worker
+prepares (specviz/service/gpu_worker.py): a worker serves calls while it is kept, a new one starts from nothing, what a
 parent prepared is not taken for the worker's, preparing stops at its bound and the run then goes on eagerly."""
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from specviz import DecodeSettings
 from specviz.api import make_proposer, run_once, warm_up
 from specviz.errors import InvalidSettingError
-from specviz.ui.gpu_worker import begin_call, needs_preparing, prepare, this_worker
+from specviz.service.gpu_worker import begin_call, needs_preparing, prepare, this_worker
 from specviz.options import EngineOptions
-from specviz.ui.zero_emulation import GpuFunction, WorkerError
+from specviz.service.zero_emulation import GpuFunction, WorkerError
 
 MODELS = {}  # what the workers find in the memory they were forked with (as an app's loaded modules)
 KEY = ("plain", 5, 64)

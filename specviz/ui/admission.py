@@ -25,7 +25,7 @@ import time
 
 from fastapi import HTTPException
 
-from .public import Profile, admission_refusal, budget_refusal, client_address, replay_refusal
+from ..service.public import Profile, admission_refusal, budget_refusal, client_address, replay_refusal
 
 ENGINE = "engine"  # the concurrency id of every event that runs the engine (app.py)
 REPLAY = "replay"  # the concurrency id of Replay (app.py)

@@ -7,7 +7,8 @@ import os
 import gradio as gr
 from starlette.middleware import Middleware
 
-from . import render, serving
+from ..service import serving
+from . import render
 from .admission import admit_fairly
 from .assets import css, example_prompts
 from .batch_tab import BatchTab

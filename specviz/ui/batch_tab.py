@@ -15,22 +15,23 @@ import gradio as gr
 from ..api import batch_drafting, encode, make_proposer, warm_up
 from ..engine.batch import decode_batch, forward_cost
 from ..measure.batch_bench import batches_of, parse_batch_sizes, row_of, summarize_batches
-from ..errors import SpecvizError
+from ..errors import SpecvizError, message_of
 from ..lessons.batch_size import batch_sentence as verdict_line
 from ..lessons.batch_size import prompts_for
 from ..measure.plausibility import BUSY, UNSETTLED
 from ..proposers.checkpoints import load_draft_model
 from ..service import events
 from ..settings import DecodeSettings
-from . import charts, render, serving
+from ..service import serving
+from . import charts, render
 from .endpoint import form_handler, pull, stopped_message
 from .form import SELF_DRAFT, batch_methods
-from .form import message_of
-from .gpu import gpu
-from .engine_lock import ENGINE_LOCK
+
+from ..service.gpu import gpu
+from ..service.engine_lock import ENGINE_LOCK
 from .readouts import plot
-from .run_request import drafter_for
-from .serving import load_target
+from ..service.run_request import drafter_for
+from ..service.serving import load_target
 from .tabs import stop_tab
 
 BATCH_DEFAULT = "retrieval"  # the Batch tab's method at first

@@ -25,20 +25,20 @@ import gradio as gr
 
 from .. import api
 from ..engine.run import SpeculativeRun
-from ..errors import SpecvizError
+from ..errors import SpecvizError, message_of
 from ..models.loading import DEFAULT_MODEL
 from ..proposers import PlainProposer
 from ..service import events
-from . import serving
+from ..service import serving
 from .admission import LEDGER, address_of
 from .cancel import Cancel
-from .form import Form, message_of, read_form
-from .gpu import gpu
-from .engine_lock import metering
-from .run_request import RunRequest, drafter_for
-from .run_setup import RunSetup, capture_bound, load_models
+from .form import Form, read_form
+from ..service.gpu import gpu
+from ..service.engine_lock import metering
+from ..service.run_request import RunRequest, drafter_for
+from ..service.run_setup import RunSetup, capture_bound, load_models
 from .sessions import existing_session_of, session_of
-from .stepped_runs import SteppedRun, engine_result
+from ..service.stepped_runs import SteppedRun, engine_result
 
 log = logging.getLogger(__name__)
 

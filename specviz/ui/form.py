@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from ..errors import InvalidSettingError, SpecvizError
 from ..models.loading import DEFAULT_MODEL
 from ..methods import methods, names
-from .public import SHIPPED_DRAFTERS, Profile, check_model
+from ..service import serving
+from ..service.public import SHIPPED_DRAFTERS, Profile, check_model
 from ..settings import BOUNDS, MAX_NEW_TOKENS, PUBLIC_MAX_TREE, DecodeSettings, check_prompt_text  # noqa: F401
 
 MAX_NAME = 300  # characters of a model name
@@ -204,10 +205,9 @@ def read_form(values: Mapping[str, object], profile: Profile = Profile()) -> For
     return form
 
 
-def message_of(error: Exception) -> str:
-    """What a person is shown for an error: the message of a SpecvizError (their request), a fixed sentence for
-    anything else (the server's fault, logged there with its traceback)."""
-    if isinstance(error, SpecvizError):
-        return str(error)
-    return ("Something went wrong on the server and this request was not finished. Try again, or choose other "
-            "settings.")
+def settings_from_form(max_new_tokens, gamma, temperature, top_p=1.0, seed=None, tree=0, draft_stop=0.0) -> DecodeSettings:
+    """Widget values (sliders give floats, an empty number box None) to validated DecodeSettings, through the
+    boundary's one reader (read_form)."""
+    values = dict(max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature, top_p=top_p, seed=seed,
+                  tree=tree, draft_stop=draft_stop)
+    return read_form({k: (None if v == "" else v) for k, v in values.items()}, serving.profile()).settings

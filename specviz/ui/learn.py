@@ -15,7 +15,8 @@ from ..lessons import (acceptance_rows, acceptance_sentence, distribution_senten
                        side_by_side_sentence, verify_cost_sentence)
 from ..lessons import catalogue
 from ..lessons.catalogue import Lesson
-from . import render, serving
+from ..service import serving
+from . import render
 from .batch_tab import BatchTab, batch_lesson_figure
 from .endpoint import form_handler
 from .form import read_form

@@ -8,15 +8,15 @@ import gradio as gr
 
 from .. import lessons
 from .. import methods as registry
-from ..errors import SpecvizError
+from ..errors import SpecvizError, message_of
 from ..lessons.catalogue import SETTINGS
 from ..lessons.catalogue import plain as plain_record
 from ..models.loading import DEFAULT_MODEL
-from . import serving
+from ..service import serving
 from .endpoint import charge_of
-from .form import message_of, read_form
+from .form import read_form
 from .learn_runs import last_record
-from .engine_lock import metering
+from ..service.engine_lock import metering
 from .sessions import session_of
 
 

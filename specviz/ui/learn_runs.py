@@ -6,16 +6,17 @@ import time
 from collections.abc import Callable, Iterator
 
 from .. import lessons
-from ..errors import SpecvizError
+from ..errors import SpecvizError, message_of
 from ..lessons.progress import Progress, left_text, progress_of, time_left
 from ..service import events
-from . import render, serving
+from ..service import serving
+from . import render
 from .endpoint import pull, stopped_message
-from .form import message_of
-from .gpu import gpu
-from .engine_lock import ENGINE_LOCK
-from .run_setup import encode_prompt
-from .serving import load_target
+
+from ..service.gpu import gpu
+from ..service.engine_lock import ENGINE_LOCK
+from ..service.run_setup import encode_prompt
+from ..service.serving import load_target
 
 
 def lesson_records(name: str, start: Callable, prompt: str | None = None) -> Iterator[events.Event]:

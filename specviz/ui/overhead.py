@@ -72,8 +72,9 @@ def main(argv=None) -> int:
     from ..models.loading import load_model
     from ..proposers import PlainProposer
     from ..settings import DecodeSettings
-    from . import live, sessions
-    from .run_request import RunRequest
+    from ..service import live
+    from . import sessions
+    from ..service.run_request import RunRequest
     from .app import build_demo, example_prompts, launch
 
     target = load_model("default")

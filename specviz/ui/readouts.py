@@ -19,8 +19,8 @@ from ..proposers.distilled import DISTILLED
 from ..records.schema import RunResult, StepRecord, TokenRecord
 from . import render, view
 from .tree_view import tree_svg
-from .live import BASELINE, FAILED, PAUSED, READY, RUNNING, STOPPED, LiveRun
-from .stepped_runs import SteppedRun
+from ..service.live import BASELINE, FAILED, PAUSED, READY, RUNNING, STOPPED, LiveRun
+from ..service.stepped_runs import SteppedRun
 
 
 def plot(figure: dict) -> PlotData:

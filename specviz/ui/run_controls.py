@@ -9,8 +9,8 @@ import gradio as gr
 from . import charts, render, run_view
 from .cancel import Cancel
 from .form import Form
-from .live import LiveRun
-from .recorded_runs import RecordedRun
+from ..service.live import LiveRun
+from ..service.recorded_runs import RecordedRun
 from .sessions import Session, existing_session_of
 from .readouts import plot, replay_status, step_story, token_text, token_view
 from .run_view import RunView

@@ -16,20 +16,21 @@ from ..models.loading import DEFAULT_MODEL
 from ..options import EngineOptions
 from ..methods import METHODS, tree_drafting
 from ..proposers.distilled import DISTILLED
-from .public import preset_bytes
-from . import render, serving
+from ..service.public import preset_bytes
+from ..service import serving
+from . import render
 from .admission import REPLAY, REPLAYS
 from .assets import example_prompts, examples
 from .cancel import Cancel
 from .endpoint import form_handler
 from ..settings import BOUNDS
 from .form import MAX_NEW_TOKENS, Form
-from .gpu import CAPTURE_SECONDS, forks, gpu
-from .live import FAILED, LiveRun
-from .recorded_runs import RecordedRun, run_records
-from .run_request import RunRequest, drafter_for, model_name
+from ..service.gpu import CAPTURE_SECONDS, forks, gpu
+from ..service.live import FAILED, LiveRun
+from ..service.recorded_runs import RecordedRun, run_records
+from ..service.run_request import RunRequest, drafter_for, model_name
 from .sessions import Session, remember_width, session_key
-from .run_setup import load_models
+from ..service.run_setup import load_models
 from .readouts import loading_message, preparing_message
 from .run_controls import RunControls
 

@@ -9,8 +9,8 @@ import gradio as gr
 
 from . import charts, render, view
 from .cancel import Cancel
-from .live import LiveRun
-from .recorded_runs import RecordedRun
+from ..service.live import LiveRun
+from ..service.recorded_runs import RecordedRun
 from .pacing import Pacer
 from .readouts import engine_metrics, plot, status_of, step_story, summary_of, token_text, token_view, trace_file
 

@@ -10,10 +10,10 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from . import serving
+from ..service import serving
 from .cancel import Cancel
-from .live import LiveRun
-from .recorded_runs import RecordedRun
+from ..service.live import LiveRun
+from ..service.recorded_runs import RecordedRun
 
 
 @dataclass

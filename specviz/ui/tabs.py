@@ -12,22 +12,23 @@ from ..api import check_drafter, first_difference
 from ..measure.cost_curve import latest_points, measure_cost_curve
 from ..lessons.forward_cost import curve_sentence
 from ..engine.run import SpeculativeRun
-from ..errors import MissingDrafterError, SpecvizError
+from ..errors import MissingDrafterError, SpecvizError, message_of
 from ..measure.measured import load_measured
 from ..records.oracle import oracle_figures
 from ..service import events
 from ..measure.plausibility import BUSY, drafting_share, noise_note, speedup_doubt
 from ..methods import names as method_names
-from . import charts, render, serving, view
+from ..service import serving
+from . import charts, render, view
 from .endpoint import form_handler, pull, stopped_message
-from .form import message_of
-from .gpu import gpu
-from .engine_lock import ENGINE_LOCK
-from .run_request import RunRequest, drafter_for
-from .run_setup import RunSetup, capture_bound, encode_prompt, load_models
-from .serving import load_target
+
+from ..service.gpu import gpu
+from ..service.engine_lock import ENGINE_LOCK
+from ..service.run_request import RunRequest, drafter_for
+from ..service.run_setup import RunSetup, capture_bound, encode_prompt, load_models
+from ..service.serving import load_target
 from .sessions import existing_session_of
-from .stepped_runs import StepLog, SteppedRun
+from ..service.stepped_runs import StepLog, SteppedRun
 from .readouts import plot, plural
 
 COMPARE_FIELDS = ("prompt", "methods", "target", "draft", "gamma", "temperature", "top_p", "max_new_tokens", "seed",

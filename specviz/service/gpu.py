@@ -12,7 +12,7 @@ and with it the models it loaded and the CUDA graphs it captured (gpu_worker.py:
 call on its worker prepared, within CAPTURE_SECONDS).
 
 Elsewhere gpu() leaves a function as it is. SPECVIZ_FORK_GPU=1 runs each call the way spaces does
-(specviz/ui/zero_emulation.py: a forked worker, reused while idle; arguments and records pickled, a stop event,
+(specviz/service/zero_emulation.py: a forked worker, reused while idle; arguments and records pickled, a stop event,
 exceptions reduced to their class name), so that the ZeroGPU path is tried on any machine (tests/test_ui_fork.py)."""
 from __future__ import annotations
 

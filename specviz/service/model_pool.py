@@ -1,4 +1,4 @@
-"""Models a server loads for its requests, kept within a memory budget (specviz.ui.public): what a model needs is
+"""Models a server loads for its requests, kept within a memory budget (specviz.service.public): what a model needs is
 estimated from its config before anything of it loads, and models that no request uses are unloaded, least
 recently used first, to make room. Without a budget (a local user), loading another model unloads every model
 that no run uses, so that switching models never piles them up in memory."""

@@ -1,5 +1,4 @@
-"""A run as a page or a client asks for it (RunRequest), read from the form's values: its settings, its models, and
-the drafter it loads."""
+"""A run as a page or a client asks for it (RunRequest): its prompt, settings, models, and the drafter it loads."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -9,8 +8,6 @@ from ..models.loading import DEFAULT_MODEL
 from ..options import EngineOptions
 from ..proposers.distilled import DISTILLED
 from ..settings import DecodeSettings
-from . import serving
-from .form import read_form
 
 USES_DRAFT_MODEL = registry.names(uses_draft_model=True)  # methods that take the drafter field (adaptive drafts with it if given)
 
@@ -31,13 +28,6 @@ def engine_options(request: RunRequest) -> EngineOptions:
     options = EngineOptions.from_environment()
     return options if request.exact is None else replace(options, exact=request.exact)
 
-
-def settings_from_form(max_new_tokens, gamma, temperature, top_p=1.0, seed=None, tree=0, draft_stop=0.0) -> DecodeSettings:
-    """Widget values (sliders give floats, an empty number box None) to validated DecodeSettings, through the
-    boundary's one reader (form.read_form)."""
-    values = dict(max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature, top_p=top_p, seed=seed,
-                  tree=tree, draft_stop=draft_stop)
-    return read_form({k: (None if v == "" else v) for k, v in values.items()}, serving.profile()).settings
 
 
 def model_name(value) -> str | None:

@@ -9,9 +9,9 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from ..errors import SpecvizError
+from ..errors import SpecvizError, message_of
 from ..service import events
-from .form import message_of
+
 from .gpu_worker import Preparation, this_worker
 from .live import BASELINE, DONE, FAILED, READY, RUNNING, STOPPED, LiveRun
 from .run_request import RunRequest
