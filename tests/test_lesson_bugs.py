@@ -95,9 +95,10 @@ def test_a_saved_run_reads_back_as_the_record_it_was(record, tmp_path):
                                          ("temperature", 0.0), ("temperature", float("nan")), ("prompt", ""),
                                          ("prompt", "x" * 3000)])
 def test_the_endpoint_refuses_a_bad_request_before_loading_a_model(field, value, monkeypatch):
-    from specviz.ui import learn_endpoints, learn_runs
+    from specviz.service import calls
+    from specviz.ui import learn_endpoints
 
-    monkeypatch.setattr(learn_runs, "load_target", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(calls, "load_target", lambda *a, **k: pytest.fail("a model was loaded"))
     with pytest.raises(learn_endpoints.gr.Error):
         learn_endpoints.bugs_api(**{"prompt": "Tell me a joke."} | {field: value})
 

@@ -210,12 +210,12 @@ def test_the_app_labels_tree_drafting_from_the_registry():
 def test_the_batch_tab_offers_the_registry_s_batching_drafters(default_target):
     from specviz.engine.batch_draft import ModelDrafting
     from specviz.models.loading import DEFAULT_MODEL
-    from specviz.ui.batch_tab import BatchTab
-    from specviz.ui.form import SELF_DRAFT, batch_methods
+    from specviz.service.calls import SELF_DRAFT, drafting_for
+    from specviz.ui.form import batch_methods
 
     assert batch_methods() == (*methods.names(batchable=True, drafts=True), SELF_DRAFT)
     assert "early-exit" in batch_methods() and "plain" not in batch_methods() and "eagle" not in batch_methods()
-    early = BatchTab.drafting("early-exit", DEFAULT_MODEL, default_target)  # a model that drafts for the batch
+    early = drafting_for("early-exit", DEFAULT_MODEL, default_target)  # a model that drafts for the batch
     assert isinstance(early, ModelDrafting) and early.model is not default_target.model
     assert sum(1 for _ in early.model.get_decoder().layers) < len(default_target.model.get_decoder().layers)
 

@@ -221,9 +221,9 @@ def test_compare_methods(url):
 
 
 def test_cost_curve(url, monkeypatch):
-    import specviz.ui.tabs as tabs_module
+    from specviz.service import calls
 
-    monkeypatch.setattr(tabs_module, "measure_cost_curve",
+    monkeypatch.setattr(calls, "measure_cost_curve",
                         functools.partial(measure_cost_curve, positions=(1, 4), batch_sizes=(1, 2), repeats=1))
     client = Client(url, verbose=False)
     status, chart, sentence = client.predict("default", api_name="/cost_curve")
@@ -250,17 +250,17 @@ def test_batch_view_measures_speedup_against_batch_size(url):
 def test_the_batch_view_drafts_with_the_distilled_model_or_the_target_itself(default_target):
     from specviz.engine.batch_draft import ModelDrafting
     from specviz.models.loading import DEFAULT_MODEL
-    from specviz.ui.batch_tab import BatchTab
-    from specviz.ui.form import SELF_DRAFT, batch_methods
+    from specviz.service.calls import SELF_DRAFT, drafting_for
+    from specviz.ui.form import batch_methods
 
     assert {"draft", SELF_DRAFT} <= set(batch_methods())
-    distilled = BatchTab.drafting("draft", DEFAULT_MODEL, default_target)
-    itself = BatchTab.drafting(SELF_DRAFT, DEFAULT_MODEL, default_target)
+    distilled = drafting_for("draft", DEFAULT_MODEL, default_target)
+    itself = drafting_for(SELF_DRAFT, DEFAULT_MODEL, default_target)
     assert isinstance(distilled, ModelDrafting) and isinstance(itself, ModelDrafting)
     assert itself.model is default_target.model
     # control: the distilled drafter is another, smaller model with a draft vocabulary of its own
     assert distilled.model is not default_target.model and getattr(distilled.model, "draft_vocab", None) is not None
-    assert callable(BatchTab.drafting("ngram", DEFAULT_MODEL, default_target))  # a lookup: a proposer a row
+    assert callable(drafting_for("ngram", DEFAULT_MODEL, default_target))  # a lookup: a proposer a row
 
 
 def test_the_step_slider_handles_its_events_in_order():

@@ -1,4 +1,4 @@
-"""The Compare tab's figures, computed as the tab computes them (tabs.compare_records on the default model): a
+"""The Compare tab's figures, computed as the tab computes them (calls.compare_records on the default model): a
 speedup that fails the Run tab's plausibility check is measured again and, failing again, marked with its note;
 the accepted-length counts add up to the run's steps; plain decoding shows no verifying share."""
 import time
@@ -9,7 +9,7 @@ from specviz.measure.plausibility import TOLERANCE
 from specviz.proposers import PlainProposer
 from specviz.service import events
 from specviz.settings import DecodeSettings
-from specviz.service import run_setup
+from specviz.service import calls, run_setup
 from specviz.ui import tabs, view
 from specviz.service.run_request import RunRequest
 
@@ -20,7 +20,7 @@ SLOW = 0.5  # seconds a slowed plain step waits: a burst of other work, many tim
 def rows_of(methods=("ngram",), max_new_tokens=8, prompt=PROMPT):
     request = RunRequest(prompt, methods[0], "default", None,
                          DecodeSettings(max_new_tokens=max_new_tokens, gamma=4, stop_at_eos=False))
-    records = list(tabs.compare_records(request, tuple(methods)))
+    records = list(calls.compare_records(request, tuple(methods)))
     assert not [r for r in records if isinstance(r, events.Failed)], records
     return records, {r.figures["method"]: r.figures for r in records if isinstance(r, events.Row)}
 

@@ -19,7 +19,7 @@ class Beat:
     """A unit of work done (a step, a batch, a model loaded): where a caller that went away stops it."""
 
 
-# a run, and its plain baseline beside it (recorded_runs.run_records, endpoint.speculate_records)
+# a run, and its plain baseline beside it (recorded_runs.run_records, calls.speculate_records)
 
 @dataclass(frozen=True)
 class Preparing:
@@ -109,7 +109,7 @@ class BatchSize:
     costs: list
 
 
-# lessons (learn_runs.lesson_records)
+# lessons (calls.lesson_records)
 
 @dataclass(frozen=True)
 class LessonRecord:

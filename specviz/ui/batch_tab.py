@@ -8,30 +8,23 @@ with the target: every draft is accepted, so what it loses against plain decodin
 alone."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import gradio as gr
 
-from ..api import batch_drafting, encode, make_proposer, warm_up
-from ..engine.batch import decode_batch, forward_cost
-from ..measure.batch_bench import batches_of, parse_batch_sizes, row_of, summarize_batches
-from ..errors import SpecvizError, message_of
+from ..measure.batch_bench import parse_batch_sizes
+from ..errors import SpecvizError
 from ..lessons.batch_size import batch_sentence as verdict_line
-from ..lessons.batch_size import prompts_for
 from ..measure.plausibility import BUSY, UNSETTLED
-from ..proposers.checkpoints import load_draft_model
 from ..service import events
+from ..service.calls import batch_records
 from ..settings import DecodeSettings
 from ..service import serving
 from . import charts, render
 from .endpoint import form_handler, pull, stopped_message
-from .form import SELF_DRAFT, batch_methods
+from .form import batch_methods
 
 from ..service.gpu import gpu
-from ..service.engine_lock import ENGINE_LOCK
 from .readouts import plot
-from ..service.run_request import drafter_for
-from ..service.serving import load_target
 from .tabs import stop_tab
 
 BATCH_DEFAULT = "retrieval"  # the Batch tab's method at first
@@ -81,19 +74,6 @@ class BatchTab:
         self.stop.click(stop_tab, None, [self.status], cancels=[event], concurrency_limit=None, **stop_naming)
         return event
 
-    @staticmethod
-    def drafting(method: str, name: str, model):
-        """What `method` batches with: a lookup proposer a row, or a draft model (api.batch_drafting); `draft` with
-        the drafter chosen (the distilled one where none is), SELF_DRAFT with the target itself."""
-        if method == SELF_DRAFT:
-            return batch_drafting("draft", model, model)
-        if method == "draft":
-            chosen = drafter_for("draft", name, None)
-            device = serving.placement().draft_device or str(model.device)
-            draft = load_draft_model(chosen, model, device) if chosen else model
-            return batch_drafting("draft", model, draft)
-        return batch_drafting(method, model)
-
     def on_measure(self, form, state, cancel):
         batch_sizes = parse_batch_sizes(form.batch_sizes)
         largest = PUBLIC_MAX_BATCH if serving.profile().public else MAX_BATCH  # a batch is one uninterrupted stretch
@@ -125,39 +105,3 @@ class BatchTab:
         yield {self.status: render.status_html(verdict, "warn" if BUSY in verdict or UNSETTLED in verdict else "ok"),
                self.plot: plot(charts.batch_figure(summary, device, form.batch_method, costs))}
 
-
-def batch_records(name: str, method: str, batch_sizes: list[int], settings: DecodeSettings,
-                  prompts: list[str]) -> Iterator[events.Event]:
-    """The prompts decoded in batches of each size, plain and with `method`: Device, a Beat after each batch,
-    then a BatchSize (the summary and forward costs so far) after each size, or Failed (specviz.service.events).
-    A GPU call; other users' runs interleave between its batches."""
-    try:
-        with serving.pool().using(name):
-            model = load_target(name)
-            ids = [encode(model, prompt) for prompt in prompts]
-            drafting = BatchTab.drafting(method, name, model)
-            yield events.Device(f"{model.device.type} ({model.describe()})")
-            rows, costs = [], []
-            # every size decodes the first prompts of one list: as many as the largest batch (repeated where there
-            # are fewer), at least a few at the small sizes (prompts_for), as the lesson does
-            chosen = batches_of(ids, max(batch_sizes))[0]
-            if 1 in batch_sizes:  # batch 1 runs the single-sequence loop: on a GPU its graphs, before it is timed
-                with ENGINE_LOCK:
-                    warm_up(model, settings.gamma + 1, min(max(map(len, chosen)) + settings.max_new_tokens
-                                                           + settings.gamma + 2, model.context_length))
-            for size in batch_sizes:
-                for batch in batches_of(prompts_for(chosen, size), size):
-                    plain = None
-                    for spec in ("plain", method):
-                        with ENGINE_LOCK:  # a batch at a time, so that other users' runs interleave
-                            run = decode_batch(model, drafting if spec == method else
-                                               (lambda: make_proposer("plain", model)), batch, settings)
-                        plain = plain or run
-                        rows.append(row_of(run, plain, spec, size))
-                        yield events.Beat()
-                with ENGINE_LOCK:  # why: a verify pass of gamma + 1 positions against a plain step, this batch
-                    costs.append({"batch_size": size, "positions": settings.gamma + 1,
-                                  "ratio": forward_cost(model, size, settings.gamma + 1) / forward_cost(model, size, 1)})
-                yield events.BatchSize(size, summarize_batches(rows), list(costs))
-    except Exception as error:
-        yield events.Failed(message_of(error))

@@ -16,7 +16,6 @@ And the `/speculate` endpoint: one prompt through a method and plain decoding, a
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -24,11 +23,10 @@ from collections.abc import Callable, Iterator, Sequence
 import gradio as gr
 
 from .. import api
-from ..engine.run import SpeculativeRun
 from ..errors import SpecvizError, message_of
 from ..models.loading import DEFAULT_MODEL
-from ..proposers import PlainProposer
 from ..service import events
+from ..service.calls import speculate_records
 from ..service import serving
 from .admission import LEDGER, address_of
 from .cancel import Cancel
@@ -36,9 +34,7 @@ from .form import Form, read_form
 from ..service.gpu import gpu
 from ..service.engine_lock import metering
 from ..service.run_request import RunRequest, drafter_for
-from ..service.run_setup import RunSetup, capture_bound, load_models
 from .sessions import existing_session_of, session_of
-from ..service.stepped_runs import SteppedRun, engine_result
 
 log = logging.getLogger(__name__)
 
@@ -186,35 +182,6 @@ def page_url(request) -> str:
     host = headers.get("x-forwarded-host") or headers.get("host") or "127.0.0.1:7860"
     scheme = headers.get("x-forwarded-proto") or "http"
     return f"{scheme.split(',')[0].strip()}://{host.split(',')[0].strip()}/"
-
-
-def speculate_records(request: RunRequest) -> Iterator[events.Event]:
-    """Plain decoding, then the method, of one prompt, a step at a time under the engine lock (as the Run tab's
-    runs: other users' steps interleave, so a long request slows the others by a share, not by its length; its
-    times are on engine time, stepped_runs.engine_result): a Beat after every step, then the Report (its JSON), or
-    Failed (specviz.service.events). A GPU call: it runs where gpu() puts it, and closing it ends it at its next step."""
-    try:
-        with serving.pool().using(request.target, request.draft):
-            target, draft = load_models(request)
-            setup = RunSetup.make(dataclasses.replace(request, compare_plain=False), target, draft)  # one at a time
-            setup.prepare(capture_bound())  # within a ZeroGPU call's bound, else it goes on without graphs
-            prompt_ids, settings = setup.prompt_ids, request.settings
-            results = []
-            for each in (PlainProposer(), setup.proposer):
-                stepped = SteppedRun(SpeculativeRun(target, each, prompt_ids, settings, request.prompt,
-                                                    options=setup.options))
-                try:
-                    while not stepped.done:
-                        stepped.advance()
-                        yield events.Beat()
-                finally:
-                    stepped.close()
-                results.append(engine_result(stepped))
-        yield events.Report(api.Report(results[1], results[0]).to_dict())
-    except Exception as error:
-        if not isinstance(error, SpecvizError):
-            log.exception("/speculate failed")
-        yield events.Failed(message_of(error))
 
 
 def speculate(prompt: str, method: str = "ngram", max_new_tokens: int = 64, gamma: int = 4, temperature: float = 0.0,

@@ -8,17 +8,17 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ..errors import InvalidSettingError, SpecvizError
+from ..errors import InvalidSettingError
 from ..models.loading import DEFAULT_MODEL
 from ..methods import methods, names
 from ..service import serving
+from ..service.calls import SELF_DRAFT
 from ..service.public import SHIPPED_DRAFTERS, Profile, check_model
 from ..settings import BOUNDS, MAX_NEW_TOKENS, PUBLIC_MAX_TREE, DecodeSettings, check_prompt_text  # noqa: F401
 
 MAX_NAME = 300  # characters of a model name
 MAX_STEPS = 100_000  # the step slider's end: a run of MAX_NEW_TOKENS has fewer steps
 MAX_SEED = 2 ** 63 - 1  # torch.Generator.manual_seed's range
-SELF_DRAFT = "draft (target itself)"  # the Batch tab's `draft` with the target drafting for itself
 
 
 @dataclass(frozen=True)

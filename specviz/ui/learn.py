@@ -22,7 +22,8 @@ from .endpoint import form_handler
 from .form import read_form
 from .learn_figures import (ACCEPTANCE_HEADERS, ACCEPTANCE_WIDTHS, bugs_figure, distribution_figure, mechanic_html,
                             sentence_text, side_by_side_html, unchanged_widgets, verify_cost_figure, what_if_figure)
-from .learn_runs import exact_records, stream_lesson
+from ..service.calls import exact_records
+from .learn_runs import stream_lesson
 from .learn_saved import read_saved, saved_status_html, saved_summary_html
 from .readouts import plot
 from .run_tab import RUN_TAB

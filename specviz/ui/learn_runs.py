@@ -5,49 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from .. import lessons
-from ..errors import SpecvizError, message_of
+from ..errors import SpecvizError
 from ..lessons.progress import Progress, left_text, progress_of, time_left
 from ..service import events
-from ..service import serving
+from ..service.calls import lesson_records
 from . import render
 from .endpoint import pull, stopped_message
 
 from ..service.gpu import gpu
-from ..service.engine_lock import ENGINE_LOCK
-from ..service.run_setup import encode_prompt
-from ..service.serving import load_target
-
-
-def lesson_records(name: str, start: Callable, prompt: str | None = None) -> Iterator[events.Event]:
-    """A lesson measured on the target `name`: a Beat once the model is loaded, then a LessonRecord for each
-    record start(model) yields (one at a time under the engine lock, so that other users' steps interleave), or
-    Failed (specviz.service.events).
-    A GPU call: `start` must pickle (a module-level function, or a functools.partial of one)."""
-    try:
-        with serving.pool().using(name):
-            model = load_target(name)
-            if prompt is not None:  # a caller's prompt: its tokens within the profile's limit
-                encode_prompt(model, prompt)
-            yield events.Beat()
-            records = start(model)
-            try:
-                while True:
-                    with ENGINE_LOCK:
-                        record = next(records, None)
-                    if record is None:
-                        return
-                    yield events.LessonRecord(record)
-            finally:
-                records.close()
-    except Exception as error:
-        yield events.Failed(message_of(error))
-
-
-def exact_records(model, prompt: str, method: str, max_new: int, runs: int, temperature: float) -> Iterator:
-    """The exactness lesson as the tab runs it: the greedy pair, then the histograms as they fill."""
-    yield lessons.greedy_side_by_side(model, prompt, method, max_new_tokens=max_new)
-    yield from lessons.distribution(model, prompt, method, runs, temperature)
 
 
 def last_record(target: str, start: Callable, cancel, prompt: str | None = None) -> object:

@@ -2,40 +2,28 @@
 a GPU call of picklable arguments that yields events (compare_records, cost_records); the handler draws them."""
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import Iterator
 
 import gradio as gr
 
-from ..api import check_drafter, first_difference
-from ..measure.cost_curve import latest_points, measure_cost_curve
+from ..measure.cost_curve import latest_points
 from ..lessons.forward_cost import curve_sentence
-from ..engine.run import SpeculativeRun
-from ..errors import MissingDrafterError, SpecvizError, message_of
+from ..errors import SpecvizError
 from ..measure.measured import load_measured
-from ..records.oracle import oracle_figures
 from ..service import events
-from ..measure.plausibility import BUSY, drafting_share, noise_note, speedup_doubt
+from ..service.calls import compare_records, cost_records
+from ..measure.plausibility import BUSY, noise_note
 from ..methods import names as method_names
-from ..service import serving
 from . import charts, render, view
 from .endpoint import form_handler, pull, stopped_message
 
 from ..service.gpu import gpu
-from ..service.engine_lock import ENGINE_LOCK
 from ..service.run_request import RunRequest, drafter_for
-from ..service.run_setup import RunSetup, capture_bound, encode_prompt, load_models
-from ..service.serving import load_target
 from .sessions import existing_session_of
-from ..service.stepped_runs import StepLog, SteppedRun
 from .readouts import plot, plural
 
 COMPARE_FIELDS = ("prompt", "methods", "target", "draft", "gamma", "temperature", "top_p", "max_new_tokens", "seed",
                   "tree", "draft_stop")
-SKIPPED_DRAFT = "Skipped draft: it needs a drafter (choose one in the Run tab's settings)."
-
-
 def quoted_prompt(prompt: str, most: int = 80) -> str:
     """A prompt in a status line: quoted, cut to `most` characters."""
     text = " ".join(str(prompt).split())
@@ -50,106 +38,6 @@ COMPARE_WIDTHS = ["8%", "6%", "6%", "5%", "5%", "5%", "6%", "10%", "6%", "10%", 
 def stop_tab(request: gr.Request):
     existing_session_of(request).stop_all()
     return render.status_html("Stopped.", "warn")
-
-
-def compare_records(request: RunRequest, methods: tuple[str, ...]) -> Iterator[events.Event]:
-    """Plain decoding, then each method, of one prompt: Progress after every step, a Row of figures after each
-    run, Skipped for a method that cannot run, or Failed (specviz.service.events). A
-    method whose speedup fails its plausibility check (compare_doubt) is measured once more, plain decoding again
-    right before it, and its row keeps the second pair (with its doubt, if that one fails too). A GPU call: it
-    runs where gpu() puts it, and closing it ends it at its next step."""
-    try:
-        with serving.pool().using(request.target, request.draft):
-            target, draft = load_models(request)
-            encode_prompt(target, request.prompt)  # a prompt it cannot take fails the comparison, before any method
-            settings = request.settings
-
-            def timed(method: str):  # one run, step by step: yields its progress, returns its SteppedRun
-                # prepared within the bound of a ZeroGPU call, else it goes on without graphs (run_setup.RunSetup)
-                setup = RunSetup.make(dataclasses.replace(request, method=method, compare_plain=False), target, draft)
-                setup.prepare(capture_bound())
-                stepped = SteppedRun(SpeculativeRun(target, setup.proposer, setup.prompt_ids, settings, request.prompt,
-                                                    options=setup.options))
-                try:
-                    while not stepped.done:
-                        stepped.advance()
-                        yield events.Progress(method, stepped.emitted)
-                finally:
-                    stepped.close()
-                return stepped
-
-            plain = None
-            for method in ("plain", *methods):
-                try:
-                    check_drafter(method, draft)
-                except MissingDrafterError:
-                    yield events.Skipped(SKIPPED_DRAFT)
-                    continue
-                try:
-                    stepped = yield from timed(method)
-                except SpecvizError as error:
-                    yield events.Skipped(f"Skipped {method}: {error}")
-                    continue
-                baseline = plain
-                if method == "plain":
-                    plain = baseline = stepped
-                elif compare_doubt(baseline, stepped):  # measured again, the pair back to back
-                    baseline = yield from timed("plain")
-                    stepped = yield from timed(method)
-                yield events.Row(compare_figures(method, stepped, baseline, settings))
-    except Exception as error:
-        yield events.Failed(message_of(error))
-
-
-def compare_doubt(plain: StepLog | None, run: StepLog) -> str | None:
-    """Why a method's speedup over plain decoding is not to be trusted (specviz.measure.plausibility, the Run tab's
-    check, on each run's own steps in engine time), or None: also None for plain decoding itself."""
-    if plain is None or run is plain or run.method == "plain":
-        return None
-    tau = run.result.metrics.mean_accepted_length
-    m = run.result.metrics
-    return speedup_doubt(plain.engine_wall / run.engine_wall, tau, plain.durations, run.durations,
-                         [s.gamma for s in run.steps], drafting=drafting_share(m.draft_seconds, m.verify_seconds))
-
-
-def compare_figures(method: str, run: StepLog, plain: StepLog | None, settings) -> dict:
-    """One Compare row's figures, from a finished run and the plain run it is compared with."""
-    metrics = view.running_metrics(run.result.steps, run.engine_wall, run.result.metrics.prefill_seconds)
-    same = "–"
-    if settings.greedy and plain is not None:
-        same = "yes" if first_difference(run.result.token_ids, plain.result.token_ids) is None else "no"
-    plain_wall = plain.engine_wall if plain is not None else None
-    # the perfect drafter at this run's step costs, on the same clock as the speedup (engine time)
-    oracle = oracle_figures(run.result.steps, metrics, settings.gamma, plain_wall)
-    return {"method": method, "new_tokens": metrics.new_tokens, "steps": metrics.steps,
-            "tau": metrics.mean_accepted_length, "alpha": metrics.acceptance_rate,
-            "cost": metrics.cost_ratio, "tokens_per_second": metrics.tokens_per_second,
-            "speedup": plain_wall / run.engine_wall if plain_wall is not None else None,
-            "oracle_tau": oracle.oracle_tau, "oracle_speedup": oracle.oracle_speedup,
-            "verify_share": oracle.verify_share, "accepted_lengths": oracle.accepted_lengths,
-            "undrafted": sum(1 for s in run.result.steps if s.gamma == 0), "same": same,
-            "doubt": compare_doubt(plain, run)}
-
-
-def cost_records(name: str) -> Iterator[events.Event]:
-    """The target's forward time against positions and batch size: Device, then a Point at a time (other users'
-    runs interleave between them), or Failed (specviz.service.events). A GPU call."""
-    try:
-        with serving.pool().using(name):
-            model = load_target(name)
-            yield events.Device(f"{model.device.type} ({model.describe()}, {str(model.dtype).replace('torch.', '')})")
-            measurements = measure_cost_curve(model, as_measured=True)
-            try:
-                while True:
-                    with ENGINE_LOCK:
-                        point = next(measurements, None)
-                    if point is None:
-                        return
-                    yield events.Point(point)
-            finally:
-                measurements.close()
-    except Exception as error:
-        yield events.Failed(message_of(error))
 
 
 def default_methods(runs: list[dict], choices: list[str]) -> list[str]:

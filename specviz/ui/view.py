@@ -3,18 +3,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..records.metrics import summarize
+from ..records.metrics import running_metrics  # noqa: F401 (the readouts read view.running_metrics)
 from ..records.oracle import accepted_length_histogram
 from ..records.schema import RunMetrics, StepRecord
 from ..rule.theory import best_gamma, expected_speedup, expected_tokens_per_step
 
 GAMMA_CURVE_MAX = 16
-
-
-def running_metrics(steps: list[StepRecord], engine_seconds: float, prefill_seconds: float = 0.0) -> RunMetrics:
-    """RunMetrics of the steps so far, with speeds on `engine_seconds` (see stepped_runs.py: engine time)."""
-    emitted = steps[-1].total_emitted if steps else 0
-    return summarize(steps, emitted, engine_seconds, prefill_seconds)
 
 
 def used_gamma(steps: list[StepRecord], setting: int) -> tuple[float, bool]:
