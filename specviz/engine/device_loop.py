@@ -260,7 +260,9 @@ class DeviceLoop:
         [T - 1, H] (what a drafter that is a model reads first). A sampled run's draws start from `seed`, with
         the temperature, top-k and top-p of `settings`. No step is launched once those in flight give
         max_new_tokens; to stop earlier (an EOS), stop pulling: the step in flight is then computed and dropped
-        (the caller's clock waits for it)."""
+        (the caller's clock waits for it). On a CPU, where every step runs to its end as it is launched, one step
+        is in flight: a step launched ahead would overlap nothing, and the last one of a run would be computed
+        only to be dropped (a tenth of a short run's steps)."""
         self.reserve(sequence.shape[0] + max_new_tokens)
         state = self._state()
         state.start(sequence)
@@ -270,13 +272,14 @@ class DeviceLoop:
         self.lookup.start(sequence, hidden)
         self._taken = None
         produced, step, in_flight = 0, 0, deque()  # produced: tokens of the steps read so far
+        ahead = 1 if self.device.type == "cpu" else 2  # on a GPU two in flight: it never waits for the host
         most = max_new_tokens + 1  # every step adds a token: never reached
         rows = torch.empty((most, state.log.shape[0]), dtype=torch.long, pin_memory=self.graphs)
         values = torch.empty((most, state.values.shape[0]), pin_memory=self.graphs)
         details = torch.empty((most, state.detail.shape[0]), pin_memory=self.graphs)
         while True:
             enough = produced + len(in_flight) >= max_new_tokens  # what is in flight adds a token a step at least
-            if len(in_flight) < 2 and not enough and step < most:  # two in flight: the GPU never waits for the host
+            if len(in_flight) < ahead and not enough and step < most:
                 # the step in flight may add gamma + 1 tokens; the span covers what the new one writes
                 span = graph_span(sequence.shape[0] + produced + self.ahead, self.runner.context_length)
                 in_flight.append((step, self._launch(state, span, rows[step], values[step], details[step])))
