@@ -221,3 +221,23 @@ def test_a_stray_module_or_a_long_one_is_caught(tmp_path):
     (package / "engine" / "short.py").write_text("x = 1\n" * MAX_LINES)
     assert top_level_strays(package) == ["helpers"]
     assert oversized(package) == [f"specviz/engine/long.py: {MAX_LINES + 1}"]
+
+
+def tag_reads(source: str) -> list[str]:
+    """Where code reads a record by a string tag in its first place (`record[0] == "row"`): the dispatch that
+    typed events (specviz.service.events) replace."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Subscript):
+            index = node.left.slice
+            if isinstance(index, ast.Constant) and index.value == 0 and any(
+                    isinstance(c, ast.Constant) and isinstance(c.value, str) for c in node.comparators):
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_the_web_layer_and_the_service_dispatch_on_event_types_not_tags():
+    places = {str(path.relative_to(ROOT)): tag_reads(path.read_text())
+              for folder in ("ui", "service") for path in (ROOT / "specviz" / folder).rglob("*.py")}
+    assert {path: reads for path, reads in places.items() if reads} == {}
+    assert tag_reads('if record[0] == "row":\n    pass') == ["record[0] == 'row'"]  # the control
