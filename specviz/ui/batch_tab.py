@@ -155,7 +155,8 @@ def batch_records(name: str, method: str, batch_sizes: list[int], settings: Deco
                         yield ("batch",)
                 with ENGINE_LOCK:  # why: a verify pass of gamma + 1 positions against a plain step, this batch
                     costs.append({"batch_size": size, "positions": settings.gamma + 1,
-                                  "ratio": forward_cost(model, size, settings.gamma + 1) / forward_cost(model, size, 1)})
+                                  "ratio": forward_cost(model, size, settings.gamma + 1) / forward_cost(model, size,
+                                                                                                        1)})
                 yield ("size", size, summarize_batches(rows), list(costs))
     except Exception as error:
         yield ("failed", message_of(error))

@@ -134,7 +134,11 @@ class RecordedRun:
             self.preparing_since, self.fresh_worker = time.monotonic(), record[1]
         elif kind == "started":
             header: RunHeader = record[1]
-            self.tokenizer, self.target_label, self.device_label = header.tokenizer, header.target_label, header.device_label
+            self.tokenizer, self.target_label, self.device_label = (
+                header.tokenizer,
+                header.target_label,
+                header.device_label,
+            )
             self.prompt_tokens = header.prompt_tokens
             self.speculative.settings = header.speculative_settings
             if self.plain is not None and header.plain_settings is not None:

@@ -12,7 +12,8 @@ from ..settings import DecodeSettings
 from . import serving
 from .form import read_form
 
-USES_DRAFT_MODEL = registry.names(uses_draft_model=True)  # methods that take the drafter field (adaptive drafts with it if given)
+# methods that take the drafter field (adaptive drafts with it if given)
+USES_DRAFT_MODEL = registry.names(uses_draft_model=True)
 
 
 @dataclass
@@ -32,7 +33,8 @@ def engine_options(request: RunRequest) -> EngineOptions:
     return options if request.exact is None else replace(options, exact=request.exact)
 
 
-def settings_from_form(max_new_tokens, gamma, temperature, top_p=1.0, seed=None, tree=0, draft_stop=0.0) -> DecodeSettings:
+def settings_from_form(max_new_tokens, gamma, temperature, top_p=1.0, seed=None, tree=0,
+                       draft_stop=0.0) -> DecodeSettings:
     """Widget values (sliders give floats, an empty number box None) to validated DecodeSettings, through the
     boundary's one reader (form.read_form)."""
     values = dict(max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature, top_p=top_p, seed=seed,
