@@ -2,7 +2,8 @@
 GPU when there is one; models load on the first run, not at import). Everything else lives in specviz/ui/.
 
 On a Hugging Face Space (SPACE_ID set), or with SPECVIZ_PUBLIC=1, it serves the public profile: the models it
-offers only, a memory budget, a share of the queue per session and per client (specviz/service/public.py, docs/deploy.md).
+offers only, a memory budget, a share of the queue per session and per client (specviz/service/public.py,
+docs/deploy.md).
 
 Several GPUs: `python app.py --device-map auto [--max-memory 0=60GiB,1=75GiB] [--draft-device cuda:0]`
 shards every target over this machine's GPUs (also SPECVIZ_DEVICE_MAP, SPECVIZ_MAX_MEMORY, SPECVIZ_DRAFT_DEVICE).

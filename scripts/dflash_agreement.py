@@ -71,7 +71,8 @@ def main(argv=None) -> int:
         accepted_first = sum(step.n_accepted >= 1 for step in spec.steps)
         row = {"category": prompt["category"], "equal_to_plain": spec.token_ids == plain.token_ids,
                "teacher_forced_first": round(first / positions, 3), "teacher_forced_tau": round(1 + run / positions, 3),
-               "engine_first": round(accepted_first / steps, 3), "engine_tau": round(spec.metrics.mean_accepted_length, 3)}
+               "engine_first": round(accepted_first / steps, 3),
+               "engine_tau": round(spec.metrics.mean_accepted_length, 3)}
         rows.append(row)
         print(json.dumps(row), flush=True)
         for key, value in (("positions", positions), ("first", first), ("run", run), ("steps", steps),

@@ -7,7 +7,8 @@ every other host step cost nothing.
 With --target random:llama-8b (random weights of a stated shape, random_target.py) it measures a real size
 without downloading one; --positions times chains of K against one position, beside the weight-read floor.
 
-    SPECVIZ_DEFAULT_GGUF=... python3 -m scripts.gpu_forward_floor [--context 300] [--taus chain17=2.87,tree16=3.08,tree64=3.59]
+    SPECVIZ_DEFAULT_GGUF=... python3 -m scripts.gpu_forward_floor [--context 300]
+        [--taus chain17=2.87,tree16=3.08,tree64=3.59]
     python3 -m scripts.gpu_forward_floor --target random:llama-8b --positions 2,4,8,16 --taus ''"""
 from __future__ import annotations
 

@@ -1,11 +1,13 @@
 """Published drafter files at a real shape on the GPU: writes EAGLE-1 and Medusa-1 folders in the layouts of
 yuhuili/EAGLE-Vicuna-7B-v1.3 and FasterDecoding/medusa-vicuna-7b-v1.3 (the 7B shape), or a DFlash folder in z-lab's
 layout (--shape llama-8b --methods dflash: Llama 3.1 8B's), or an EAGLE-3 folder in SafeAILab's (--shape llama-8b
---methods eagle3: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B's, which the eagle method loads), with random weights (specviz/models/published_layouts.py),
-loads them through specviz's loader on the random target of the same shape (random:vicuna-7b, random:llama-8b) and
-benches each against plain decoding through the fast path (specviz.measure.bench, one run each per prompt). Random weights accept at random: what counts is that the files load and what drafting
-costs. c = drafting time a step / the target's one-token forward (plain decoding's time a step); also
-given over the method's own verify pass, and for EAGLE's chains a depth's share (drafting ms a step / gamma). Writes OUT/published_drafters.json (and the two bench reports).
+--methods eagle3: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B's, which the eagle method loads), with random weights
+(specviz/models/published_layouts.py), loads them through specviz's loader on the random target of the same shape
+(random:vicuna-7b, random:llama-8b) and benches each against plain decoding through the fast path
+(specviz.measure.bench, one run each per prompt). Random weights accept at random: what counts is that the files load
+and what drafting costs. c = drafting time a step / the target's one-token forward (plain decoding's time a step); also
+given over the method's own verify pass, and for EAGLE's chains a depth's share (drafting ms a step / gamma). Writes
+OUT/published_drafters.json (and the two bench reports).
 
     python3 -m scripts.gpu_published_drafters --out $OUT                     # on the GPU machine
     python3 -m scripts.gpu_published_drafters --shape llama-8b --methods dflash --out $OUT

@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.time()
     target_params = build(work / "target", vocab, 3072, 8192, 28, 24, 8, seed=0)
     draft_params = build(work / "draft", vocab, 1024, 2816, 4, 16, 4, seed=1)
-    print(f"built target {target_params / 1e9:.2f}B and drafter {draft_params / 1e6:.0f}M params in {time.time() - t0:.0f}s", flush=True)
+    print(f"built target {target_params / 1e9:.2f}B and drafter {draft_params / 1e6:.0f}M params in "
+          f"{time.time() - t0:.0f}s", flush=True)
 
     generator = torch.Generator().manual_seed(0)
     prompts = []
@@ -119,7 +120,9 @@ def main(argv: list[str] | None = None) -> None:
         "cli": {k: cli_out.get(k) for k in ("identical_to_plain", "speedup", "error")},
     }
     Path(args.out).write_text(json.dumps(report, indent=1))
-    print(f"\n{'dtype':<10}{'placement':<10}{'method':<30}{'tok/s':>8}{'vs 1-GPU plain':>16}{'identical':>11}{'alpha':>7}")
+    print(
+        f"\n{'dtype':<10}{'placement':<10}{'method':<30}{'tok/s':>8}{'vs 1-GPU plain':>16}{'identical':>11}{'alpha':>7}"
+    )
     for row in rows:
         base = next(r["tokens_per_second"] for r in rows if r["dtype"] == row["dtype"])
         alpha = "-" if row["acceptance_rate"] is None else f"{row['acceptance_rate']:.2f}"

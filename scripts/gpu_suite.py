@@ -84,7 +84,8 @@ DATASTORE = "assets/drafters/smollm2-135m-instruct/retrieval"  # the default tar
 
 SUITES: dict[str, Suite] = {
     "check": Suite("the CUDA tests (graphs, compile, the attention kernel, the device loop, EAGLE's trees, the "
-                   "exact mode and lesson 7's use of it), then the fast path's forward checked against transformers' and timed (scripts/gpu_check.py)", (
+                   "exact mode and lesson 7's use of it), then the fast path's forward checked against transformers' "
+                   "and timed (scripts/gpu_check.py)", (
         Step("pytest", "pytest", ("-q", "-x", "-p", "no:cacheprovider", *CUDA_TESTS, "-k",
                                   "cuda or graph or graphs or compiled or triton or waits or eagle_tree or warm_up")),
         Step("exact-mode", "pytest", ("-q", "-x", "-p", "no:cacheprovider", "tests/test_exact_mode_cuda.py")),

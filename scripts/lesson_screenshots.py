@@ -19,11 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
 from scripts.screenshots import chosen, served_app
 from specviz.lessons.catalogue import LESSONS
 from specviz.ui.learn import tab_title
+
+ROOT = Path(__file__).resolve().parents[1]
 
 LESSON_KEYS = tuple(lesson.key for lesson in LESSONS)  # every lesson the tab has, in its order
 
@@ -93,7 +93,8 @@ def main(argv=None) -> int:
         files = {lesson.key: Path(args.saved) / file_name(lesson) for lesson in LESSONS if lesson.key in keys}
         missing = [str(path) for path in files.values() if not path.is_file()]
         if missing:
-            parser.error(f"no saved lesson at {', '.join(missing)} (write them with: python -m specviz learn all --out DIR)")
+            parser.error(f"no saved lesson at {', '.join(missing)} (write them with: python -m specviz learn all --out "
+                         "DIR)")
     timings = {}
     with served_app() as (browser, url):
         page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()

@@ -8,18 +8,20 @@ import gzip
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from specviz.measure.measured import MEASURED, measured_run
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # label, the run's doc, its bench reports (a run too long for one call ran in parts)
 RUNS = [
     ("2-core CPU, float32, 2 prompts a category (26), 128 new tokens, the host loop",
      "docs/benchmarks/2026-11-28-1f64947-every-drafter-side-by-side-on-the-2-core-cpu.md",
      ["results/2026-11-28-cpu-drafters/bench.json"]),
-    ("one H200, bfloat16, all 480 prompts, 256 new tokens, the host loop (the device loop is faster: README's headline table)",
+    ("one H200, bfloat16, all 480 prompts, 256 new tokens, the host loop (the device loop is faster: README's headline "
+     "table)",
      "docs/benchmarks/2026-11-28-68e964c-every-drafter-over-all-480-on-an-h200.md",
-     ["results/2026-11-28-h200-all-480-drafters/part1.json.gz", "results/2026-11-28-h200-all-480-drafters/part2.json.gz"]),
+     ["results/2026-11-28-h200-all-480-drafters/part1.json.gz",
+      "results/2026-11-28-h200-all-480-drafters/part2.json.gz"]),
 ]
 
 

@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trees", default="63,127")
     parser.add_argument("--depth", type=int, default=5)
     parser.add_argument("--top-k", type=int, default=TREE_TOP_K)
-    parser.add_argument("--depth-bonus", type=float, default=0.0, help="added to every head's log probs (a path of depth d gains d times it)")
+    parser.add_argument("--depth-bonus", type=float, default=0.0,
+                        help="added to every head's log probs (a path of depth d gains d times it)")
     parser.add_argument("--full-vocab", action="store_true", help="score every token, not only the draft vocabulary")
     parser.add_argument("--batch", type=int, default=1, help="write missing continuations in left-padded batches "
                         "of this many (on a GPU; batched numerics may differ slightly from single runs)")
@@ -78,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     start = time.monotonic()
     missing = [p for p in prompts if str(p["prompt_id"]) not in cache]
     stop = _stop_id(target)
-    encoded = sorted(((target.encode_prompt(p["prompt"]), str(p["prompt_id"])) for p in missing), key=lambda e: len(e[0]))
+    encoded = sorted(((target.encode_prompt(p["prompt"]), str(p["prompt_id"])) for p in missing),
+                     key=lambda e: len(e[0]))
     for at in range(0, len(encoded), args.batch):  # shortest first: little padding
         chunk = encoded[at: at + args.batch]
         answers = continue_batch(target, [ids for ids, _ in chunk], args.max_new_tokens, DecodeSettings(),

@@ -153,7 +153,8 @@ def check_concurrent(url: str, count: int, log: Log) -> None:
 def check_flood(url: str, flooders: int, joins: int, log: Log) -> None:
     log.section(f"a flood: {flooders} sessions x {joins} quick joins from one address, beside a normal client")
     floods = [client(url, "198.51.100.7") for _ in range(flooders)]
-    jobs = [each.submit(**dict(SHORT, max_new_tokens=16), api_name="/speculate") for _ in range(joins) for each in floods]
+    jobs = [each.submit(**dict(SHORT, max_new_tokens=16), api_name="/speculate") for _ in range(joins)
+            for each in floods]
     normal = client(url, "203.0.113.9").submit(**dict(SHORT, prompt="Name three colours."), api_name="/speculate")
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         outcomes = list(pool.map(answer, jobs))
@@ -325,7 +326,8 @@ def check_poisoned(http, log: Log) -> None:
             uploaded = http.post("/gradio_api/upload", files={"files": ("poisoned.json", handle, "application/json")})
         log.line("upload to the server", f"HTTP {uploaded.status_code}", uploaded.status_code in (200, 413))
         found, errors = learn_saved.read_saved([str(path)])
-        shown = learn_saved.saved_summary_html(found, errors) + "".join(learn_saved.saved_status_html(s) for s in found.values())
+        shown = learn_saved.saved_summary_html(found, errors) + "".join(learn_saved.saved_status_html(s)
+                                                                        for s in found.values())
         live_tags = [tag for tag in ("<img", "<a ", "<b>b</b>") if tag in shown]
         log.line("rendered by the Learn tab's saved-run view", "as text" if not live_tags and "&lt;img" in shown
                  else f"live markup: {live_tags}", not live_tags and "&lt;img" in shown)
@@ -369,7 +371,8 @@ def check_forged(url: str, joins: int, per_client: int, log: Log) -> dict:
              errors == 0 and refused >= joins - 2 * per_client)
     log.line("a normal client's 8-token run beside them", f"{normal[0]} in {normal_s:.1f} s (idle just before "
              f"{idle_s:.1f} s: {normal_s / idle_s:.1f}x)", normal[0] == "answered")
-    return {"forged_admitted": admitted, "forged_refused": refused, "forged_normal_s": normal_s, "forged_idle_s": idle_s}
+    return {"forged_admitted": admitted, "forged_refused": refused, "forged_normal_s": normal_s,
+            "forged_idle_s": idle_s}
 
 
 RUN_VALUES = dict(prompt=LONG_PROMPT, method="ngram", target="default", draft="none", gamma=4, temperature=0, top_p=1,
@@ -406,7 +409,8 @@ def check_eviction(url: str, http, calls: int, log: Log) -> dict:
     inspected = answer(student.submit(step=1, api_name="/inspect"))
     found = inspected[0] == "answered" and "sv-tok" in str(inspected[1][0])
     log.line("/inspect of its step 1 afterwards", "the run's token view" if found else f"{inspected[0]}: no run", found)
-    return {"eviction_calls": calls, "eviction_run_going": going, "eviction_run_done": done, "eviction_inspected": found}
+    return {"eviction_calls": calls, "eviction_run_going": going, "eviction_run_done": done,
+            "eviction_inspected": found}
 
 
 def _text_of(html: str) -> str:
@@ -433,7 +437,8 @@ def check_replays(url: str, replays: int, log: Log) -> dict:
              + ("" if threads is None else f"; threads waiting inside a replay: {threads}"), admitted <= 2)
     log.line("a normal 8-token /speculate beside them", f"{kind} in {normal_s:.1f} s (idle {idle_s:.1f} s: "
              f"{normal_s / idle_s:.1f}x; goal 2x)", kind == "answered")
-    return {"replay_admitted": admitted, "replay_normal_s": normal_s, "replay_idle_s": idle_s, "replay_threads": threads}
+    return {"replay_admitted": admitted, "replay_normal_s": normal_s, "replay_idle_s": idle_s,
+            "replay_threads": threads}
 
 
 MAXIMAL_PROMPT = " cat" * 990  # 3,960 characters, some 1,000 tokens: under the public limits of both
@@ -443,8 +448,8 @@ def check_maximal(url: str, log: Log) -> dict:
     log.section("the longest request the profile takes (~1,000-token prompt, 512 tokens, temperature 2) beside "
                 "an 8-token run")
     idle_s = idle_now(url)
-    heavy = client(url, "203.0.113.80").submit(**dict(SHORT, prompt=MAXIMAL_PROMPT, max_new_tokens=512, temperature=2.0),
-                                               api_name="/speculate")
+    heavy = client(url, "203.0.113.80").submit(**dict(SHORT, prompt=MAXIMAL_PROMPT, max_new_tokens=512,
+                                                      temperature=2.0), api_name="/speculate")
     time.sleep(8)
     started = time.monotonic()
     kind, _ = answer(client(url, "203.0.113.81").submit(**SHORT, api_name="/speculate"))
@@ -459,7 +464,8 @@ def check_maximal(url: str, log: Log) -> dict:
 def check_edges(url: str, http, log: Log) -> None:
     log.section("edges: the direct route, unknown endpoints, too few values, tiny temperature, a drafter as target")
     direct = http.post("/gradio_api/run/speculate", json={"data": ["hi", "ngram", 8, 4, 0, 0, "default", ""]})
-    log.line("POST /gradio_api/run/speculate (skips the queue)", f"HTTP {direct.status_code}", direct.status_code == 404)
+    log.line("POST /gradio_api/run/speculate (skips the queue)", f"HTTP {direct.status_code}",
+             direct.status_code == 404)
     unknown = http.post("/gradio_api/queue/join", json={"data": [], "fn_index": 9999, "session_hash": "edge0001"})
     log.line("fn_index 9999", f"HTTP {unknown.status_code}: {unknown.text[:90]}", unknown.status_code == 404)
     for what, data in [("too few values", ["hi"]),
@@ -586,7 +592,8 @@ def check(url: str, args, httpx) -> int:
             budget = f" (its models' budget: {serving.profile().memory_budget / 2 ** 30:.1f} GiB)"
         print(f"server memory: {before:.0f} MiB before, {after:.0f} MiB after{budget}")
     if "after_cancel_s" in figures:
-        print("cancelled run: the next 8-token run took {after_cancel_s:.2f} s, after a killed client {after_kill_s:.2f} "
+        print("cancelled run: the next 8-token run took {after_cancel_s:.2f} s, after a killed client "
+              "{after_kill_s:.2f} "
               "s, on an idle server {idle_short_s:.2f} s".format(**figures))
     if figures.get("freed_cancel_s") is not None:
         print("the engine was free {freed_cancel_s:.2f} s after the cancel, {freed_kill_s:.2f} s after the kill"

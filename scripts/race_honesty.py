@@ -83,7 +83,8 @@ def browser_run(page, previous) -> dict:
     summary = page.locator("#sv-summary").inner_text()
     spec, plain = run.speculative, run.plain
     return {"speedup": run.speedup, "tau": spec.result.metrics.mean_accepted_length,
-            "tokens_per_second": spec.engine_tokens_per_second, "plain_tokens_per_second": plain.engine_tokens_per_second,
+            "tokens_per_second": spec.engine_tokens_per_second,
+            "plain_tokens_per_second": plain.engine_tokens_per_second,
             "doubt": getattr(run, "doubt", None), "noted_on_page": "noisy" in status and "noisy" in summary,
             "stated": f"{run.speedup:.2f}×" in status and f"{run.speedup:.2f}×" in summary, "run": run}
 
@@ -142,7 +143,8 @@ def summary_text(record: dict) -> str:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for name, rows, figures in (("browser", browser, b), (record["reference_name"], library, lib)):
-        lines.append(f"| {name} | {figures['n']} | {figures['median']:.2f}x | {figures['min']:.2f}x | {figures['max']:.2f}x "
+        lines.append(f"| {name} | {figures['n']} | {figures['median']:.2f}x | {figures['min']:.2f}x | "
+                     f"{figures['max']:.2f}x "
                      f"| {statistics.median(r['tau'] for r in rows):.2f} "
                      f"| {statistics.median(r['tokens_per_second'] for r in rows):.1f} "
                      f"| {statistics.median(r['plain_tokens_per_second'] for r in rows):.1f} "
@@ -159,7 +161,8 @@ def summary_text(record: dict) -> str:
         "Every browser run (speedup, tau, tok/s, plain tok/s, load, note):",
         "",
     ]
-    lines += [f"- {r['speedup']:.2f}x, tau {r['tau']:.2f}, {r['tokens_per_second']:.1f} / {r['plain_tokens_per_second']:.1f} "
+    lines += [f"- {r['speedup']:.2f}x, tau {r['tau']:.2f}, {r['tokens_per_second']:.1f} / "
+              f"{r['plain_tokens_per_second']:.1f} "
               f"tok/s, load {r['load_before']:.2f}" + (f"; noted: {r['doubt']}" if r["noted_on_page"] else "")
               for r in browser]
     return "\n".join(lines)
@@ -184,7 +187,8 @@ def main(argv=None) -> int:
     example = examples()[0]
     prompt, method = example["prompt"], example["method"]
     target = load_model("default")
-    record = {"commit": git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    record = {"commit": git_commit(),
+              "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "machine": f"{device_name(target.device)}, {os.cpu_count()} cores", "prompt": prompt, "method": method,
               "max_new_tokens": args.max_new, "load_processes": args.load, "browser": [], "reference": [],
               "reference_name": {"cli": "command line (generate --compare-plain)",
@@ -217,7 +221,8 @@ def main(argv=None) -> int:
                 load = load_average()
                 record["reference"].append({**reference(), "load_before": load, "load_after": load_average()})
                 b, ref = record["browser"][-1], record["reference"][-1]
-                print(f"run {i + 1}: browser {b['speedup']:.2f}x (tau {b['tau']:.2f}{', noted' if b['noted_on_page'] else ''}), "
+                print(f"run {i + 1}: browser {b['speedup']:.2f}x (tau "
+                      f"{b['tau']:.2f}{', noted' if b['noted_on_page'] else ''}), "
                       f"{args.reference} {ref['speedup']:.2f}x, load {load:.2f}", file=sys.stderr, flush=True)
     finally:
         stop_load(burners)

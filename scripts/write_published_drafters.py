@@ -3,7 +3,8 @@
 OUT/eagle and OUT/medusa, for the random target of the same shape (`--target random:vicuna-7b`):
 
     python3 -m scripts.write_published_drafters --shape vicuna-7b --out DIR   # 1.5 GB each
-    python3 -m scripts.write_published_drafters --shape tiny --out DIR        # for the tests, --target random:llama-tiny,kv_heads=4
+    python3 -m scripts.write_published_drafters --shape tiny --out DIR        # for the tests,
+                                                                              # --target random:llama-tiny,kv_heads=4
 """
 from __future__ import annotations
 

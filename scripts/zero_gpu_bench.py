@@ -1,8 +1,8 @@
 """ZeroGPU's speed, emulated beside a dedicated GPU's: the same runs in a GPU worker the way `spaces` 0.51 serves
-GPU calls (specviz/service/zero_emulation.py: a worker forked from this process, kept and reused while its GPU stays idle,
-a new one when it is not), and then in this process (a dedicated GPU). The worker runs with SPACES_ZERO_GPU=1:
-CUDA graphs captured on its first call and kept (specviz/service/gpu_worker.py, preparing bounded by CAPTURE_SECONDS),
-compiled unless SPECVIZ_COMPILE=0. This process runs with the environment's options (a dedicated GPU's
+GPU calls (specviz/service/zero_emulation.py: a worker forked from this process, kept and reused while its GPU
+stays idle, a new one when it is not), and then in this process (a dedicated GPU). The worker runs with
+SPACES_ZERO_GPU=1: CUDA graphs captured on its first call and kept (specviz/service/gpu_worker.py, preparing bounded
+by CAPTURE_SECONDS), compiled unless SPECVIZ_COMPILE=0. This process runs with the environment's options (a dedicated GPU's
 defaults: graphs and compile).
 
 The calls, in order (every emulated one before this process touches CUDA: a forked worker cannot use a GPU its
@@ -42,7 +42,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default="default", help="the model (default: the offline default)")
-    parser.add_argument("--method", default="ngram", help="METHOD[:GAMMA[:TREE]] beside plain (default: the app's, ngram)")
+    parser.add_argument("--method", default="ngram",
+                        help="METHOD[:GAMMA[:TREE]] beside plain (default: the app's, ngram)")
     parser.add_argument("--prompts", default=PROMPTS, help="a JSONL prompt file (default: Spec-Bench's)")
     parser.add_argument("--per-category", type=int, default=2, help="prompts a category (default 2: 26 prompts)")
     parser.add_argument("--limit", type=int, default=None, help="at most this many prompts")
@@ -203,7 +204,8 @@ def summary(calls: dict) -> dict:
         "steady_speedup": steady.get("speedup") if steady else None,
         "dedicated_plain_tokens_per_second": calls.get("dedicated", {}).get("plain", {}).get("tokens_per_second"),
         "dedicated_speedup": calls.get("dedicated", {}).get("speedup"),
-        "fresh_capture_seconds": [calls[name]["preparation"]["seconds"] for name in ("fresh", "fresh-2") if name in calls],
+        "fresh_capture_seconds": [calls[name]["preparation"]["seconds"] for name in ("fresh", "fresh-2")
+                                  if name in calls],
         "fresh_eager": [calls[name]["preparation"]["eager"] for name in ("fresh", "fresh-2") if name in calls],
         "reused_same_worker": bool(reused) and "fresh" in calls and all(c["pid"] == calls["fresh"]["pid"]
                                                                         for c in reused),
@@ -226,7 +228,8 @@ def format_table(calls: dict) -> str:
             lines.append(f"{name:<14} failed: {c['error']}")
             continue
         preparation = c["preparation"]
-        method = next((c[k] for k in c if isinstance(c[k], dict) and "tokens_per_second" in c[k] and k != "plain"), None)
+        method = next((c[k] for k in c if isinstance(c[k], dict) and "tokens_per_second" in c[k] and k != "plain"),
+                      None)
         lines.append(
             f"{name:<14} {c['pid']:>7} {c['call']:>2} {c['load_seconds']:>7.1f} {preparation['seconds']:>7.2f} "
             f"{preparation['graphs']:>6} {'yes' if preparation['eager'] else 'no':>5} "

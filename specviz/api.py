@@ -126,7 +126,8 @@ def warm_up(target: LoadedModel, max_positions: int = 5, max_length: int = 1024,
                 for proposer in group if device_loop else ():  # first: they reserve the most cache
                     check_capture_deadline()
                     loop = DeviceLoop.for_run(runner, proposer,
-                                              DecodeSettings(max_new_tokens=1, gamma=max(1, max_positions - 1), tree=tree),
+                                              DecodeSettings(max_new_tokens=1, gamma=max(1, max_positions - 1),
+                                                             tree=tree),
                                               detail_top=TOP_N if detail else 0, prompt_length=0, options=options)
                     if loop is not None:
                         loop.prepare(max_length)
@@ -249,7 +250,8 @@ class Report:
 def resolve_models(target, draft, device=None, dtype=None, device_map=None, max_memory=None, draft_device=None
                    ) -> tuple[LoadedModel, LoadedModel | None]:
     """Names (or loaded models) -> loaded target and drafter; the drafter sits on one device."""
-    target_model = target if isinstance(target, LoadedModel) else load_model(target, device, dtype, device_map, max_memory)
+    target_model = target if isinstance(target, LoadedModel) else load_model(target, device, dtype, device_map,
+                                                                             max_memory)
     draft_model = draft if isinstance(draft, LoadedModel) or draft is None else \
         load_draft_model(draft, target_model, draft_device or str(target_model.device), dtype)
     return target_model, draft_model
@@ -277,11 +279,13 @@ def generate(
     options = options or EngineOptions.from_environment()
     check_prompt_text(prompt)  # before loading anything
     target_model, draft_model = resolve_models(target, draft, device, dtype, device_map, max_memory, draft_device)
-    proposer = make_proposer(method, target_model, draft_model, exit_layer, heads=heads, adaptive_lookup=adaptive_lookup,
+    proposer = make_proposer(method, target_model, draft_model, exit_layer, heads=heads,
+                             adaptive_lookup=adaptive_lookup,
                              options=options)
     prompt_ids = encode(target_model, prompt, chat)
     warm_up(target_model, settings.gamma + 1,  # the graphs these runs replay, before they are timed
             min(len(prompt_ids) + settings.max_new_tokens + settings.tree + 1, target_model.context_length),
             [proposer], tree=settings.tree, options=options)
-    plain = run_once(target_model, PlainProposer(), prompt_ids, settings, prompt, options=options) if compare_plain else None
+    plain = run_once(target_model, PlainProposer(), prompt_ids, settings, prompt,
+                     options=options) if compare_plain else None
     return Report(run_once(target_model, proposer, prompt_ids, settings, prompt, options=options), plain)

@@ -41,12 +41,15 @@ def _number(text: str) -> float:
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("models and decoding")
-    group.add_argument("--target", default="default", help="'default' (offline SmolLM2-135M-Instruct), a Hub id, a folder, a .gguf file, or "
+    group.add_argument("--target", default="default",
+                       help="'default' (offline SmolLM2-135M-Instruct), a Hub id, a folder, a .gguf file, or "
                        "random:SHAPE (random weights of a stated shape, for forward costs: random:llama-8b)")
     group.add_argument("--draft", default=None, help="draft model for the draft method (same forms as --target)")
-    group.add_argument("--exit-layer", type=int, default=None, help="layers the early-exit drafter keeps (default: a quarter)")
+    group.add_argument("--exit-layer", type=int, default=None,
+                       help="layers the early-exit drafter keeps (default: a quarter)")
     group.add_argument("--heads", default=None, help="trained drafter for medusa/eagle, datastore for retrieval: a "
-                       "folder or Hub id (FasterDecoding Medusa heads, SafeAILab EAGLE-1, datastore.npz + config.json); "
+                       "folder or Hub id (FasterDecoding Medusa heads, SafeAILab EAGLE-1, datastore.npz + "
+                       "config.json); "
                        "default: the one shipped for the default target")
     group.add_argument("--adaptive-lookup", default="auto", choices=("auto", "ngram", "retrieval"),
                        help="adaptive: what it looks up beside a model drafter (retrieval: also the datastore; "
@@ -72,11 +75,13 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--seed", type=int, default=None, help="seed of the sampling, for a run that can be repeated "
                        "(default: none; check-exactness: run i uses SEED + i, from 0, the control the seeds after)")
     group.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    group.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16")
+    group.add_argument("--dtype", default="auto",
+                       help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16")
     group.add_argument("--raw-prompt", action="store_true", help="send the prompt as is, without the chat template")
     shard = parser.add_argument_group("several GPUs")
     shard.add_argument("--device-map", default=None,
-                       help="shard the target over this machine's GPUs with accelerate: auto, balanced, sequential, or a JSON map")
+                       help="shard the target over this machine's GPUs with accelerate: auto, balanced, sequential, or "
+                            "a JSON map")
     shard.add_argument("--max-memory", default=None, help="per-device cap for the device map, e.g. 0=20GiB,1=70GiB")
     shard.add_argument("--draft-device", default=None, help="device of the draft model (default: the target's first)")
 
@@ -95,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen = commands.add_parser("generate", help="run one prompt and show every step")
     gen.add_argument("--prompt", required=True, help="the text to continue; sent through the target's chat template "
                      "as a user turn unless --raw-prompt")
-    gen.add_argument("--method", default="ngram", choices=registry.names(), help="the drafter (plain: none, the baseline; "
+    gen.add_argument("--method", default="ngram", choices=registry.names(),
+                     help="the drafter (plain: none, the baseline; "
                      "default %(default)s)")
     add_model_options(gen)
     gen.add_argument("--compare-plain", action="store_true", help="also run plain decoding and report the speedup")
@@ -120,13 +126,18 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--batch-sizes", default="", help="decode batches of these sizes, e.g. 1,2,4,8,16: per method "
                        "and batch size, tokens/s, latency a token, tau and the speedup over plain decoding of the "
                        f"same batches ({registry.joined(registry.names(batchable=True))} batch)")
-    bench.add_argument("--compare-single", action="store_true", help="with --batch-sizes: batch 1 through both the "
-                       "single-sequence loop (what batch 1 uses) and the batched runner, side by side (rows carry path)")
+    bench.add_argument(
+        "--compare-single",
+        action="store_true",
+        help="with --batch-sizes: batch 1 through both the "
+        "single-sequence loop (what batch 1 uses) and the batched runner, side by side (rows carry path)",
+    )
     bench.add_argument("--out", required=True, help="where to write the results JSON")
     bench.add_argument("--energy", action="store_true", help="also joules per generated token on the GPU (NVML's "
                        "energy counter through nvidia-ml-py, else nvidia-smi's power draw; on a CPU: not measured)")
 
-    check = commands.add_parser("check-exactness", help="test that a method's sampled output is the target's distribution",
+    check = commands.add_parser("check-exactness",
+                                help="test that a method's sampled output is the target's distribution",
                                 description="Tests that a method's sampled output is the target's distribution. "
                                 "--dtype auto means float32 here, on a GPU too: in bfloat16 the test also measures "
                                 "rounding. Exits 0 when the method passed and its control was caught, 1 when the "
@@ -137,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--prompt", default=None, help="default: one on which the method's drafts are both accepted "
                        "and rejected (a repeated pattern, sent as is, for the lookups; a chat question for the model "
                        "drafters)")
-    check.add_argument("--samples", type=int, default=3000, help="engine runs for the method (and as many for the control)")
+    check.add_argument("--samples", type=int, default=3000,
+                       help="engine runs for the method (and as many for the control)")
     check.add_argument("--depth", type=int, default=2, help="new tokens whose joint distribution is tested (1..4)")
     check.add_argument("--control", type=_number, default=0.9, help="the control runs the method at this fraction of "
                        "the temperature, a small bias the test must catch; 0 = no control")
@@ -150,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     learn.add_argument("lesson", nargs="?", default="all", help="a lesson's number (1-7) or all (default)")
     learn.add_argument("--target", default="default", help="the model the lessons measure (as generate's --target)")
     learn.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    learn.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16")
+    learn.add_argument("--dtype", default="auto",
+                       help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16")
     learn.add_argument("--json", default=None, metavar="FILE", help="also write every lesson's results to FILE, in "
                        "one file the Learn tab's \"Open a saved run\" draws")
     learn.add_argument("--out", default=None, metavar="DIR", help="also write each lesson to DIR/lesson-N-KEY.json, "
@@ -158,7 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .train import add_arguments as add_train_arguments
 
-    train = commands.add_parser("train-drafter", help="train Medusa heads or an EAGLE drafter for a target (GPU), or write a retrieval datastore")
+    train = commands.add_parser("train-drafter",
+                                help="train Medusa heads or an EAGLE drafter for a target (GPU), or write a retrieval "
+                                     "datastore")
     add_train_arguments(train)
     return parser
 
@@ -386,7 +401,8 @@ def writable(path: str, folder: bool = False) -> None:
                 raise SpecvizError(f"cannot write {path}: there is no folder {target.parent} (make it first, or give "
                                    "a file in a folder that exists)")
             if target.is_dir() or not os.access(target if target.exists() else target.parent, os.W_OK):
-                raise SpecvizError(f"cannot write {path}: {'it is a folder' if target.is_dir() else 'permission denied'}")
+                raise SpecvizError(f"cannot write {path}: "
+                                   f"{'it is a folder' if target.is_dir() else 'permission denied'}")
     except OSError as error:
         raise SpecvizError(f"cannot write {'to ' if folder else ''}{path}: {error.strerror or error}") from None
 
@@ -421,7 +437,8 @@ def cmd_learn(args) -> int:
             print(text_table(headers, rows) + "\n")
         print(f"Measured: {sentence}", flush=True)
         if lesson.sources:
-            print("\nThe papers' own figures, on other models and machines:\n" + "\n".join(f"  {line}" for line in lesson.sources))
+            print("\nThe papers' own figures, on other models and machines:\n" + "\n".join(f"  {line}"
+                                                                                           for line in lesson.sources))
         # what --out writes for the lesson (so that the Learn tab opens the file), its record's figures added
         entry = lesson_json(lesson, record, where, round(seconds, 1))
         figures = plain(record)

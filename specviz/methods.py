@@ -115,7 +115,8 @@ def names(**declared) -> tuple[str, ...]:
     names() for all of them."""
     fields = {field.name for field in dataclasses.fields(Method)}
     if not set(declared) <= fields:
-        raise TypeError(f"a method declares {', '.join(sorted(fields))}; not {', '.join(sorted(set(declared) - fields))}")
+        raise TypeError(f"a method declares {', '.join(sorted(fields))}; not "
+                        f"{', '.join(sorted(set(declared) - fields))}")
     return tuple(m.name for m in methods() if all(getattr(m, key) == value for key, value in declared.items()))
 
 

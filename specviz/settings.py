@@ -88,7 +88,8 @@ class DecodeSettings:
             raise InvalidSettingError(f"top-p must be in (0, 1], got {self.top_p}")
         draft_stop = _as_number("draft-stop", self.draft_stop)
         if not 0 <= draft_stop < 1:
-            raise InvalidSettingError(f"draft-stop must be in [0, 1) (0: always draft gamma tokens), got {self.draft_stop}")
+            raise InvalidSettingError("draft-stop must be in [0, 1) (0: always draft gamma tokens), got "
+                                      f"{self.draft_stop}")
         if self.seed is not None:
             _check_int("seed", self.seed, 0, None)
         return self

@@ -116,7 +116,8 @@ def foreign_models(tmp_path_factory):
     tokenizer = word_tokenizer(8)
     other = save_tiny_model(tmp_path_factory.mktemp("other-vocab"), vocab_size=8, tokenizer=tokenizer)
     encoder = tmp_path_factory.mktemp("encoder")
-    DistilBertModel(DistilBertConfig(vocab_size=8, dim=32, hidden_dim=64, n_layers=1, n_heads=2)).save_pretrained(encoder)
+    DistilBertModel(DistilBertConfig(vocab_size=8, dim=32, hidden_dim=64, n_layers=1,
+                                     n_heads=2)).save_pretrained(encoder)
     tokenizer.save_pretrained(encoder)
     return {"other_vocab": other, "encoder": str(encoder)}
 

@@ -39,7 +39,8 @@ def test_generate_sampling_json_marks_identity_unknown(default_target):
 
 def test_generate_human_readable(cli_subprocess):
     """In a fresh interpreter: what loading the model draws on stderr is seen only where it is loaded."""
-    proc = cli_subprocess("generate", "--prompt", "Count from 1 to 10.", "--method", "adaptive", "--max-new-tokens", "24",
+    proc = cli_subprocess("generate", "--prompt", "Count from 1 to 10.", "--method", "adaptive", "--max-new-tokens",
+                          "24",
                    "--compare-plain")
     assert proc.returncode == 0, proc.stderr
     summary = proc.stdout.strip().splitlines()[-1]

@@ -43,7 +43,8 @@ def test_every_flag_of_every_subcommand_has_help_text():
 
 @pytest.mark.quick
 def test_the_sampling_flags_say_what_they_do():
-    helps = {action.dest: action.help for action in build_parser()._subparsers._group_actions[0].choices["generate"]._actions}
+    helps = {action.dest: action.help
+             for action in build_parser()._subparsers._group_actions[0].choices["generate"]._actions}
     assert "chat template" in helps["prompt"]
     assert "greedy" in helps["temperature"] and "distribution" in helps["temperature"]
     assert "at most" in helps["max_new_tokens"] and "repeated" in helps["seed"]
@@ -54,8 +55,10 @@ def test_the_sampling_flags_say_what_they_do():
     (["check-exactness", "--temperature", "0"], "--temperature above 0"),
     (["generate", "--prompt", "hi", "--gamma", "0"], "gamma must be between 1 and 32"),
     (["bench", "--prompts", "p.jsonl", "--out", "o.json", "--methods", "ngram,nope"], "bad method 'nope'"),
-    (["bench", "--prompts", "p.jsonl", "--out", "o.json", "--batch-sizes", "1,2", "--heads", "x"], "drop --transformers"),
-    (["bench", "--prompts", "p.jsonl", "--out", "o.json", "--batch-sizes", "1,zero"], "--batch-sizes takes whole numbers"),
+    (["bench", "--prompts", "p.jsonl", "--out", "o.json", "--batch-sizes", "1,2", "--heads", "x"],
+     "drop --transformers"),
+    (["bench", "--prompts", "p.jsonl", "--out", "o.json", "--batch-sizes", "1,zero"],
+     "--batch-sizes takes whole numbers"),
     (["train-drafter", "--method", "eagle", "--out", "folder"], "give --steps N or --minutes M"),
 ])
 def test_a_wrong_argument_is_refused_before_torch_is_imported(fresh_python, args, message):

@@ -56,7 +56,9 @@ def test_a_pair_measured_implausibly_is_measured_again(tiny_target, monkeypatch)
     assert [p.x for p in points] == [1, 2, 4, 1, 2]  # the slowed pair, again
     kept = cost_curve.latest_points(points)
     assert [(p.x, p.ms) for p in kept] == [(1, 10.0), (2, 20.0), (4, 40.0)]
-    assert wider_cheaper([(p.x, p.ms) for p in points[:3]]) == (1, 2) and wider_cheaper([(p.x, p.ms) for p in kept]) is None
+    assert wider_cheaper([(p.x, p.ms) for p in points[:3]]) == (1,
+                                                                2) and wider_cheaper([(p.x, p.ms)
+                                                                                      for p in kept]) is None
 
 
 def test_a_plausible_curve_is_measured_once(tiny_target, monkeypatch):

@@ -30,7 +30,8 @@ def test_heaviest_line_on_the_device_is_the_hosts_ties_included():
     rng = random.Random(0)
     for _ in range(1500):
         width = rng.randrange(1, 7)
-        candidates = [([rng.randrange(3) for _ in range(rng.randrange(0, width + 1))], float(rng.choice([1, 4, 16, 100])))
+        candidates = [([rng.randrange(3) for _ in range(rng.randrange(0, width + 1))],
+                       float(rng.choice([1, 4, 16, 100])))
                       for _ in range(rng.randrange(1, 12))]
         line, length = tree_device.heaviest_line(*_as_rows(candidates, width, rng))
         assert line[:int(length)].tolist() == heaviest_line(candidates, width)
@@ -51,7 +52,8 @@ def test_draft_trees_on_the_device_are_the_hosts_ties_included():
     rng = random.Random(2)
     for _ in range(1500):
         width, budget = rng.randrange(1, 7), rng.randrange(1, 20)
-        candidates = [([rng.randrange(3) for _ in range(rng.randrange(0, width + 1))], float(rng.choice([1, 4, 16, 100])))
+        candidates = [([rng.randrange(3) for _ in range(rng.randrange(0, width + 1))],
+                       float(rng.choice([1, 4, 16, 100])))
                       for _ in range(rng.randrange(1, 12))]
         node_tokens, parents, node_depths, real, ancestors = tree_device.weighted_tree(
             *_as_rows(candidates, width, rng), budget)
@@ -61,7 +63,8 @@ def test_draft_trees_on_the_device_are_the_hosts_ties_included():
         masks = ancestor_masks(parents[:count].tolist())  # row b + 1: bit a + 1 set iff a is b or above it
         expected = [[bool(masks[b + 1] >> (a + 1) & 1) for a in range(count)] for b in range(count)]
         assert ancestors[:count, :count].tolist() == expected
-        assert not node_tokens[count:].any() and torch.equal(ancestors[count:, count:], torch.eye(budget - count, dtype=torch.bool))
+        assert not node_tokens[count:].any() and torch.equal(ancestors[count:, count:],
+                                                             torch.eye(budget - count, dtype=torch.bool))
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +133,8 @@ def test_walk_tree_matches_the_hosts_greedy_walk():
     rng = random.Random(3)
     for _ in range(300):
         budget, gamma = rng.randrange(1, 16), rng.randrange(1, 6)
-        candidates = [([rng.randrange(3) for _ in range(rng.randrange(0, gamma + 1))], 1.0) for _ in range(rng.randrange(1, 10))]
+        candidates = [([rng.randrange(3) for _ in range(rng.randrange(0, gamma + 1))], 1.0)
+                      for _ in range(rng.randrange(1, 10))]
         node_tokens, parents, node_depths, real, ancestors = tree_device.weighted_tree(
             *_as_rows(candidates, gamma, rng), budget)
         choices = torch.tensor([rng.randrange(3) for _ in range(budget + 1)])
@@ -151,7 +155,8 @@ def test_accept_greedy_matches_verify_greedy():
         gamma = int(torch.randint(1, 6, (1,), generator=rng))
         logits = torch.randn(gamma + 1, 5, generator=rng)
         choices = logits.argmax(-1)
-        draft = torch.where(torch.rand(gamma, generator=rng) < 0.7, choices[:gamma], torch.randint(0, 5, (gamma,), generator=rng))
+        draft = torch.where(torch.rand(gamma, generator=rng) < 0.7, choices[:gamma],
+                            torch.randint(0, 5, (gamma,), generator=rng))
         length = int(torch.randint(0, gamma + 1, (1,), generator=rng))
         _, accepted, next_token = device_acceptance.accept_greedy(logits, draft, torch.tensor(length))
         verdict = verify_greedy(draft[:length], logits[:length + 1])
@@ -210,8 +215,9 @@ MODEL_DRAFTERS = [("eagle", 6, 0, 0.0), ("eagle", 4, 15, 0.0), ("medusa", 4, 0, 
 def test_drafters_that_are_models_draft_on_the_device_as_on_the_host(default_target, distilled, monkeypatch, method,
                                                                       gamma, tree, stop):
     """EAGLE (chains and trees), Medusa and the distilled draft model with its draft stop (early-exit drafts through
-    the same code as the draft model) on the device loop: the host loop's output, and step by step its drafts (ended where the host's draft stop ends them),
-    acceptances and tree sizes, until the host loop shortens its drafts near the token limit."""
+    the same code as the draft model) on the device loop: the host loop's output, and step by step its drafts (ended
+    where the host's draft stop ends them), acceptances and tree sizes, until the host loop shortens its drafts near the
+    token limit."""
     settings = DecodeSettings(max_new_tokens=24, gamma=gamma, tree=tree, draft_stop=stop)
     ids = encode(default_target, PROMPTS[0])
     runs = {}
@@ -260,7 +266,8 @@ def drafted_in_full(host, device, settings):
         yield host_step, device_step
 
 
-@pytest.mark.parametrize("method,gamma,tree", [("plain", 1, 0), ("ngram", 8, 0), ("retrieval", 8, 31), ("medusa", 4, 31)])
+@pytest.mark.parametrize("method,gamma,tree",
+                         [("plain", 1, 0), ("ngram", 8, 0), ("retrieval", 8, 31), ("medusa", 4, 31)])
 def test_device_loop_records_with_detail_are_the_host_loops(default_target, monkeypatch, method, gamma, tree):
     """With detail (the app's records), the device loop's steps show what the host loop's show: the same token
     texts and kinds, the target's probability of each draft, its top tokens at every position and where the
@@ -275,7 +282,8 @@ def test_device_loop_records_with_detail_are_the_host_loops(default_target, monk
             assert mine.p == pytest.approx(theirs.p, abs=1e-5) and mine.accept_prob == theirs.accept_prob
             assert mine.p_top.ids[:5] == theirs.p_top.ids[:5]
             assert mine.p_top.probs == pytest.approx(theirs.p_top.probs, abs=1e-5)
-        assert [(t.id, t.text, t.kind) for t in device_step.tokens] == [(t.id, t.text, t.kind) for t in host_step.tokens]
+        assert [(t.id, t.text, t.kind) for t in device_step.tokens] == [(t.id, t.text, t.kind)
+                                                                        for t in host_step.tokens]
         assert device_step.next_top.ids[:5] == host_step.next_top.ids[:5]
         assert device_step.next_token.p == pytest.approx(host_step.next_token.p, abs=1e-5)
         compared += 1
@@ -335,20 +343,27 @@ def disagreements(target, result, settings, warp=True) -> list[str]:
         start = step.total_emitted - step.emitted
         context = prompt + result.token_ids[:start]
         line = [position.token_id for position in step.positions]
-        logits = target.model(torch.tensor([context + line], device=target.model.device)).logits[0, len(context) - 1:].float()
+        logits = (
+            target.model(torch.tensor([context + line], device=target.model.device))
+            .logits[0, len(context) - 1 :]
+            .float()
+        )
         p = warp_probs(logits, settings) if warp else logits.softmax(-1)
         for i, position in enumerate(step.positions):
             if abs(position.p - float(p[i, position.token_id])) > 1e-4:
-                found.append(f"step {step.index} draft {i}: p {position.p:.4f}, the target's {float(p[i, position.token_id]):.4f}")
+                found.append(f"step {step.index} draft {i}: p {position.p:.4f}, the target's "
+                             f"{float(p[i, position.token_id]):.4f}")
             if position.p_top.probs != pytest.approx(p[i].topk(20).values.tolist(), abs=1e-4):
                 found.append(f"step {step.index} draft {i}: top tokens")
             if position.q is not None and position.reached:
                 wanted = min(1.0, position.p / position.q) if position.q > 0 else 1.0
                 if abs(position.accept_prob - wanted) > 1e-4:
-                    found.append(f"step {step.index} draft {i}: acceptance {position.accept_prob:.4f} for min(1, p/q) {wanted:.4f}")
+                    found.append(f"step {step.index} draft {i}: acceptance {position.accept_prob:.4f} for min(1, p/q) "
+                                 f"{wanted:.4f}")
         n, drawn = step.n_accepted, step.next_top
         if abs(step.next_token.p - float(p[n, step.next_token.id])) > 1e-4:
-            found.append(f"step {step.index}: next token's p {step.next_token.p:.4f}, the target's {float(p[n, step.next_token.id]):.4f}")
+            found.append(f"step {step.index}: next token's p {step.next_token.p:.4f}, the target's "
+                         f"{float(p[n, step.next_token.id]):.4f}")
         if n == len(line):  # the whole line accepted: drawn from p after it
             if drawn.probs != pytest.approx(p[n].topk(20).values.tolist(), abs=1e-4):
                 found.append(f"step {step.index}: after the whole line, not drawn from p")
@@ -421,7 +436,8 @@ def test_device_loop_only_where_it_applies(default_target, monkeypatch):
     short = DecodeSettings(max_new_tokens=4, gamma=4)
 
     def loop_of(method="ngram", settings=short, detail=False):
-        return run_once(default_target, make_proposer(method, default_target), ids, settings, detail=detail).settings["loop"]
+        return run_once(default_target, make_proposer(method, default_target), ids, settings,
+                        detail=detail).settings["loop"]
 
     assert loop_of() == "host"  # a CPU runner has no graphs
     monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "force")
@@ -433,7 +449,8 @@ def test_device_loop_only_where_it_applies(default_target, monkeypatch):
     assert loop_of(settings=DecodeSettings(max_new_tokens=4, gamma=4, tree=8)) == "device"
     assert loop_of("retrieval", settings=DecodeSettings(max_new_tokens=4, gamma=4, tree=8)) == "device"
     assert loop_of("early-exit") == "device" and loop_of("early-exit", detail=True) == "device"
-    assert loop_of("medusa") == "device" and loop_of("medusa", settings=DecodeSettings(max_new_tokens=4, tree=8)) == "device"
+    assert loop_of("medusa") == "device" and loop_of("medusa",
+                                                     settings=DecodeSettings(max_new_tokens=4, tree=8)) == "device"
     assert loop_of("adaptive") == "host"
 
 
@@ -540,7 +557,8 @@ def test_a_drafter_that_is_a_model_never_waits_for_the_host_in_a_step(method, tr
     target = load_model("default", device="cuda", dtype="float32")
     draft = load_draft_model("distilled", target) if method == "draft" else None
     runner = make_runner(target.model, compile=False)
-    settings = DecodeSettings(gamma=4, tree=tree, temperature=temperature, top_k=50 if temperature else 0, draft_stop=0.5)
+    settings = DecodeSettings(gamma=4, tree=tree, temperature=temperature, top_k=50 if temperature else 0,
+                              draft_stop=0.5)
     loop = device_loop.DeviceLoop.for_run(runner, make_proposer(method, target, draft), settings, detail_top, 10)
     loop.reserve(64)
     state = loop._state()

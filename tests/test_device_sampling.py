@@ -1,7 +1,8 @@
 """Sampling in the device loop (device_loop.py): its warping is sampling.warp_probs, its sampled tree walk
 emits the target's distribution, and its runs, chains and trees of every drafter that drafts on the device,
-with temperature, top-k, top-p and a draft stop, have the target's distribution end to end (specviz.measure.exactness_check,
-on the tiny random model of test_sampling_exactness.py), run here on the CPU, eagerly (SPECVIZ_DEVICE_LOOP=force).
+with temperature, top-k, top-p and a draft stop, have the target's distribution end to end
+(specviz.measure.exactness_check, on the tiny random model of test_sampling_exactness.py), run here on the CPU, eagerly
+(SPECVIZ_DEVICE_LOOP=force).
 
 The controls: the device loop at 0.85 of the temperature, and its verifier that resamples from p instead of the
 residual (the device's verify_sampled_without_residual), must fail the same test. EAGLE-3's chain runs with a
@@ -207,7 +208,8 @@ def test_device_loop_samples_the_target_distribution_with_eagle3(monkeypatch):
     make = lambda: EagleProposer(drafter)  # noqa: E731
     settings = settings_for("top-p", 0)
     monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "force")
-    assert run_once(target, make(), PROMPT, dataclasses.replace(settings, seed=0), detail=False).settings["loop"] == "device"
+    assert run_once(target, make(), PROMPT, dataclasses.replace(settings, seed=0),
+                    detail=False).settings["loop"] == "device"
     exact = target_distribution(target, PROMPT, settings, DEPTH, EAGLE3_RUNS)
     samples = sample_outputs(target, make, PROMPT, settings, DEPTH, EAGLE3_RUNS)
     fit = goodness_of_fit(samples.counts, exact, EAGLE3_RUNS)

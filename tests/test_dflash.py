@@ -92,7 +92,8 @@ def test_a_block_trained_at_once_is_the_block_drafted_from_the_cache(deep_target
     cache = drafter.new_cache(64)
     with torch.no_grad():
         feed_context(drafter, cache, features[:start], torch.arange(start))
-        cached = draft_block(drafter, cache, sequence[start:start + 1], torch.tensor([start]), start + config.block_size)
+        cached = draft_block(drafter, cache, sequence[start:start + 1], torch.tensor([start]),
+                             start + config.block_size)
         anchors = torch.tensor([[start, 4]])
         blocks = block_batch(sequence[None], torch.tensor([14]), anchors, torch.tensor([[True, True]]),
                              config.block_size, MASK)

@@ -109,8 +109,10 @@ def test_a_missing_path_or_history_path_is_caught():
             "`fedcba9:results/x.json`, [gone](nowhere.md), [here](fast-path.md), `scripts/gpu_suite.py`, "
             "`results/DIR/lessons.json`, `docs/benchmarks/*.md`, [docs/benchmarks/2026-11-28-6426b33-...](x).")
     assert missing(ROOT / "docs" / "design.md", text, history) == [
-        "results/nowhere.json", "abc1234:results/old/other.json", "fedcba9:results/x.json (no such commit in this clone)",
+        "results/nowhere.json", "abc1234:results/old/other.json", "fedcba9:results/x.json (no such commit in this "
+                                                                  "clone)",
         "link nowhere.md", "link x"]
     entry = ROOT / "docs" / "benchmarks" / "2026-11-26-abc1234-a-run.md"
-    assert missing(entry, "`results/old/run.json`, `results/old/other.json`", history) == ["abc1234:results/old/other.json"]
+    assert missing(entry, "`results/old/run.json`, `results/old/other.json`",
+                   history) == ["abc1234:results/old/other.json"]
     assert missing(ROOT / "docs" / "design.md", "`results/old/run.json`", history) == ["results/old/run.json"]

@@ -29,7 +29,9 @@ def test_published_medusa_heads_load_and_draft_what_their_math_says(tiny_target,
     for h in range(3):
         x = x0
         for layer in range(2):
-            x = x + torch.nn.functional.silu(state[f"{h}.{layer}.linear.weight"] @ x + state[f"{h}.{layer}.linear.bias"])
+            x = x + torch.nn.functional.silu(
+                state[f"{h}.{layer}.linear.weight"] @ x + state[f"{h}.{layer}.linear.bias"]
+            )
         expected.append(int((state[f"{h}.2.weight"] @ x).argmax()))
     assert [p.token_id for p in result.steps[0].positions] == expected
 
@@ -49,7 +51,8 @@ def test_published_eagle_drafter_loads_and_matches_a_llama_layer(tiny_target, tm
 
     c = tiny_target.model.config
     reference = LlamaModel(LlamaConfig(hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
-                                       num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads,
+                                       num_attention_heads=c.num_attention_heads,
+                                       num_key_value_heads=c.num_key_value_heads,
                                        num_hidden_layers=1, rms_norm_eps=1e-6, vocab_size=c.vocab_size,
                                        max_position_embeddings=512, rope_theta=c.rope_parameters["rope_theta"]
                                        if getattr(c, "rope_parameters", None) else 10000.0)).eval()
@@ -71,7 +74,8 @@ def test_published_eagle_drafter_loads_and_matches_a_llama_layer(tiny_target, tm
         drafts = []
         for _ in range(gamma):  # recompute the whole sequence each time: no cache
             inputs = fc(torch.cat([embed(torch.tensor(next_tokens)), torch.stack(features)], dim=-1)).unsqueeze(0)
-            out = reference(inputs_embeds=inputs, position_ids=torch.arange(len(features)).unsqueeze(0)).last_hidden_state[0, -1]
+            out = reference(inputs_embeds=inputs,
+                            position_ids=torch.arange(len(features)).unsqueeze(0)).last_hidden_state[0, -1]
             drafts.append(int((head @ out).argmax()))
             features.append(out)
             next_tokens.append(drafts[-1])

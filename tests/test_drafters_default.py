@@ -75,11 +75,13 @@ def test_adaptive_runs_on_the_shipped_eagle_drafter(default_target):
 def test_adaptive_can_look_up_in_the_datastore(default_target, plain_outputs):
     proposer = make_proposer("adaptive", default_target, adaptive_lookup="retrieval")
     assert (proposer.base.name, proposer.lookup.name) == ("eagle", "retrieval")
-    # the default: on a CPU (as here) the datastore, n-gram lookup where the target is on a GPU (proposers.adaptive.default_lookup)
+    # the default: on a CPU (as here) the datastore, n-gram lookup where the target is on a GPU
+    # (proposers.adaptive.default_lookup)
     assert make_proposer("adaptive", default_target).lookup.name == "retrieval"
     assert make_proposer("adaptive", default_target, adaptive_lookup="ngram").lookup.name == "ngram"
     assert make_proposer("adaptive", default_target, adaptive_base="retrieval").lookup is None  # it looks up itself
-    for settings in (DecodeSettings(max_new_tokens=MAX_NEW, gamma=6), DecodeSettings(max_new_tokens=MAX_NEW, gamma=6, tree=24)):
+    for settings in (DecodeSettings(max_new_tokens=MAX_NEW, gamma=6),
+                     DecodeSettings(max_new_tokens=MAX_NEW, gamma=6, tree=24)):
         for name, text in PROMPTS.items():
             result = run_once(default_target, make_proposer("adaptive", default_target, adaptive_lookup="retrieval"),
                               encode(default_target, text), settings)
@@ -148,7 +150,8 @@ def test_train_drafter_command_end_to_end(default_target, tmp_path):
     assert "train medusa" in proc.stderr  # the progress bar
     # a warm start from those heads: their blocks are where training begins
     proc = run_cli("train-drafter", "--method", "medusa", "--out", str(tmp_path / "warm"), "--data", str(data),
-                   "--steps", "1", "--lr", "0", "--draft-vocab", "256", "--heads", "2", "--init", str(tmp_path / "medusa"),
+                   "--steps", "1", "--lr", "0", "--draft-vocab", "256", "--heads", "2", "--init",
+                   str(tmp_path / "medusa"),
                    "--device", "cpu")
     assert proc.returncode == 0 and "started from the heads" in proc.stderr, proc.stderr[-2000:]
     from safetensors.torch import load_file
@@ -163,7 +166,8 @@ def test_train_drafter_command_end_to_end(default_target, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     for method, weights in (("medusa", "medusa_lm_head.safetensors"), ("eagle", "model.safetensors")):
         folder = tmp_path / method
-        assert {"config.json", weights, "loss.png", "checkpoint.pt", "train_log.json"} <= {f.name for f in folder.iterdir()}
+        assert {"config.json", weights, "loss.png", "checkpoint.pt", "train_log.json"} <= {f.name
+                                                                                           for f in folder.iterdir()}
         assert (folder / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         meta = json.loads((folder / "config.json").read_text())["specviz"]
         assert meta["training"]["steps"] == (3 if method == "medusa" else 2)

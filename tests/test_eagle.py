@@ -56,7 +56,8 @@ def test_proposer_cache_holds_only_true_features(tiny_target):
         if length:
             parts = proposer.drafter.parts
             c, s = parts.rotary(torch.arange(length))
-            proposer.drafter.net(hidden[:length].unsqueeze(0), parts.embed(sequence[1: length + 1]).unsqueeze(0), c, s, fresh)
+            proposer.drafter.net(hidden[:length].unsqueeze(0), parts.embed(sequence[1: length + 1]).unsqueeze(0), c, s,
+                                 fresh)
             torch.testing.assert_close(proposer.cache.keys[0], fresh.keys[0], rtol=1e-4, atol=1e-5)
             torch.testing.assert_close(proposer.cache.values[0], fresh.values[0], rtol=1e-4, atol=1e-5)
 
@@ -120,7 +121,8 @@ def test_eagle_tree_cache_holds_only_true_features(tiny_target, adaptive):
         fresh = DraftCache(1)
         parts = proposer.drafter.parts
         c, s = parts.rotary(torch.arange(trees.length))
-        proposer.drafter.net(hidden[:trees.length].unsqueeze(0), parts.embed(sequence[1: trees.length + 1]).unsqueeze(0),
+        proposer.drafter.net(hidden[:trees.length].unsqueeze(0),
+                             parts.embed(sequence[1: trees.length + 1]).unsqueeze(0),
                              c, s, fresh)
         torch.testing.assert_close(trees.space.keys[0, :, : trees.length], fresh.keys[0][0], rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(trees.space.values[0, :, : trees.length], fresh.values[0][0], rtol=1e-4, atol=1e-5)
@@ -145,7 +147,8 @@ def test_eagle_tree_graphs_draft_what_eager_drafting_does(tiny_target, monkeypat
     monkeypatch.setenv("SPECVIZ_GRAPHS", "0")
     eager = run_once(target, EagleProposer(drafter), PROMPT, settings)
     assert graphed.token_ids == eager.token_ids == plain.token_ids
-    assert drafter.tree_workspaces and any(space.graphs for spaces in drafter.tree_workspaces.values() for space in spaces)
+    assert drafter.tree_workspaces and any(space.graphs for spaces in drafter.tree_workspaces.values()
+                                           for space in spaces)
     same = sum([p.token_id for p in a.positions] == [p.token_id for p in b.positions]
                for a, b in zip(graphed.steps, eager.steps))
     assert same >= 0.9 * len(eager.steps)
@@ -174,7 +177,8 @@ def test_catch_up_through_a_graph_writes_what_eager_feeding_does(tiny_target):
     eager.prefill(features, token_ids)
     assert graphed.length == eager.length == count
     torch.testing.assert_close(graphed.space.keys[:, :, :count], eager.space.keys[:, :, :count], rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(graphed.space.values[:, :, :count], eager.space.values[:, :, :count], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(graphed.space.values[:, :, :count], eager.space.values[:, :, :count], rtol=1e-4,
+                               atol=1e-5)
     graphed.release(), eager.release()
 
     settings = DecodeSettings(max_new_tokens=60, gamma=5, tree=31, stop_at_eos=False)

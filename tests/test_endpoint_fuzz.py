@@ -30,7 +30,8 @@ FIELDS = {
     "compare_plain": (FLAG, "plain"), "step_mode": (FLAG, "step mode"), "tree": (WHOLE, "tree"),
     "draft_stop": (NUMBER, "draft stop"), "exact": (FLAG, "exact mode"), "seconds_per_step": (NUMBER, "replay"),
     "step": (WHOLE + [-1], "step"),
-    "runs": (WHOLE, "runs"), "wrong": (FLAG, "wrong"), "rounding": (FLAG, "rounding"), "batch_method": (CHOICE, "method"),
+    "runs": (WHOLE, "runs"), "wrong": (FLAG, "wrong"), "rounding": (FLAG, "rounding"), "batch_method": (CHOICE,
+                                                                                                        "method"),
     "batch_sizes": (TEXT, "batch sizes"), "batch_tokens": (WHOLE, "new tokens"),
     "methods": (["ngram", [5], ["nope"], [["ngram"]], ["ngram"] * 1000, 7], "method"),
 }

@@ -215,6 +215,7 @@ def test_lean_records_give_the_same_run(tiny_target, tiny_drafter):
         runs[detail] = run.result
     full, lean = runs[True], runs[False]
     assert lean.token_ids == full.token_ids and lean.text == full.text
-    assert [(s.gamma, s.n_accepted, s.emitted) for s in lean.steps] == [(s.gamma, s.n_accepted, s.emitted) for s in full.steps]
+    assert [(s.gamma, s.n_accepted, s.emitted) for s in lean.steps] == [(s.gamma, s.n_accepted, s.emitted)
+                                                                        for s in full.steps]
     assert [t.kind for t in lean.tokens] == [t.kind for t in full.tokens]
     assert lean.metrics.mean_accepted_length == full.metrics.mean_accepted_length

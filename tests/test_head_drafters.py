@@ -19,7 +19,8 @@ def test_greedy_equals_plain(tiny_target, method, gamma):
     settings = DecodeSettings(max_new_tokens=40, gamma=gamma)
     plain = run_once(tiny_target, PlainProposer(), PROMPT, settings)
     subset = torch.arange(0, tiny_target.vocab_size, 2)  # a draft vocabulary: only even ids are ever drafted
-    drafter = random_eagle(tiny_target, token_ids=subset) if method == "eagle" else random_medusa(tiny_target, token_ids=subset)
+    drafter = random_eagle(tiny_target, token_ids=subset) if method == "eagle" else random_medusa(tiny_target,
+                                                                                                  token_ids=subset)
     proposer = EagleProposer(drafter) if method == "eagle" else MedusaProposer(drafter)
     result = run_once(tiny_target, proposer, PROMPT, settings)
     assert result.token_ids == plain.token_ids

@@ -1,9 +1,9 @@
 """The package's shape, read from its source with ast: every import points down the layers (one a folder: ui and cli
--> service -> lessons -> measure -> api -> train -> engine -> proposers -> runners -> rule -> methods -> settings -> models ->
-records -> errors and options) or stays in its layer, no modules import each other in a circle
+-> service -> lessons -> measure -> api -> train -> engine -> proposers -> runners -> rule -> methods -> settings ->
+models -> records -> errors and options) or stays in its layer, no modules import each other in a circle
 (imports inside functions count: they only hide a circle), nothing in the package imports its test helpers
-(specviz/models/testing.py), nothing outside specviz/ui imports a UI package (the GPU machine has none), only the front doors stay at the top
-and no module grows past what one reading holds."""
+(specviz/models/testing.py), nothing outside specviz/ui imports a UI package (the GPU machine has none), only the front
+doors stay at the top and no module grows past what one reading holds."""
 import ast
 from pathlib import Path
 
@@ -140,7 +140,8 @@ def graph():
 def test_every_module_has_a_layer(graph):
     inside, _ = graph
     assert all(layer_of(name) is not None for name in inside)
-    assert layer_of("specviz.measure.batch_bench") == 3 and layer_of("specviz.engine.batch") == 6  # names, not string prefixes
+    # names, not string prefixes
+    assert layer_of("specviz.measure.batch_bench") == 3 and layer_of("specviz.engine.batch") == 6
 
 
 def test_every_import_points_down_the_layers(graph):

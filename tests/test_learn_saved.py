@@ -42,7 +42,8 @@ def live_records(tiny_target):
                                                 max_new_tokens=8)),
         "batch": finish(lessons.batch_sizes(tiny_target, "ngram", sizes=(1, 2), prompts=[PROMPT, PROMPT[::-1]],
                                             max_new_tokens=6)),
-        "drafters": finish(lessons.drafter_costs(tiny_target, ("ngram", "early-exit"), prompt=PROMPT, max_new_tokens=8)),
+        "drafters": finish(lessons.drafter_costs(tiny_target, ("ngram", "early-exit"), prompt=PROMPT,
+                                                 max_new_tokens=8)),
     }
 
 
@@ -58,7 +59,8 @@ def test_every_lesson_read_back_draws_what_the_live_record_draws(live_records, t
     # control: the comparison can fail: each lesson draws something no other lesson's record draws
     assert len({json.dumps(w, sort_keys=True, default=str) for w in drawn.values()}) == len(drawn)
     cost = live_records["cost"]
-    slower = lessons.VerifyCost(cost.device, [lessons.CostPoint("positions", p.x, p.ms * 2, p.context) for p in cost.points],
+    slower = lessons.VerifyCost(cost.device,
+                                [lessons.CostPoint("positions", p.x, p.ms * 2, p.context) for p in cost.points],
                                 cost.weight_bytes, cost.bandwidth_gbs, cost.bandwidth_source)
     assert learn_figures.verify_cost_figure(slower) != drawn["cost"][-1]
 
@@ -67,7 +69,8 @@ def test_the_command_line_writes_one_complete_file_a_lesson(tmp_path, capsys):
     folder = save_tiny_model(tmp_path / "tiny")
     out = tmp_path / "runs"
     for number in ("3", "6"):  # the lessons the tiny model runs without trained drafters
-        assert main(["learn", number, "--target", folder, "--device", "cpu", "--dtype", "float32", "--out", str(out)]) == 0
+        assert main(["learn", number, "--target", folder, "--device", "cpu", "--dtype", "float32", "--out",
+                     str(out)]) == 0
     printed = capsys.readouterr()
     assert sorted(p.name for p in out.iterdir()) == ["lesson-3-cost.json", "lesson-6-drafters.json"]
     assert "wrote " in printed.err and "wrote " not in printed.out  # progress goes to stderr
@@ -86,7 +89,8 @@ def test_the_command_line_writes_one_complete_file_a_lesson(tmp_path, capsys):
 def test_a_file_that_is_not_a_saved_lesson_says_what_is_wrong(tmp_path):
     good = lessons.VerifyCost("cuda (x)", [lessons.CostPoint("positions", 1, 2.0, 128),
                                            lessons.CostPoint("positions", 4, 2.5, 128)], 270_000_000, 3350.0, "spec")
-    path = save_lesson(tmp_path, BY_KEY["cost"], good, {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-27 22:00 UTC",
+    path = save_lesson(tmp_path, BY_KEY["cost"], good,
+                       {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-27 22:00 UTC",
                                                          "commit": "abc1234"})
     text = path.read_text()
     assert load_lesson(text).label == "measured on NVIDIA H100 80GB HBM3, 2026-11-27 22:00 UTC, commit abc1234"

@@ -135,7 +135,9 @@ def test_a_rounding_record_saved_before_the_exact_mode_still_reads():
 
     from specviz.lessons.saved import load_lesson
 
-    saved = load_lesson((Path(__file__).parent.parent / "results/2026-11-29-cpu-lesson-7/lesson-7-bugs.json").read_text())
+    saved = load_lesson(
+        (Path(__file__).parent.parent / "results/2026-11-29-cpu-lesson-7/lesson-7-bugs.json").read_text()
+    )
     assert saved.record.rounding.exact_ran is False
     assert "is for GPUs" in bugs.bug_sentence(saved.record)
 

@@ -33,9 +33,12 @@ def test_lesson_3_on_a_cpu_says_what_the_cpu_measured_and_where_the_claim_holds(
     assert "one position took 105.0 ms, 3.9× that floor" in sentence and "reading the weights is not" in sentence
     assert GPU_MEASUREMENT in sentence
     # the control: a GPU whose forward sits on its floor is told the other way, with no pointer elsewhere
-    gpu = lessons.VerifyCost("cuda (default, bfloat16)", points([(1, 0.1), (16, 0.105)]), 270_000_000, 3350.0, "spec sheet")
+    gpu = lessons.VerifyCost("cuda (default, bfloat16)", points([(1, 0.1), (16, 0.105)]), 270_000_000, 3350.0,
+                             "spec sheet")
     told = verify_cost_sentence(gpu)
-    assert "barely grows" in told and "reading the weights sets a forward's time" in told and GPU_MEASUREMENT not in told
+    assert (
+        "barely grows" in told and "reading the weights sets a forward's time" in told and GPU_MEASUREMENT not in told
+    )
     assert "which holds on this device" in CLAIM  # the claim says it is measured, not that it holds everywhere
 
 
@@ -135,6 +138,7 @@ def test_lesson_2_s_greedy_and_sampled_halves_send_one_prompt_the_same_way(monke
 
     asked = []
     monkeypatch.setattr(exactness, "greedy_side_by_side", lambda *a, chat, **k: asked.append(("greedy", chat)) or "g")
-    monkeypatch.setattr(exactness, "distribution", lambda *a, chat=False, **k: asked.append(("sampled", chat)) or iter(()))
+    monkeypatch.setattr(exactness, "distribution", lambda *a, chat=False, **k: asked.append(("sampled", chat))
+                        or iter(()))
     list(exactness.unchanged(None, "Once upon a time, there was a"))
     assert asked == [("greedy", True), ("sampled", True)]

@@ -30,7 +30,9 @@ def test_two_sample_test_passes_one_distribution_and_catches_another():
 def test_verify_cost_floor_and_ratio_are_read_off_the_record():
     model = torch.nn.Linear(1000, 1000)  # 1,001,000 float32 numbers
     assert lessons.weight_bytes(model) == 1_001_000 * 4
-    record = lessons.VerifyCost("cpu", [lessons.CostPoint("positions", 1, 10.0, 0), lessons.CostPoint("positions", 4, 15.0, 0)],
+    record = lessons.VerifyCost("cpu",
+                                [lessons.CostPoint("positions", 1, 10.0, 0),
+                                 lessons.CostPoint("positions", 4, 15.0, 0)],
                                 4_000_000_000, 20.0, "assumed")
     assert record.floor_ms == pytest.approx(200.0)
     assert record.ratio(4) == pytest.approx(1.5)
@@ -76,7 +78,8 @@ def test_lesson_6_lists_what_loads_offline_a_new_drafter_folder_included(tmp_pat
     shipped = shipped_methods(default, root=tmp_path)
     assert shipped == ["medusa"]
     assert lessons.offline_methods(default, shipped) == ["ngram", "early-exit", "medusa"]
-    assert lessons.offline_methods(default, ["distilled"]) == ["draft", "ngram", "early-exit"]  # the draft model's folder
+    # the draft model's folder
+    assert lessons.offline_methods(default, ["distilled"]) == ["draft", "ngram", "early-exit"]
 
 
 class ArgmaxDrafter(Proposer):
@@ -120,20 +123,23 @@ def test_lesson_2_decodes_plain_runs_in_batches_each_as_its_single_run(tiny_targ
 
     widths = []
     real = exactness.decode_batch
-    monkeypatch.setattr(exactness, "decode_batch", lambda *args, **kwargs: widths.append(len(args[2])) or real(*args, **kwargs))
+    monkeypatch.setattr(exactness, "decode_batch", lambda *args, **kwargs: widths.append(len(args[2]))
+                        or real(*args, **kwargs))
     make = lambda: ArgmaxDrafter(tiny_target.model)  # noqa: E731
     record = lessons.finish(lessons.distribution(tiny_target, PROMPT, runs=30, make=make, wrong=False, first_seed=5))
     assert widths == [25, 5]
     settings = DecodeSettings(max_new_tokens=2, gamma=1, temperature=1.0, stop_at_eos=False)
     single = Counter()
     for i in range(30):
-        run = SpeculativeRun(tiny_target, PlainProposer(), PROMPT, dataclasses.replace(settings, seed=5 + 60 + i), detail=False)
+        run = SpeculativeRun(tiny_target, PlainProposer(), PROMPT, dataclasses.replace(settings, seed=5 + 60 + i),
+                             detail=False)
         for _ in run:
             pass
         single[run.result.token_ids[1]] += 1
     assert record.plain.counts == single
     assert record.speculative.counts != single  # the control: other seeds, another sample
-    sentence = lessons.distribution_sentence(lessons.finish(lessons.distribution(tiny_target, PROMPT, runs=10, make=make)))
+    sentence = lessons.distribution_sentence(lessons.finish(lessons.distribution(tiny_target, PROMPT, runs=10,
+                                                                                 make=make)))
     assert "computed rather than sampled" in sentence  # why the exact fit sees more than the two-sample test
 
 

@@ -35,7 +35,8 @@ def test_medusa_tree_takes_each_heads_likeliest_tokens_beyond_the_tenth(tiny_tar
     assert len(nodes) == 60 and sum(p == -1 for p in draft.parents) > 10
     cutoff = min(scores)  # every path left out scores no better than the worst one kept
     kept = {(nodes[p] if p >= 0 else None, t) for t, p in zip(nodes, draft.parents)}
-    assert all(score[a] + second[b] <= cutoff + 1e-5 for a in score for b in second if (a, b) not in kept and (None, a) in kept)
+    assert all(score[a] + second[b] <= cutoff + 1e-5 for a in score for b in second if (a, b) not in kept
+               and (None, a) in kept)
 
 
 def test_medusa_trees_past_127_nodes_give_plain_greedy_output(tiny_target):

@@ -9,7 +9,8 @@ PROMPT = "Repeat: red green blue red green blue."
 def test_a_model_too_large_is_refused_and_the_server_stays_up(app_url, monkeypatch, capfd):
     monkeypatch.setenv("SPECVIZ_MEMORY_AVAILABLE", "2GiB")  # the server reads what is free at each load
     client = Client(app_url, verbose=False)
-    with pytest.raises(Exception, match=r"random:llama-8b needs about \d+\.\d GiB .* 2\.0 GiB is SPECVIZ_MEMORY_AVAILABLE"):
+    with pytest.raises(Exception,
+                       match=r"random:llama-8b needs about \d+\.\d GiB .* 2\.0 GiB is SPECVIZ_MEMORY_AVAILABLE"):
         client.predict(prompt=PROMPT, method="ngram", target="random:llama-8b", max_new_tokens=8,
                        api_name="/speculate")
     # the control: the same server, the same figure, a model that fits

@@ -204,7 +204,8 @@ def test_the_app_labels_tree_drafting_from_the_registry():
     config = build_demo().get_config_file()
     tree = next(c for c in config["components"] if c.get("props", {}).get("elem_id") == "sv-tree")
     assert tree["props"]["info"].startswith(methods.tree_drafting() + ":")
-    assert "adaptive on medusa, eagle or dflash" in tree["props"]["info"]  # the engine's words, no longer 'adaptive on eagle'
+    # the engine's words, no longer 'adaptive on eagle'
+    assert "adaptive on medusa, eagle or dflash" in tree["props"]["info"]
 
 
 def test_the_batch_tab_offers_the_registry_s_batching_drafters(default_target):

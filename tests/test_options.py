@@ -32,7 +32,8 @@ def test_every_switch_is_on_unless_its_variable_turns_it_off():
 def test_the_device_loop_mode_and_zero_gpu():
     assert EngineOptions.from_environment({"SPECVIZ_DEVICE_LOOP": "force"}).device_loop == "force"
     assert EngineOptions.from_environment({"SPECVIZ_DEVICE_LOOP": "0"}).device_loop == "0"
-    assert EngineOptions.from_environment({"SPECVIZ_DEVICE_LOOP": "yes"}).device_loop == "1"  # as before: only 0 and force differ
+    # as before: only 0 and force differ
+    assert EngineOptions.from_environment({"SPECVIZ_DEVICE_LOOP": "yes"}).device_loop == "1"
     zero = EngineOptions.from_environment({"SPACES_ZERO_GPU": "true"})
     assert zero == EngineOptions()  # a GPU worker captures (compiled) graphs and keeps them: nothing turned off
     assert not EngineOptions.from_environment({"SPACES_ZERO_GPU": "true", "SPECVIZ_COMPILE": "0"}).compile

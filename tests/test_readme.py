@@ -14,7 +14,8 @@ README = (ROOT / "README.md").read_text()
 @pytest.mark.subprocess
 def test_the_quick_subset_is_the_size_readme_says():
     stated = int(re.search(r"-m quick` runs .*?\(about (\d+) tests\)", README, re.S).group(1))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "quick", "--collect-only", "-q", "-p", "no:cacheprovider"],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "quick", "--collect-only", "-q", "-p",
+                           "no:cacheprovider"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     collected = int(re.search(r"(\d+)/\d+ tests collected", proc.stdout).group(1))
     assert abs(collected - stated) <= 0.2 * stated, (collected, stated)
@@ -97,7 +98,8 @@ def silent_installs(script: str) -> list[str]:
 def test_setup_says_what_it_is_doing_and_how_long_it_takes():
     script = (ROOT / "setup.sh").read_text()
     assert silent_installs(script) == []
-    assert silent_installs("$PIP install -q -r requirements.txt\n") == ["$PIP install -q -r requirements.txt"]  # control
+    # control
+    assert silent_installs("$PIP install -q -r requirements.txt\n") == ["$PIP install -q -r requirements.txt"]
     minutes = re.search(r"Setup takes about (\d+) minutes on 2 cores", README).group(1)
     assert f"About {minutes} minutes on a 2-core machine" in script
     assert "--mcp" in script and (ROOT / "requirements-mcp.txt").is_file()

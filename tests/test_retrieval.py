@@ -65,7 +65,8 @@ def test_keys_pack_the_tokens_before_each_position_nearest_first():
 def test_heaviest_line_is_the_weighted_tries_first_child_line():
     rng = random.Random(0)
     for _ in range(200):
-        candidates = [([rng.randrange(4) for _ in range(rng.randrange(1, 7))], rng.random()) for _ in range(rng.randrange(1, 12))]
+        candidates = [([rng.randrange(4) for _ in range(rng.randrange(1, 7))], rng.random())
+                      for _ in range(rng.randrange(1, 12))]
         tokens, parents = weighted_trie(candidates, 10_000)
         expected = [tokens[node] for node in first_child_chain(parents, -1)]
         from specviz.proposers.retrieval import heaviest_line

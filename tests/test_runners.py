@@ -38,7 +38,8 @@ def tiny_model(kind: str, seed: int = 0):
                   bos_token_id=None, eos_token_id=None, pad_token_id=None)
     torch.manual_seed(seed)
     if kind == "llama-bias":  # attention and mlp biases, tied embeddings
-        model = LlamaForCausalLM(LlamaConfig(**{**common, "tie_word_embeddings": True}, attention_bias=True, mlp_bias=True))
+        model = LlamaForCausalLM(LlamaConfig(**{**common, "tie_word_embeddings": True}, attention_bias=True,
+                                             mlp_bias=True))
     elif kind == "qwen2":  # q/k/v biases
         model = Qwen2ForCausalLM(Qwen2Config(**common))
     elif kind == "mistral-window":  # a sliding window shorter than the sequences below
@@ -283,7 +284,8 @@ def test_long_inputs_go_through_padded_graph_chunks_as_the_eager_forward_does(co
     torch.testing.assert_close(ha, hb, atol=1e-5, rtol=1e-5)
     assert graphed.length == eager.length == count and a.shape[0] == count
     # 300 positions: one chunk of 512 where it fits, else a chunk of 256 and the rest eagerly
-    assert ((LONG_PREFILL_CHUNK, 512, False) if context == 1024 else (PREFILL_CHUNK, 256, False)) in graphed.workspace.graphs
+    assert ((LONG_PREFILL_CHUNK, 512, False) if context == 1024
+            else (PREFILL_CHUNK, 256, False)) in graphed.workspace.graphs
     for start in range(count, 308, 2):
         a, _ = graphed.forward(ids[start:start + 2])
         b, _ = eager.forward(ids[start:start + 2])
@@ -350,10 +352,12 @@ def test_triton_attention_matches_scaled_dot_product_attention(dtype):
     values = torch.randn(kv_heads, capacity, head_dim, device="cuda", dtype=dtype)
     for count, span, start, tree in [(1, 128, 40, False), (9, 512, 300, False), (33, 512, 257, True),
                                      (200, 256, 0, False), (600, 1024, 300, True)]:  # a large tree: one pass
-        q = torch.randn(count, heads + kv_heads, head_dim, device="cuda", dtype=dtype)[:, :heads]  # strided, as in a layer
+        # strided, as in a layer
+        q = torch.randn(count, heads + kv_heads, head_dim, device="cuda", dtype=dtype)[:, :heads]
         positions = start + torch.arange(count, device="cuda")
         if tree:
-            visible = (torch.rand(count, count, device="cuda") < 0.3) | torch.eye(count, dtype=torch.bool, device="cuda")
+            visible = (torch.rand(count, count, device="cuda") < 0.3) | torch.eye(count, dtype=torch.bool,
+                                                                                  device="cuda")
             mask = tree_attention_mask(positions[:1], visible, span)
         else:
             mask = torch.arange(span, device="cuda")[None, :] <= positions[:, None]
@@ -449,7 +453,8 @@ def test_graph_bookkeeping_runs_on_the_cpu_with_a_stand_in_graph(monkeypatch):
     (a, ha), (b, hb) = graphed.forward(long_ids), eager.forward(long_ids)
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ha, hb, atol=1e-5, rtol=1e-5)
-    assert {(static.LONG_PREFILL_CHUNK, 512, False), (static.PREFILL_CHUNK, 1024, False)} <= set(graphed.workspace.graphs)
+    assert {(static.LONG_PREFILL_CHUNK, 512, False),
+            (static.PREFILL_CHUNK, 1024, False)} <= set(graphed.workspace.graphs)
     graphed.reset(), eager.reset()
     graphed.forward(ids[:340]), eager.forward(ids[:340])  # back to where the tree below starts
     # a tree of 6 nodes (padded to 8 in its graph), then its path 0, 1, 3, 5 kept: as if the path had been fed
@@ -482,5 +487,6 @@ def test_graph_bookkeeping_runs_on_the_cpu_with_a_stand_in_graph(monkeypatch):
     torch.testing.assert_close(caught_up.space.keys[:, :, :149], fed.space.keys[:, :, :149], atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(caught_up.space.values[:, :, :149], fed.space.values[:, :, :149], atol=1e-5, rtol=1e-4)
     monkeypatch.setattr(eagle_tree, "_compile_failed", True)  # no torch.compile on this stand-in
-    assert caught_up.step(features[149:], token_ids[149:], 4, 8, 20) == fed.step(features[149:], token_ids[149:], 4, 8, 20)
+    assert caught_up.step(features[149:], token_ids[149:], 4, 8, 20) == fed.step(features[149:], token_ids[149:], 4, 8,
+                                                                                 20)
     caught_up.release(), fed.release()

@@ -101,10 +101,12 @@ def fit_of(target, maker, settings, verifier=None, exact_settings=None):
 
 
 SCENARIOS = [
-    *[(method, 0, "temperature") for method in ("draft", "distilled", "ngram", "retrieval", "early-exit", "medusa", "eagle", "adaptive")],
+    *[(method, 0, "temperature")
+      for method in ("draft", "distilled", "ngram", "retrieval", "early-exit", "medusa", "eagle", "adaptive")],
     *[(method, TREE, "temperature") for method in ("ngram", "retrieval", "medusa", "eagle", "adaptive")],
     ("draft", 0, "top-k"), ("medusa", 0, "top-k"), ("ngram", TREE, "top-k"), ("eagle", TREE, "top-k"),
-    ("draft", 0, "top-p"), ("distilled", 0, "top-p"), ("eagle", 0, "top-p"), ("retrieval", 0, "top-p"), ("medusa", TREE, "top-p"),
+    ("draft", 0, "top-p"), ("distilled", 0, "top-p"), ("eagle", 0, "top-p"), ("retrieval", 0, "top-p"), ("medusa", TREE,
+                                                                                                         "top-p"),
 ]
 
 

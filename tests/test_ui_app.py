@@ -312,7 +312,8 @@ def test_plain_is_not_compared_with_itself(url):
 
 def test_compare_keeps_a_skipped_method_in_sight(url, foreign_models):
     client = Client(url, verbose=False)  # a drafter of another vocabulary: draft is skipped, the rest runs
-    status, table, _ = client.predict(PROMPT, ["draft", "ngram"], "default", foreign_models["other_vocab"], 4, 0, 1, 8, 0,
+    status, table, _ = client.predict(PROMPT, ["draft", "ngram"], "default", foreign_models["other_vocab"], 4, 0, 1, 8,
+                                      0,
                                       api_name="/compare")
     assert "Done" in status and "Skipped draft" in status and "vocabulary" in status
     assert {row[0] for row in table["data"]} == {"plain", "ngram"}
@@ -412,5 +413,7 @@ def test_speculate_and_compare_report_the_oracle_and_the_accepted_lengths(url):
     status, table, _ = client.predict(PROMPT, ["ngram"], "default", "none", 4, 0, 1, 16, 0, api_name="/compare")
     rows = {row[0]: dict(zip(table["headers"], row)) for row in table["data"]}
     assert float(rows["plain"]["oracle τ"]) == 1 and rows["plain"]["steps accepting 0…γ"] == "–"  # the control
-    assert float(rows["ngram"]["oracle τ"]) >= float(rows["ngram"]["τ"]) and rows["ngram"]["oracle speedup"].split(" (")[0].endswith("×")  # "(noisy)" on a busy machine
+    assert float(rows["ngram"]["oracle τ"]) >= float(rows["ngram"]["τ"]) and rows["ngram"]["oracle speedup"].split(
+        " ("
+    )[0].endswith("×")  # "(noisy)" on a busy machine
     assert rows["ngram"]["verifying"].endswith("%")

@@ -186,7 +186,8 @@ CONTRAST_JS = """(selectors) => {
   const backdrop = (el) => { const layers = []; let opacity = 1;
       for (let e = el; e; e = e.parentElement) { const style = getComputedStyle(e); opacity *= Number(style.opacity);
         const c = rgba(style.backgroundColor); if (c[3] > 0) { layers.push(c); if (c[3] >= 1) break; } }
-      let bg = [255, 255, 255]; if (document.body.matches('.dark, .dark *') && !layers.some(l => l[3] >= 1)) bg = [0, 0, 0];
+      let bg = [255, 255, 255];
+      if (document.body.matches('.dark, .dark *') && !layers.some(l => l[3] >= 1)) bg = [0, 0, 0];
       for (const l of layers.reverse()) bg = over(l, bg, l[3]); return [bg, opacity]; };
   const bad = [], seen = [];
   for (const el of document.querySelectorAll(selectors)) {
@@ -332,7 +333,8 @@ def test_an_idle_page_does_not_draw_every_frame(browser, url):
 STEP_CHART_JS = """(chart) => {
     const svg = document.querySelector(chart + ' .main-svg'), page = svg.getBoundingClientRect();
     const panels = [...document.querySelectorAll(chart + ' .draglayer .nsewdrag')].map(r => r.getBoundingClientRect());
-    const texts = [...document.querySelectorAll(chart + ' [class^="g-"][class$="title"] text, ' + chart + ' .annotation-text, ' + chart + ' .gtitle')]
+    const titles = chart + ' [class^="g-"][class$="title"] text, ' + chart + ' .annotation-text, ' + chart + ' .gtitle';
+    const texts = [...document.querySelectorAll(titles)]
         .map(t => [t.textContent, t.getBoundingClientRect()]).filter(([, b]) => b.width > 0);
     const overlaps = [];
     texts.forEach(([a, p], i) => texts.slice(i + 1).forEach(([b, q]) => {

@@ -21,7 +21,8 @@ RUN = dict(prompt="Say hello.", method="ngram", max_new_tokens=16, gamma=4, temp
 @pytest.fixture(scope="module")
 def public_url():
     # behind a Space's proxy the address is the last X-Forwarded-For entry (SPACE_ID makes the profile trust it)
-    public = profile_from_env({"SPECVIZ_PUBLIC": "1", "SPACE_ID": "owner/specviz", "SPECVIZ_PER_CLIENT": str(PER_CLIENT)})
+    public = profile_from_env({"SPECVIZ_PUBLIC": "1", "SPACE_ID": "owner/specviz",
+                               "SPECVIZ_PER_CLIENT": str(PER_CLIENT)})
     with serving.served_as(public), serve_app() as url:
         yield url
 

@@ -229,7 +229,11 @@ def test_the_direct_route_is_closed_and_unknown_endpoints_are_404(url):
         assert joined.status_code == 200  # control: the queue's route takes the same call
         unknown = http.post("/gradio_api/queue/join", json={"data": [], "fn_index": 9999,
                                                             "session_hash": uuid.uuid4().hex})
-        assert unknown.status_code == 404 and "no endpoint number 9999" in unknown.text and "/gradio_api/info" in unknown.text
+        assert (
+            unknown.status_code == 404
+            and "no endpoint number 9999" in unknown.text
+            and "/gradio_api/info" in unknown.text
+        )
         status, text = raw_call(http, "speculate", ["hi"])  # too few values: named, not gradio's object repr
         assert status == 422 and "takes 8 values in `data`, in this order: prompt, method" in text, text
         assert "object at 0x" not in text

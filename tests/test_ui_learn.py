@@ -52,9 +52,12 @@ def test_verify_cost_widgets_name_the_ratio_and_the_stated_floor():
     assert "2.50× the time of one" in sentence and "27.0 ms" in sentence and "assumed" in sentence
     assert "grows with K" in sentence and "too low" not in sentence
     # control: a forward faster than the assumed floor says the assumption was too low
-    fast = lessons.VerifyCost("cpu (x)", [lessons.CostPoint("positions", k, ms, 128) for k, ms in [(1, 15.0), (8, 16.5)]],
+    fast = lessons.VerifyCost("cpu (x)",
+                              [lessons.CostPoint("positions", k, ms, 128) for k, ms in [(1, 15.0), (8, 16.5)]],
                               540_000_000, 20.0, "assumed")
-    assert "at least 36 GB/s" in lessons.verify_cost_sentence(fast) and "barely grows" in lessons.verify_cost_sentence(fast)
+    assert "at least 36 GB/s" in lessons.verify_cost_sentence(fast) and "barely grows" in lessons.verify_cost_sentence(
+        fast
+    )
 
 
 @pytest.mark.quick
@@ -100,7 +103,9 @@ def test_drafter_and_mechanic_widgets():
     tokens = [TokenRecord(1, "a", TokenKind.ACCEPTED, 0), TokenRecord(2, "b", TokenKind.REJECTED, 0),
               TokenRecord(3, "c", TokenKind.RESAMPLED, 0)]
     record = lessons.Mechanic("eagle", "p", None, [lessons.MechanicStep(0, ["a", "b"], 1, "c", 2, 30.0)], tokens)
-    assert 'class="sv-lesson-steps"' in learn_figures.mechanic_html(record) and "tok-rejected" in learn_figures.mechanic_html(record)
+    assert 'class="sv-lesson-steps"' in learn_figures.mechanic_html(
+        record
+    ) and "tok-rejected" in learn_figures.mechanic_html(record)
     assert lessons.mechanic_rows(record)[0][2] == "1 of 2"
     assert "2.00 tokens per forward" in lessons.mechanic_sentence(record)
 

@@ -43,7 +43,8 @@ def test_the_mechanic_lays_each_forward_out_as_a_lane(page):
     assert lanes.count() >= 2
     assert lanes.first.evaluate("el => getComputedStyle(el).display") == "flex"
     sentence = page.inner_text("#sv-learn-mechanic-sentence")
-    forwards, per = re.search(r"(\d+) forwards of the target wrote \d+ tokens: ([\d.]+) tokens per forward", sentence).groups()
+    forwards, per = re.search(r"(\d+) forwards of the target wrote \d+ tokens: ([\d.]+) tokens per forward",
+                              sentence).groups()
     assert int(forwards) == lanes.count() and float(per) >= 1.0
 
 
@@ -134,7 +135,9 @@ def test_a_saved_run_is_drawn_and_says_where_it_was_measured(page, tmp_path):
     assert "broken.json is not JSON" in summary  # the bad file is named; the good one still drawn
     label = "measured on NVIDIA H100 80GB HBM3, 2026-11-27 22:00 UTC, commit abc1234"
     open_tab(page, "3 · Cost of K")
-    assert label in page.inner_text("#sv-learn-cost-status") and "not measured here" in page.inner_text("#sv-learn-cost-status")
+    assert label in page.inner_text("#sv-learn-cost-status") and "not measured here" in page.inner_text(
+        "#sv-learn-cost-status"
+    )
     page.wait_for_selector("#sv-learn-cost-plot .js-plotly-plot .scatterlayer .trace", timeout=30_000)
     assert "1.18× the time of one" in page.inner_text("#sv-learn-cost-sentence")  # 21.0 / 17.8: the file's figure
 
@@ -174,8 +177,9 @@ def test_every_string_of_a_saved_file_is_shown_as_text(page, tmp_path, default_t
     for subtab, key in (("1 · Mechanic", "mechanic"), ("4 · Acceptance", "acceptance"),
                         ("6 · Drafters", "drafters")):
         open_tab(page, subtab)
-        page.wait_for_function(f"() => document.querySelector('#sv-learn-{key}-status').innerText.includes('Saved run')",
-                               timeout=30_000)
+        page.wait_for_function(
+            f"() => document.querySelector('#sv-learn-{key}-status').innerText.includes('Saved run')", timeout=30_000
+        )
         shown.append(page.inner_text(f"#sv-learn-{key}-status"))
         shown.append(page.locator(".tabitem:visible").last.inner_text())
     page.wait_for_selector("#sv-learn-acceptance-plot .js-plotly-plot", timeout=30_000, state="attached")

@@ -37,7 +37,8 @@ def next_token(target):
 
 EXTRA = catalogue.Lesson(len(catalogue.LESSONS) + 1, "next-token", "What the target writes next", "Next token",
                          "The target's next token is its most likely one.", next_token,
-                         lambda r: ["prompt", "next token", "p"], lambda r: [[r.prompt, r.token, round(r.probability, 3)]],
+                         lambda r: ["prompt", "next token", "p"],
+                         lambda r: [[r.prompt, r.token, round(r.probability, 3)]],
                          lambda r: f"The next token is **{r.token!r}** at p = **{r.probability:.2f}**.", NextToken,
                          minutes=3)
 

@@ -184,7 +184,8 @@ def test_fair_lock_serves_in_arrival_order():
     lock.__enter__()
     threads = []
     for i in range(4):
-        thread = threading.Thread(target=lambda i=i: (lock.__enter__(), order.append(i), lock.__exit__(None, None, None)))
+        thread = threading.Thread(target=lambda i=i: (lock.__enter__(), order.append(i),
+                                                      lock.__exit__(None, None, None)))
         thread.start()
         threads.append(thread)
         while lock.waiting < i + 2:  # the holder plus the threads queued so far
@@ -213,10 +214,12 @@ def test_form_values_are_validated(values, fragment):
 
 def test_form_values_from_widgets():
     settings = form.settings_from_form(96.0, 4.0, 0.7, 0.9, None)  # sliders give floats, an empty box None
-    assert (settings.max_new_tokens, settings.gamma, settings.temperature, settings.top_p, settings.seed) == (96, 4, 0.7, 0.9, None)
+    chosen = (settings.max_new_tokens, settings.gamma, settings.temperature, settings.top_p, settings.seed)
+    assert chosen == (96, 4, 0.7, 0.9, None)
     assert settings.draft_stop == 0.0
     assert form.settings_from_form(96.0, 4.0, 0, 1, 0, 0, 0.5).draft_stop == 0.5
-    assert run_request.model_name("  none ") is None and run_request.model_name(" Qwen/Qwen2.5-0.5B ") == "Qwen/Qwen2.5-0.5B"
+    assert run_request.model_name("  none ") is None
+    assert run_request.model_name(" Qwen/Qwen2.5-0.5B ") == "Qwen/Qwen2.5-0.5B"
 
 
 def test_sessions_track_models_in_use_and_evict_the_oldest_idle_first(target, monkeypatch):
@@ -321,9 +324,11 @@ def test_an_app_run_warms_up_once(monkeypatch):
 def test_the_draft_method_on_the_default_target_drafts_with_its_distilled_model():
     assert run_request.drafter_for("draft", "default", "none") == "distilled"
     assert run_request.drafter_for("draft", "default", "default") == "default"  # a chosen drafter stands
-    assert run_request.drafter_for("draft", "HuggingFaceTB/SmolLM2-1.7B-Instruct", "none") is None  # nothing ships for it
+    # nothing ships for it
+    assert run_request.drafter_for("draft", "HuggingFaceTB/SmolLM2-1.7B-Instruct", "none") is None
     assert run_request.drafter_for("adaptive", "default", "none") is None  # adaptive drafts with EAGLE then
-    assert run_request.drafter_for("ngram", "default", "default") is None  # a method without a drafter ignores the field
+    # a method without a drafter ignores the field
+    assert run_request.drafter_for("ngram", "default", "default") is None
 
 
 def test_next_step_clicked_after_pause_before_the_pause_lands_each_take_a_step(target):

@@ -133,7 +133,11 @@ def test_tooltip_gives_kind_step_p_q_ratio_and_u(steps):
     assert "p = 0.800" in accepted_tip and "q = 0.500" in accepted_tip
     assert "min(1, p/q) = 1.000" in accepted_tip and "u = 0.300" in accepted_tip
     first_rejected, second_rejected = tips[2], tips[3]
-    assert "rejected · step 0" in first_rejected and "min(1, p/q) = 0.200" in first_rejected and "u = 0.900" in first_rejected
+    assert (
+        "rejected · step 0" in first_rejected
+        and "min(1, p/q) = 0.200" in first_rejected
+        and "u = 0.900" in first_rejected
+    )
     assert "not tested" in second_rejected and "not tested" not in first_rejected  # after the first rejection
     assert tips[4].startswith("resampled · step 0") and "residual" in tips[4]
     assert tips[9].startswith("bonus · step 1")
@@ -406,7 +410,8 @@ def test_compare_and_cost_figures():
             {"method": "ngram", "tokens_per_second": 15.0, "tau": 2.2}]
     fig = valid(charts.compare_figure(rows))
     assert fig["data"][0]["y"] == [10.0, 15.0] and fig["data"][1]["y"] == [1.0, 2.2]
-    points = [CostPoint("positions", k, 10.0 + k, 128) for k in (1, 2, 4)] + [CostPoint("batch", b, 10.0 * b, 64) for b in (1, 2)]
+    points = [CostPoint("positions", k, 10.0 + k, 128) for k in (1, 2, 4)] + [CostPoint("batch", b, 10.0 * b, 64)
+                                                                              for b in (1, 2)]
     cost = valid(charts.cost_figure(points, "cpu"))
     per_forward = [t for t in cost["data"] if t["name"].startswith("ms per forward")]
     assert [t["x"] for t in per_forward] == [[1, 2, 4], [1, 2]]
@@ -436,7 +441,8 @@ def test_inspector_of_a_one_hot_drafter_does_not_promise_q(steps):
                                                   for p in steps[0].positions]})
     title = charts.inspector_figure(one_hot, lambda i: f"#{i}", sampling=False)["layout"]["title"]["text"]
     assert "against q" not in title and "one-hot" in title
-    assert "p against q" in charts.inspector_figure(steps[0], lambda i: f"#{i}", sampling=True)["layout"]["title"]["text"]
+    assert "p against q" in charts.inspector_figure(steps[0], lambda i: f"#{i}",
+                                                    sampling=True)["layout"]["title"]["text"]
 
 
 def test_loading_message_speaks_of_the_hub_only_for_what_it_downloads(tmp_path):

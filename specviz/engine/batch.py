@@ -5,8 +5,8 @@ Every row has its own random generator and its own draft: the lookups (plain, `n
 proposer a row on the host; a draft model (`draft`, `early-exit`) drafts for every row in one batched forward
 a token (batch_draft.py). After one forward over every row, each row is judged, kept and observed by the same
 step.py functions as a run of one row, so each row's output is its batch-1 output (greedy) or has its batch-1
-distribution (sampling). A row that reaches its token limit or an end-of-sequence token leaves the batch, or, while prompts
-wait, hands its slot to the next one (a refill queue: the batch stays full).
+distribution (sampling). A row that reaches its token limit or an end-of-sequence token leaves the batch, or, while
+prompts wait, hands its slot to the next one (a refill queue: the batch stays full).
 
 Plain decoding of a batch is the same loop with proposers that never draft, so a batch's speedup compares like
 with like: the same runner, the same batch, the same prompts.
@@ -119,7 +119,8 @@ def decode_batch(target: LoadedModel, drafting: Callable[[], Proposer] | ModelDr
     if path == "single" or (path == "auto" and width == 1):
         return decode_one_at_a_time(target, drafting, prompts, settings, options, verifier)
     runner = batched_runner(target.model, width, capacity, options)
-    drafters = drafting.open(width, capacity, options) if isinstance(drafting, ModelDrafting) else RowProposers(drafting)
+    drafters = (drafting.open(width, capacity, options) if isinstance(drafting, ModelDrafting)
+                else RowProposers(drafting))
     try:
         return _decode_rows(target, runner, drafters, prompts, settings, width, eos_ids,
                             verifier or verification.verify_sampled)

@@ -148,8 +148,8 @@ class BatchedModelDrafter:
                     raw[row].append(logits[row])
             if step + 1 < longest:
                 fed = list(self.runner.host_lengths)
-                logits = to_target_vocabulary(self.runner.forward(torch.tensor(chosen, dtype=torch.long)[:, None])[:, -1],
-                                              self.token_ids, self.vocab_size)
+                forward = self.runner.forward(torch.tensor(chosen, dtype=torch.long)[:, None])
+                logits = to_target_vocabulary(forward[:, -1], self.token_ids, self.vocab_size)
                 for row, draws in enumerate(drawing):
                     if draws:  # the draft's keys and values are right: a later step keeps them if accepted
                         self.cached[row].append(chosen[row])

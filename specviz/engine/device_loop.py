@@ -23,7 +23,8 @@ before the first step: a seed reproduces a run. Temperature, top-k and top-p are
 
 With a draft tree (`--tree N`), the lookup writes the weighted trie's N best nodes (tree_device.weighted_tree,
 the trees tree.weighted_trie makes) with their depths and visibility; the verify pass walks the tree greedily
-(tree_device.walk_tree) and moves the accepted path's keys and values next to the root's, as StaticRunner.keep_nodes does.
+(tree_device.walk_tree) and moves the accepted path's keys and values next to the root's, as StaticRunner.keep_nodes
+does.
 
 The host only replays them and reads each step's log (device_outcome.py) one step behind, while the GPU runs the
 next step: the GPU never waits for the host. The run stops on the host's reading (max_new_tokens, EOS): the step

@@ -240,7 +240,8 @@ class SpeculativeRun:
         CUDA events rather than waited for."""
         settings, runner, device = self.settings, self.runner, self.runner.device
         start = device_clock(device)
-        events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if timed_by_events else None
+        events = (torch.cuda.Event(enable_timing=True),
+                  torch.cuda.Event(enable_timing=True)) if timed_by_events else None
         if events:
             events[0].record()
         run = RunProgress(self.prompt_ids, settings.max_new_tokens, device, start,

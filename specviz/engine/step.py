@@ -161,7 +161,8 @@ def verify_tree(runner, draft: Draft, node_ids: list[int], last_token: int, sett
     shown = Draft(torch.tensor(line_ids, dtype=torch.long), None)  # on the host, where it is read
     judged = {node for node, _, _ in walk.tried}
     if not keep_rows:  # no gathers on the device
-        return Verified(shown, line_ids, None, None, verdict, len(node_ids), tree_nodes(node_ids, parents, path, judged))
+        return Verified(shown, line_ids, None, None, verdict, len(node_ids),
+                        tree_nodes(node_ids, parents, path, judged))
     nodes = tree_nodes(node_ids, parents, path, judged, node_probs(logits, node_ids, parents, settings,
                                                                     None if settings.greedy else probs))
     # the logits' rows, then the hidden states' (the root and the path): one copy to the device

@@ -116,7 +116,8 @@ def figures_from_logits(draft_probs, draft_logits, draft_ids: list[int], logits:
     next_top = top_tokens((p_shown[n] if settings.greedy else verdict.next_distribution).unsqueeze(0))[0]
     return StepFigures(p_of=of_draft(p_shown) if gamma else [],
                        q_of=of_draft(q_shown) if gamma and q_shown is not None else [None] * gamma,
-                       p_tops=top_tokens(p_shown), q_tops=top_tokens(q_shown) if q_shown is not None else [None] * gamma,
+                       p_tops=top_tokens(p_shown), q_tops=top_tokens(q_shown) if q_shown is not None
+                       else [None] * gamma,
                        next_top=next_top, next_p=float(p_shown[n, verdict.next_token]))
 
 

@@ -1,6 +1,6 @@
 """Lesson 5, where speculation stops paying: the same prompts decoded in batches of growing size, plain and with a
-lookup drafter (the drafters that batch, specviz.engine.batch), beside what a verify pass costs over a plain step at each
-size (the forward fills the device as the batch grows)."""
+lookup drafter (the drafters that batch, specviz.engine.batch), beside what a verify pass costs over a plain step at
+each size (the forward fills the device as the batch grows)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -26,8 +26,9 @@ LEAST_PROMPTS = 4  # every batch size decodes at least this many prompts: the th
 
 def prompts_for(chosen: list, size: int) -> list:
     """The prompts one batch size decodes: one full batch, and at least LEAST_PROMPTS. Small batches decode
-    slowest (on a small CPU, batch 1 over every prompt of the largest batch is a large share of the lesson), and the speedup at a size
-    compares plain and speculative decoding of the same batches, so fewer prompts there keep it fair."""
+    slowest (on a small CPU, batch 1 over every prompt of the largest batch is a large share of the lesson), and the
+    speedup at a size compares plain and speculative decoding of the same batches, so fewer prompts there keep it
+    fair."""
     return chosen[:max(size, min(LEAST_PROMPTS, len(chosen)))]
 
 
@@ -60,7 +61,8 @@ def batch_sizes(target: LoadedModel, method: str = "retrieval", sizes: Sequence[
             for spec in ("plain", method):
                 run = decode_batch(target, lambda: make_proposer(spec, target), batch, settings)
                 plain = plain or run
-                record.rows.append({"method": spec, "batch_size": size, "rows": len(batch), "new_tokens": run.new_tokens,
+                record.rows.append({"method": spec, "batch_size": size, "rows": len(batch),
+                                    "new_tokens": run.new_tokens,
                                     "wall_seconds": run.wall_seconds, "ms_per_token": run.ms_per_token,
                                     "row_forwards": sum(run.row_forwards), "drafted": run.drafted,
                                     "accepted": run.accepted,
@@ -77,7 +79,8 @@ def batch_doubts(summary: list[dict], method: str, costs: list[dict] = ()) -> di
     doubts = {}
     for s in summary:
         if s["method"] == method:
-            doubt = batch_doubt(s["speedup"], s.get("mean_accepted_length"), ratio.get(s["batch_size"]), s["batch_size"])
+            doubt = batch_doubt(s["speedup"], s.get("mean_accepted_length"), ratio.get(s["batch_size"]),
+                                s["batch_size"])
             if doubt:
                 doubts[s["batch_size"]] = doubt
     return doubts

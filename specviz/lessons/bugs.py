@@ -87,12 +87,15 @@ SLIPS = [
          lambda t: verify.verify_residual_unnormalised),
     Slip("at-drafted", "residual at the drafted token only", True,
          "at a rejection q is subtracted at the rejected token only, not everywhere",
-         f"EAGLE's sampling code ({GH}SafeAILab/EAGLE/issues/20, fixed)", lambda t: verify.verify_residual_at_drafted_token),
+         f"EAGLE's sampling code ({GH}SafeAILab/EAGLE/issues/20, fixed)",
+         lambda t: verify.verify_residual_at_drafted_token),
     Slip("from-p", "residual replaced by p", True,
          "at a rejection draw from p itself (verify_sampled_without_residual): the drafter's favourite gets a "
          "second chance",
-         f"claimed of EAGLE's non-greedy path ({GH}SafeAILab/EAGLE/issues/329, open; its authors hold that top-k drafting "
-         f"makes q one-hot, {GH}SafeAILab/EAGLE/issues/171); suspected in {GH}NJUNLP/MCSD/issues/5, whose code was right", lambda t: verify.verify_sampled_without_residual),
+         f"claimed of EAGLE's non-greedy path ({GH}SafeAILab/EAGLE/issues/329, open; its authors hold that top-k "
+         "drafting "
+         f"makes q one-hot, {GH}SafeAILab/EAGLE/issues/171); suspected in {GH}NJUNLP/MCSD/issues/5, whose code was "
+         "right", lambda t: verify.verify_sampled_without_residual),
 ]
 SLIP_BY_KEY = {slip.key: slip for slip in SLIPS}
 # verify.verify_by_target_argmax (greedy checks under sampling, as lablup/mlxcel #902 described its verify loop)
@@ -282,7 +285,8 @@ def judge(record: Bugs, slips: list[Slip], outcome_of: Callable[[int], dict[str,
     yield record
 
 
-def on_distributions(p: torch.Tensor, q: torch.Tensor, temperature: float = TEMPERATURE, runs: int = RUNS, most: int = 3000,
+def on_distributions(p: torch.Tensor, q: torch.Tensor, temperature: float = TEMPERATURE, runs: int = RUNS,
+                     most: int = 3000,
                      slips: list[Slip] | None = None) -> Iterator[Bugs]:
     """Every arm on a given target p [2, V] (after temperature) and draft q [1, V], no model: the lesson's replay
     alone, for a distribution chosen by hand."""
@@ -361,7 +365,8 @@ def rounding(target: LoadedModel, prompt: str | list[int], method: str = "eagle"
     environment = EngineOptions.from_environment()
 
     def both(model: LoadedModel, options: EngineOptions | None) -> tuple[RunResult, RunResult]:
-        return tuple(run_once(model, PlainProposer() if name == "plain" else make_proposer(method, model, options=options),
+        return tuple(run_once(model, PlainProposer() if name == "plain"
+                              else make_proposer(method, model, options=options),
                               ids, settings, detail=False, options=options) for name in ("plain", method))
 
     plain32, method32 = (r.token_ids for r in both(f32, None))
@@ -410,10 +415,15 @@ def rounding_sentence(r: Rounding | None) -> str:
     same = ("float32 with the method equals float32 plain token for token" if r.speculative_identical else
             "**float32 with the method differs from float32 plain: a bug**")
     if r.parted_at is None:
-        return f"Greedy: bfloat16 and float32 plain agree on all {len(r.float32)} tokens here; {same}. {exact_sentence(r)}"
-    return (f"Greedy, not a bug: bfloat16 plain parts from float32 plain at token {r.parted_at}, where float32's two best "
-            f"tokens {code(r.top_float32[0])} and {code(r.top_float32[1])} are **{r.margin_float32:.3f}** apart in logit, "
-            f"and bfloat16 spaces numbers near {r.logits_float32[0]:.1f} by {r.bfloat16_step:g}: rounding alone swaps a "
+        return (
+            f"Greedy: bfloat16 and float32 plain agree on all {len(r.float32)} tokens here; {same}. {exact_sentence(r)}"
+        )
+    return (f"Greedy, not a bug: bfloat16 plain parts from float32 plain at token {r.parted_at}, where float32's two "
+            "best "
+            f"tokens {code(r.top_float32[0])} and {code(r.top_float32[1])} are **{r.margin_float32:.3f}** apart in "
+            "logit, "
+            f"and bfloat16 spaces numbers near {r.logits_float32[0]:.1f} by {r.bfloat16_step:g}: rounding alone swaps "
+            "a "
             f"near-tie (bfloat16's margin there: {r.margin_bfloat16:+.3f}, {code(r.top_bfloat16[0])} first). {same}. "
             f"{exact_sentence(r)}")
 
@@ -454,7 +464,8 @@ def bug_sentence(record: Bugs) -> str:
                         + ("passed" if a.p_at(record.runs) >= SIGNIFICANCE else "flagged") + ")" for a in exact) + "."]
     if wrong:
         text.append(f"**{len(caught)} of {len(wrong)} bugs caught** (p < {SIGNIFICANCE})"
-                    + (f"; the quickest, {SLIP_BY_KEY[min(caught, key=lambda a: a.caught_at() or record.runs).key].label}"
+                    + ("; the quickest, "
+                       f"{SLIP_BY_KEY[min(caught, key=lambda a: a.caught_at() or record.runs).key].label}"
                        f", from {min(a.caught_at() or record.runs for a in caught)} seeds on." if caught else "."))
     for a in wrong:
         if a not in caught:
@@ -464,7 +475,8 @@ def bug_sentence(record: Bugs) -> str:
     by_key = {a.key: a for a in judged}
     if "match" in by_key and "correct" in by_key:
         text.append(f"Match acceptance is exact but accepted {by_key['match'].accepted / by_key['match'].runs:.0%} of "
-                    f"drafts where the correct verifier accepted {by_key['correct'].accepted / by_key['correct'].runs:.0%}.")
+                    "drafts where the correct verifier accepted "
+                    f"{by_key['correct'].accepted / by_key['correct'].runs:.0%}.")
     if record.engine_seeds:
         text.append(f"The engine ran {record.engine_seeds} seeds itself; on "
                     + (f"all {record.engine_seeds}" if record.engine_agreed == record.engine_seeds else

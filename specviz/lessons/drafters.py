@@ -164,14 +164,16 @@ def drafter_sentence(rows: list[DrafterCost]) -> str:
     share = lambda r: f"{100 * r.bytes / r.target_bytes:.1f}% of the target"  # noqa: E731
     nothing = [r.method for r in rows if r.bytes == 0]
     data_only = [r for r in rows if r.parameters == 0 and r.bytes > 0]
-    text = (f"Target: {rows[0].target_parameters / 1e6:.0f}M parameters, {megabytes(rows[0].target_bytes)}. Most tokens "
+    text = (f"Target: {rows[0].target_parameters / 1e6:.0f}M parameters, {megabytes(rows[0].target_bytes)}. Most "
+            "tokens "
             f"per forward: {best.method} (**τ {best.tau:.2f}**), for {megabytes(best.bytes)} extra ({share(best)}). ")
     if nothing:
         text += f"Nothing extra at all: {', '.join(nothing)}. "
     for r in data_only:
         text += f"{r.method} holds no weights but {megabytes(r.bytes)} of data ({share(r)}). "
     if not any(r.method == "draft" for r in rows):
-        text += "A separate draft model would add a whole model of its own (not measured here: none ships for this target). "
+        text += ("A separate draft model would add a whole model of its own (not measured here: none ships for this "
+                 "target). ")
     return text + ("Heads and a layer that read the target's own features add a fraction of the target, and a draft "
                    "model must be trained to agree with the target from tokens alone: this is why self-speculative "
                    "methods spread.")

@@ -102,12 +102,14 @@ class Distribution:
     token_texts: dict[int, str] = field(default_factory=dict)
 
     def _two(self, other: Histogram | None) -> Fit | None:
-        return None if other is None or not other.runs or not self.plain.runs else two_sample_test(other.counts, self.plain.counts)
+        return None if other is None or not other.runs or not self.plain.runs else two_sample_test(other.counts,
+                                                                                                   self.plain.counts)
 
     def _fit(self, h: Histogram | None) -> Fit | None:
         if h is None or not h.runs or not self.exact:
             return None
-        return goodness_of_fit(Counter({(t,): c for t, c in h.counts.items()}), {(t,): p for t, p in self.exact.items()},
+        return goodness_of_fit(Counter({(t,): c for t, c in h.counts.items()}),
+                               {(t,): p for t, p in self.exact.items()},
                                h.runs)
 
     @property
@@ -166,7 +168,8 @@ def second_token_probs(target: LoadedModel, prompt_ids: list[int], settings: Dec
     return {int(t): float(marginal[t]) for t in torch.nonzero(marginal >= floor).flatten()}
 
 
-def distribution(target: LoadedModel, prompt: str | list[int], method: str = "eagle", runs: int = 100, temperature: float = 1.0,
+def distribution(target: LoadedModel, prompt: str | list[int], method: str = "eagle", runs: int = 100,
+                 temperature: float = 1.0,
                  first_seed: int = 0, wrong: bool = True, chat: bool = False,
                  make: Callable[[], Proposer] | None = None, batch: int = 10) -> Iterator[Distribution]:
     """Samples the tested token `runs` times with plain decoding, with the method, and (wrong=True) with the
@@ -185,7 +188,8 @@ def distribution(target: LoadedModel, prompt: str | list[int], method: str = "ea
     plain_seed, rows_at_once = first_seed + 2 * runs, max(batch, PLAIN_ROWS)
     for start in range(0, runs, rows_at_once):  # in batches: each row samples as its batch-1 run of that seed
         rows = min(rows_at_once, runs - start)
-        batched = decode_batch(target, PlainProposer, [ids] * rows, dataclasses.replace(settings, seed=plain_seed + start),
+        batched = decode_batch(target, PlainProposer, [ids] * rows,
+                               dataclasses.replace(settings, seed=plain_seed + start),
                                batch_size=rows)
         for output in batched.token_ids:
             _count(record, record.plain, target, output[1])
@@ -195,7 +199,8 @@ def distribution(target: LoadedModel, prompt: str | list[int], method: str = "ea
         arms.append((record.wrong, make, verify_sampled_without_residual, first_seed))
     for histogram, factory, verifier, seed in arms:
         for i in range(runs):
-            run = SpeculativeRun(target, factory(), ids, dataclasses.replace(settings, seed=seed + i), verifier=verifier,
+            run = SpeculativeRun(target, factory(), ids, dataclasses.replace(settings, seed=seed + i),
+                                 verifier=verifier,
                                  detail=False)
             for step in run:
                 histogram.drafted += step.gamma
@@ -214,7 +219,9 @@ def _count(record: Distribution, histogram: Histogram, target: LoadedModel, toke
 def side_by_side_sentence(record: SideBySide) -> str:
     if record.identical:
         return f"Greedy: the two outputs are **identical, all {len(record.plain)} tokens**."
-    return f"Greedy: the outputs **differ at token {record.first_difference}** (a bug, or float rounding on this device)."
+    return (
+        f"Greedy: the outputs **differ at token {record.first_difference}** (a bug, or float rounding on this device)."
+    )
 
 
 def distribution_headers(record: Distribution) -> list[str]:
@@ -250,7 +257,8 @@ def distribution_sentence(record: Distribution | None, done: bool = True) -> str
         else:
             caught = (f"caught already at {record.wrong.runs} seeds (below {alpha})" if record.caught else
                       f"not caught yet at {record.wrong.runs} seeds")
-        text += f" The wrong verifier: p = **{p_text(record.wrong_p_value)}** and {p_text(record.wrong_exact_p_value)}: {caught}."
+        text += (f" The wrong verifier: p = **{p_text(record.wrong_p_value)}** and "
+                 f"{p_text(record.wrong_exact_p_value)}: {caught}.")
         text += (" The second p-value sees more: it compares the runs with the target's probabilities, computed "
                  "rather than sampled, so only one side is noisy; the first compares two samples, and plain "
                  "decoding's own noise hides a small difference unless there are many more runs.")

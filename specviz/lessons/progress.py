@@ -20,7 +20,9 @@ class Progress:
         return self.total is not None and self.done >= self.total
 
     def __str__(self) -> str:
-        count = f"{self.done} of {self.total} {self.unit}" if self.total is not None else f"{self.done} {self.unit} so far"
+        count = (
+            f"{self.done} of {self.total} {self.unit}" if self.total is not None else f"{self.done} {self.unit} so far"
+        )
         return count + (f" ({self.detail})" if self.detail else "")
 
 

@@ -214,8 +214,10 @@ def load_lessons(text: str | bytes, name: str = "the file") -> list[SavedLesson]
     try:
         return _load_lessons(text, name)
     except RecursionError:  # lists in lists in lists: json, or the reading of a record, ran out of stack
-        raise SavedLessonError(f"{name} is nested too deeply to be a saved lesson (lists or objects inside each other "
-                               "thousands of levels down): open a file that `specviz learn --out` or --json wrote") from None
+        raise SavedLessonError(
+            f"{name} is nested too deeply to be a saved lesson (lists or objects inside each other "
+            "thousands of levels down): open a file that `specviz learn --out` or --json wrote"
+        ) from None
 
 
 def _load_lessons(text: str | bytes, name: str) -> list[SavedLesson]:
@@ -225,7 +227,8 @@ def _load_lessons(text: str | bytes, name: str) -> list[SavedLesson]:
         entries = data.get("lessons")
         if not isinstance(entries, list) or not entries:
             raise SavedLessonError(f"{name} holds no lessons: its \"lessons\" list is missing or empty")
-        return [_lesson(entry, f"{name} (lesson {i + 1} in it)") if isinstance(entry, dict) and entry.get("format") == FORMAT
+        return [_lesson(entry, f"{name} (lesson {i + 1} in it)") if isinstance(entry, dict)
+                and entry.get("format") == FORMAT
                 else _not_a_lesson(f"{name} (entry {i + 1} in it)") for i, entry in enumerate(entries)]
     return [load_lesson(text, name)]
 

@@ -114,7 +114,8 @@ def acceptance_rows(rows: list[AcceptanceRow]) -> list[list]:
     return [[r.kind, r.method, "–" if r.alpha is None else round(r.alpha, 2),
              "–" if r.share_accepted is None else round(r.share_accepted, 2), round(r.tau, 2),
              "–" if r.c is None else round(r.c, 3),
-             f"{r.measured_speedup:.2f}×" + (" (noisy)" if r.doubt else " (far below: see the note)" if far_below(r) else ""),
+             f"{r.measured_speedup:.2f}×" + (" (noisy)" if r.doubt else " (far below: see the note)" if far_below(r)
+                                             else ""),
              "–" if r.expected_speedup is None else f"{r.expected_speedup:.2f}×", lit(r.method)] for r in rows]
 
 
@@ -131,7 +132,8 @@ def acceptance_sentence(rows: list[AcceptanceRow]) -> str:
     worst = min(trusted, key=lambda r: r.measured_speedup)
     below = [r for r in rows if far_below(r)]
     if below:
-        note += (f" {len(below)} measured speedups fell far below the expected (marked), for instance {below[0].method} on "
+        note += (f" {len(below)} measured speedups fell far below the expected (marked), for instance "
+                 f"{below[0].method} on "
                  f"{below[0].kind}: {below[0].measured_speedup:.2f}× against {below[0].expected_speedup:.2f}×: "
                  f"{BELOW_NOTE}.")
     return (f"The same machine and model gave **{best.measured_speedup:.2f}×** ({best.method} on {best.kind}, "

@@ -54,7 +54,8 @@ def mechanic_step(step: StepRecord) -> MechanicStep:
                         step.emitted, step.verify_ms)
 
 
-def mechanic(target: LoadedModel, prompt: str | list[int], method: str = "eagle", gamma: int = 4, max_new_tokens: int = 24,
+def mechanic(target: LoadedModel, prompt: str | list[int], method: str = "eagle", gamma: int = 4,
+             max_new_tokens: int = 24,
              chat: bool = True, proposer: Proposer | None = None) -> Iterator[Mechanic]:
     """One short greedy run, a record per step: what was drafted, what the target kept, what one forward bought."""
     settings = DecodeSettings(max_new_tokens=max_new_tokens, gamma=gamma, temperature=0.0).validate()

@@ -49,7 +49,8 @@ def load_prompts(path: str, limit: int | None = None, per_category: int | None =
         if per_category is not None and seen[category] >= per_category:
             continue
         seen[category] += 1
-        prompts.append({"prompt_id": row.get("question_id", row.get("id", number)), "category": category, "prompt": text})
+        prompts.append({"prompt_id": row.get("question_id", row.get("id", number)), "category": category,
+                        "prompt": text})
         if limit is not None and len(prompts) >= limit:
             break
     if not prompts:
@@ -107,7 +108,8 @@ def _row(prompt: dict, method: str, result, plain) -> dict:
 
 # transformers' generate(), same model, same card ---------------------------------------------------------
 
-def hf_generate(target, prompt_ids: list[int], settings: DecodeSettings, mode: str, draft=None) -> tuple[list[int], float]:
+def hf_generate(target, prompt_ids: list[int], settings: DecodeSettings, mode: str, draft=None) -> tuple[list[int],
+                                                                                                         float]:
     """One transformers generate() call: "hf-generate" (plain), "hf-prompt-lookup"
     (prompt_lookup_num_tokens = gamma) or "hf-assisted" (assistant_model = the draft model, gamma
     candidate tokens). Returns (new token ids, wall seconds)."""
@@ -253,12 +255,15 @@ def format_table(summary: dict, comparisons: dict | None = None) -> str:
              f"{'draft ms':>10}{'verify ms':>10}{'verify %':>9}{'oracle tau':>11}{'oracle x':>9}"]
     for method, block in summary.items():
         for category, figures in [("overall", block["overall"]), *block["per_category"].items()]:
-            lines.append(f"{method:<22}{category:<16}{figures['prompts']:>4}{show(figures['mean_accepted_length'], '.2f'):>6}"
-                         f"{show(figures['acceptance_rate'], '.2f'):>7}{figures['tokens_per_second']:>9.1f}"
-                         f"{show(figures['speedup'], '.2f') + 'x':>9}{show(figures['identical_share'], '.0%'):>10}"
-                         f"{show(figures.get('draft_ms_per_step'), '.2f'):>10}{show(figures.get('verify_ms_per_step'), '.2f'):>10}"
-                         f"{show(figures.get('verify_share'), '.0%'):>9}{show(figures.get('oracle_tau'), '.2f'):>11}"
-                         f"{show(figures.get('oracle_speedup'), '.2f') + 'x':>9}")
+            lines.append(
+                f"{method:<22}{category:<16}{figures['prompts']:>4}{show(figures['mean_accepted_length'], '.2f'):>6}"
+                f"{show(figures['acceptance_rate'], '.2f'):>7}{figures['tokens_per_second']:>9.1f}"
+                f"{show(figures['speedup'], '.2f') + 'x':>9}{show(figures['identical_share'], '.0%'):>10}"
+                f"{show(figures.get('draft_ms_per_step'), '.2f'):>10}"
+                f"{show(figures.get('verify_ms_per_step'), '.2f'):>10}"
+                f"{show(figures.get('verify_share'), '.0%'):>9}{show(figures.get('oracle_tau'), '.2f'):>11}"
+                f"{show(figures.get('oracle_speedup'), '.2f') + 'x':>9}"
+            )
     for baseline, block in (comparisons or {}).items():
         ratios = ", ".join(f"{m} {r:.1f}x" for m, r in block["ratio"].items() if r is not None)
         lines.append(f"vs {baseline} ({block['prompts']} prompts, {block['tokens_per_second']:.1f} tok/s): {ratios}")
@@ -311,7 +316,8 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     every timed specviz run used on the GPUs it runs on (energy.py; null where power is not measured)."""
     from tqdm.auto import tqdm
 
-    unknown = [m for m in methods if m.split(":")[0].split("@")[0] not in names()] + [m for m in transformers if m not in HF_BASELINES]
+    unknown = [m for m in methods if m.split(":")[0].split("@")[0] not in names()] + [m for m in transformers
+                                                                                      if m not in HF_BASELINES]
     if unknown or not methods:
         raise InvalidSettingError(f"unknown method(s) {', '.join(unknown) or '(none)'}; choose from "
                                   f"{', '.join(names())} (and for --transformers {', '.join(HF_BASELINES)})")
@@ -322,7 +328,8 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     hf_subset = pick_subset(prompts, transformers_per_category, transformers_limit) if transformers else set()
     # an earlier run of this very bench, interrupted: its finished prompts are kept, not measured again
     run = {"prompts_file": str(Path(prompts_file).resolve()), "prompt_ids": [p["prompt_id"] for p in prompts],
-           "methods": ["plain", *entries], "transformers": sorted(transformers), "transformers_prompts": sorted(hf_subset, key=str),
+           "methods": ["plain", *entries], "transformers": sorted(transformers),
+           "transformers_prompts": sorted(hf_subset, key=str),
            "target": target, "draft": draft, "device": device, "dtype": dtype, "chat": chat, "exit_layer": exit_layer,
            "device_map": device_map, "max_memory": max_memory, "draft_device": draft_device, "heads": heads,
            "adaptive_lookup": adaptive_lookup, "energy": energy, **settings.__dict__}
@@ -336,7 +343,8 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
         print(f"resuming: {len(done)} of {len(prompts)} prompts already done (their rows from {path}); "
               "measuring the rest", file=sys.stderr, flush=True)
     target_model = load_model(target, device, dtype, device_map, max_memory)
-    draft_model = load_draft_model(draft, target_model, draft_device or str(target_model.device), dtype) if draft else None
+    draft_model = load_draft_model(draft, target_model, draft_device or str(target_model.device),
+                                   dtype) if draft else None
     encoded = {p["prompt_id"]: encode(target_model, p["prompt"], chat) for p in prompts}
     widest = max([settings.gamma, *(s.gamma for _, s in entries.values())]) + 1
     biggest_tree = max([0, *(s.tree for _, s in entries.values())])
@@ -345,7 +353,8 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
     length = min(longest, target_model.context_length)
 
     def proposer_for(method: str):
-        return make_proposer(method, target_model, draft_model, exit_layer, heads=heads, adaptive_lookup=adaptive_lookup)
+        return make_proposer(method, target_model, draft_model, exit_layer, heads=heads,
+                             adaptive_lookup=adaptive_lookup)
 
     warm_up(target_model, widest, length, tree=biggest_tree, device_loop=True)
     for method, method_settings in entries.values():  # each method's own graphs (EAGLE's drafting: its gamma, tree)
@@ -360,7 +369,8 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
         if method == "plain":
             runner = untimed.settings.get("runner")
     for mode in transformers:
-        hf_generate(target_model, encoded[first["prompt_id"]][:64], DecodeSettings(max_new_tokens=8, gamma=settings.gamma),
+        hf_generate(target_model, encoded[first["prompt_id"]][:64],
+                    DecodeSettings(max_new_tokens=8, gamma=settings.gamma),
                     mode, draft_model)
 
     meter, energy_source = energy_meter(target_model.devices + (draft_model.devices if draft_model else [])) \
@@ -388,7 +398,8 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
                 ids = encoded[prompt["prompt_id"]]
                 # untimed: the first prefill of a prompt's length pays one-off costs (memory blocks of a new size,
                 # kernel choices) that would otherwise fall on whichever timed run comes first: plain
-                run_once(target_model, PlainProposer(), ids, dataclasses.replace(settings, max_new_tokens=1), detail=False)
+                run_once(target_model, PlainProposer(), ids, dataclasses.replace(settings, max_new_tokens=1),
+                         detail=False)
                 plain, joules = timed(PlainProposer(), settings, ids, prompt["prompt"])
                 record({**_row(prompt, "plain", plain, plain), "joules": joules, "token_ids": plain.token_ids})
                 bar.update()
@@ -418,7 +429,8 @@ def run_bench(prompts_file: str, methods: list[str], settings: DecodeSettings, o
         "device": device_info(target_model.device),
         "config": {"target": target, "draft": draft, "device_map": device_map, "max_memory": max_memory,
                    "target_devices": target_model.devices, "methods": ["plain", *entries], "prompts_file": prompts_file,
-                   "prompts": len(prompts), "chat": chat, "exit_layer": exit_layer, "transformers": list(transformers), "heads": heads, "adaptive_lookup": adaptive_lookup,
+                   "prompts": len(prompts), "chat": chat, "exit_layer": exit_layer, "transformers": list(transformers),
+                   "heads": heads, "adaptive_lookup": adaptive_lookup,
                    "transformers_prompts": sorted(hf_subset), "dtype": str(target_model.dtype).replace("torch.", ""),
                    "runner": runner, "resumed_prompts": len(done), **settings.__dict__},
         "results": results,

@@ -120,7 +120,8 @@ def measure_cost_curve(target: LoadedModel, positions: Sequence[int] = POSITIONS
     """Both curves. as_measured: one point at a time as it is measured, a point measured again coming again (for a
     caller that shows progress and stops between points; latest_points keeps the last of each); else every point
     once, with its final figure."""
-    curves = (measure_positions(target, positions, repeats=repeats), measure_batch(target, batch_sizes, repeats=repeats))
+    curves = (measure_positions(target, positions, repeats=repeats),
+              measure_batch(target, batch_sizes, repeats=repeats))
     for curve in curves:
         yield from curve if as_measured else latest_points(list(curve))
 

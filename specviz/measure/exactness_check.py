@@ -192,7 +192,8 @@ def coverage_warning(drafted: int, accepted: int) -> str | None:
         return (f"only {accepted} of {drafted} drafts were accepted: the test barely exercised keeping a draft; give a "
                 "prompt the drafter can predict (--prompt) or a lower --temperature")
     if rejected < least:
-        return (f"only {rejected} of {drafted} drafts were rejected: the test barely exercised the residual drawn after "
+        return (f"only {rejected} of {drafted} drafts were rejected: the test barely exercised the residual drawn "
+                "after "
                 "a rejection; give a prompt the drafter predicts less well or a higher --temperature")
     return None
 

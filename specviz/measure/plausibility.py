@@ -110,7 +110,8 @@ def cost_doubt(points: Sequence[tuple[int, float]], unit: str = "positions", tol
     pair = pairs[0]
     times = dict(points)
     narrow, wide = pair
-    return (f"a forward of {wide} {unit} took {times[wide]:.1f} ms, less than one of {narrow} ({times[narrow]:.1f} ms), "
+    return (f"a forward of {wide} {unit} took {times[wide]:.1f} ms, less than one of {narrow} ({times[narrow]:.1f} "
+            "ms), "
             "though it does more work: the narrower one was slowed while it was measured")
 
 

@@ -214,7 +214,9 @@ def _from_pretrained(auto_class, source: str, **kwargs):
     try:
         return auto_class.from_pretrained(source, **kwargs)
     except OSError as error:
-        raise ModelLoadError(f"cannot load '{source}' from the Hugging Face Hub: {str(error).splitlines()[0]}") from None
+        raise ModelLoadError(
+            f"cannot load '{source}' from the Hugging Face Hub: {str(error).splitlines()[0]}"
+        ) from None
 
 
 def parse_max_memory(text: str | dict | None) -> dict | None:
@@ -246,12 +248,14 @@ def parse_device_map(text: str | dict | None) -> str | dict | None:
         mapping = None
     if not isinstance(mapping, dict):
         raise ModelLoadError(
-            f"device map {text!r} is not auto, balanced, balanced_low_0, sequential or a JSON object of module -> device"
+            f"device map {text!r} is not auto, balanced, balanced_low_0, sequential or a JSON object of module -> "
+            "device"
         )
     return mapping
 
 
-def _load_uncached(name: str, device: torch.device, dtype: torch.dtype, device_map=None, max_memory=None) -> LoadedModel:
+def _load_uncached(name: str, device: torch.device, dtype: torch.dtype, device_map=None,
+                   max_memory=None) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if is_random_target(name):

@@ -14,8 +14,8 @@ loading them and what drafting with them costs can be measured at a real size wi
   post_attention_layernorm), norm.weight, lm_head.weight [K, H], d2t [K] int64 and t2d [V] bool; no embedding
   (their training saves only what it trains). 849,379,328 bytes of float16 tensors at the 8B shape, besides the
   maps.
-- z-lab DFlash (z-lab/dflash's model.py; e.g. z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat): config.json, a Qwen3Config of
-  the draft layers with block_size, num_target_layers and dflash_config (target_layer_ids, mask_token_id), and
+- z-lab DFlash (z-lab/dflash's model.py; e.g. z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat): config.json, a Qwen3Config
+  of the draft layers with block_size, num_target_layers and dflash_config (target_layer_ids, mask_token_id), and
   model.safetensors in bfloat16 holding fc, hidden_norm, the draft layers (q and k norms included) and a final
   norm, with no embedding and no output layer (the target's are used).
 - FasterDecoding Medusa-1 (FasterDecoding/medusa-vicuna-7b-v1.3): config.json with medusa_num_heads,
@@ -241,7 +241,8 @@ def dflash_config(shape: Shape, layers: int = DFLASH_LAYERS, block_size: int = 1
                               "mask_token_id": shape.vocab - 1 if mask_token_id is None else mask_token_id}}
 
 
-def dflash_tensors(shape: Shape, layers: int = DFLASH_LAYERS, features: int | None = None) -> dict[str, tuple[int, ...]]:
+def dflash_tensors(shape: Shape, layers: int = DFLASH_LAYERS, features: int | None = None) \
+        -> dict[str, tuple[int, ...]]:
     h, head_dim = shape.hidden, shape.hidden // shape.heads
     shapes = {"fc.weight": (h, (features or layers) * h), "hidden_norm.weight": (h,), "norm.weight": (h,)}
     for i in range(layers):
@@ -252,7 +253,8 @@ def dflash_tensors(shape: Shape, layers: int = DFLASH_LAYERS, features: int | No
             prefix + "self_attn.v_proj.weight": (shape.kv_heads * head_dim, h),
             prefix + "self_attn.o_proj.weight": (h, shape.heads * head_dim),
             prefix + "self_attn.q_norm.weight": (head_dim,), prefix + "self_attn.k_norm.weight": (head_dim,),
-            prefix + "mlp.gate_proj.weight": (shape.intermediate, h), prefix + "mlp.up_proj.weight": (shape.intermediate, h),
+            prefix + "mlp.gate_proj.weight": (shape.intermediate, h),
+            prefix + "mlp.up_proj.weight": (shape.intermediate, h),
             prefix + "mlp.down_proj.weight": (h, shape.intermediate),
             prefix + "input_layernorm.weight": (h,), prefix + "post_attention_layernorm.weight": (h,),
         })

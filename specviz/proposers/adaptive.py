@@ -148,7 +148,8 @@ class AdaptiveProposer(Proposer):
         self.needs_target_hidden = base.needs_target_hidden
         self.target_layers = base.target_layers
         # a base that costs something and drafts trees (EAGLE, Medusa): each step weighs its tree against the
-        # lookup's chain and a plain step; a free base (n-gram lookup) drafts chains: on a GPU its chains pay better than its trees
+        # lookup's chain and a plain step; a free base (n-gram lookup) drafts chains: on a GPU its chains pay better
+        # than its trees
         self.drafts_trees = base.drafts_trees and not base.free_drafts
         self.drafts_on_host = base.drafts_on_host and (lookup is None or lookup.drafts_on_host)
         self.warmup_steps = warmup_steps
@@ -301,7 +302,9 @@ class AdaptiveProposer(Proposer):
         self.plain_streak = 0
         if not self.last_from_lookup:  # a lookup's time says nothing of the base drafter's
             per_token = feedback.draft_seconds / feedback.drafted
-            self.draft_cost = per_token if self.draft_cost is None else DECAY * self.draft_cost + (1 - DECAY) * per_token
+            self.draft_cost = (
+                per_token if self.draft_cost is None else DECAY * self.draft_cost + (1 - DECAY) * per_token
+            )
         accepted, rejected = self.counts.get(self.last_key, (1.0, 1.0))
         self.counts[self.last_key] = (DECAY * accepted + feedback.n_accepted,
                                       DECAY * rejected + (feedback.n_accepted < feedback.drafted))

@@ -115,7 +115,8 @@ def load_eagle(folder: Path, target: LoadedModel, options: EngineOptions) -> Eag
     embed = state.pop("embed_tokens.weight", None)  # a copy of the target's: the target's own is used
     for key in [k for k in state if k.endswith("rotary_emb.inv_freq")]:  # a buffer some versions saved
         del state[key]
-    check_fits(what, target, state["fc.weight"].shape[0], embed.shape[0] if embed is not None else data.get("vocab_size"))
+    check_fits(what, target, state["fc.weight"].shape[0], embed.shape[0] if embed is not None
+               else data.get("vocab_size"))
     if state["fc.weight"].shape[1] != 2 * config.hidden_size or config.hidden_size != state["fc.weight"].shape[0]:
         raise ModelLoadError(f"{file}: fc.weight {tuple(state['fc.weight'].shape)} does not match config.json")
     token_ids = draft_vocab_ids(state, target, what)
@@ -123,7 +124,8 @@ def load_eagle(folder: Path, target: LoadedModel, options: EngineOptions) -> Eag
     net = EagleNet(config)
     missing, unexpected = net.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise ModelLoadError(f"{file} does not match the EAGLE-1 layout: missing {missing[:4]}, unexpected {unexpected[:4]}")
+        raise ModelLoadError(f"{file} does not match the EAGLE-1 layout: missing {missing[:4]}, unexpected "
+                             f"{unexpected[:4]}")
     net.to(target.device, target.dtype).eval().requires_grad_(False)
     pack_linears(net, options)  # on a CPU in float32: prepacked for oneDNN (specviz.runners.onednn)
     parts = TargetParts(target.model, config.head_dim)
@@ -163,7 +165,9 @@ def load_medusa(folder: Path, target: LoadedModel, options: EngineOptions) -> Me
     try:
         heads.load_published({k: v for k, v in blocks.items() if int(k.split(".")[0]) < num_heads})
     except RuntimeError as error:
-        raise ModelLoadError(f"{file} does not match config.json's heads and layers: {str(error).splitlines()[0]}") from None
+        raise ModelLoadError(
+            f"{file} does not match config.json's heads and layers: {str(error).splitlines()[0]}"
+        ) from None
     heads.to(target.device, target.dtype).eval().requires_grad_(False)
     pack_linears(heads, options)  # on a CPU in float32: prepacked for oneDNN (specviz.runners.onednn)
     if outputs:  # published Medusa-1: every head has its own output layer

@@ -89,7 +89,8 @@ def load_dflash(folder: Path, target: LoadedModel, options: EngineOptions) -> DF
                              f"{missing[:4]}, unexpected {unexpected[:4]}")
     net.to(target.device, target.dtype).eval().requires_grad_(False)
     parts = TargetParts(target.model, config.head_dim)
-    return DFlashDrafter(net, parts, DraftHead.from_target(parts, token_ids, options.onednn), str(folder), options.onednn)
+    return DFlashDrafter(net, parts, DraftHead.from_target(parts, token_ids, options.onednn), str(folder),
+                         options.onednn)
 
 
 def save_dflash(folder: Path, net: DFlashNet, token_ids: torch.Tensor | None, meta: dict,

@@ -61,7 +61,8 @@ class ModelDrafter(Proposer):
     name = "draft"
 
     def __init__(self, model: torch.nn.Module, vocab_size: int, options: EngineOptions | None = None):
-        self.runner = make_runner(model, options=options, exact=False)  # the fast path (static cache, CUDA graphs) where supported
+        # the fast path (static cache, CUDA graphs) where supported
+        self.runner = make_runner(model, options=options, exact=False)
         self.vocab_size = vocab_size  # the target's: q must cover the same ids as p
         # a distilled draft model scores only some token ids (distilled.py); others score the whole vocabulary
         self.token_ids = getattr(model, "draft_vocab", None)

@@ -78,7 +78,8 @@ def check_layers(what: str, layers: tuple[int, ...], target: LoadedModel, data: 
         raise DrafterMismatchError(f"{what} was trained for a target of {trained} layers, but '{target.name}' has "
                                    f"{depth}: it reads the target's layers by number; use a drafter trained for "
                                    "this target (or train one with python -m specviz train-drafter --method eagle3)")
-    if len(layers) != FEATURE_LAYERS or sorted(set(layers)) != list(layers) or not all(0 <= i < depth - 1 for i in layers):
+    if len(layers) != FEATURE_LAYERS or sorted(set(layers)) != list(layers) or not all(0 <= i < depth - 1
+                                                                                       for i in layers):
         raise DrafterMismatchError(f"{what} reads the outputs of layers {list(layers)}, which are not three distinct "
                                    f"ascending layers before the last of '{target.name}''s {depth}")
 
@@ -107,7 +108,9 @@ def draft_token_ids(what: str, state: dict, config: EagleConfig, vocab: int) -> 
     size = config.draft_vocab_size
     if d2t is None:
         if size != vocab:
-            raise ModelLoadError(f"{what} scores {size} draft tokens but has no d2t to map them to the target's {vocab}")
+            raise ModelLoadError(
+                f"{what} scores {size} draft tokens but has no d2t to map them to the target's {vocab}"
+            )
         return None
     if d2t.numel() != size:
         raise ModelLoadError(f"{what}: d2t maps {d2t.numel()} draft tokens, config.json says {size}")

@@ -288,4 +288,5 @@ class EagleDrafter:
         self.source = source
         self.target_layers = net.config.target_layers  # EAGLE-3's, which the run's runner hands over side by side
         self.feature_size = net.config.feature_size
-        self.tree_workspaces: dict = {}  # (capacity, attention kernel) -> free eagle_tree.TreeWorkspaces (their graphs kept)
+        # (capacity, attention kernel) -> free eagle_tree.TreeWorkspaces (their graphs kept)
+        self.tree_workspaces: dict = {}

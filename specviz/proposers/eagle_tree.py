@@ -101,7 +101,8 @@ def feed(drafter, cache: CacheTensors, features, token_ids, slots, positions, ma
         cache.values[index].index_copy_(1, slots, v[0])
         keys, values = cache.keys[index][:, :span], cache.values[index][:, :span]
         if cache.attention_kernel:  # slots ascend: none is seen past the last one written
-            x = layer.finish_rows(x, gpu_attention.attention(q[0].transpose(0, 1), keys, values, mask, slots[-1:])[None])
+            x = layer.finish_rows(x,
+                                  gpu_attention.attention(q[0].transpose(0, 1), keys, values, mask, slots[-1:])[None])
         else:
             x = layer.finish(x, attend(q, keys[None], values[None], mask))
     return x[0]

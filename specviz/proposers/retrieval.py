@@ -53,7 +53,8 @@ class RetrievalProposer(NgramProposer):
         return Draft(torch.tensor(heaviest_line(candidates, gamma), dtype=torch.long), probs=None, key=self.draft_key)
 
     def device_lookup(self, settings, runner):
-        return RetrievalLookup(settings.gamma, settings.tree, self.sizes(), device_datastore(self.datastore, runner.device),
+        return RetrievalLookup(settings.gamma, settings.tree, self.sizes(),
+                               device_datastore(self.datastore, runner.device),
                                self.store_limit, self.store_weight * SEQUENCE_WEIGHT,
                                compiled=runner.use_graphs and runner.use_compile, streams=runner.use_graphs)
 

@@ -57,6 +57,7 @@ def tested_acceptance(steps: list[StepRecord]) -> float | None:
 
 
 def running_metrics(steps: list[StepRecord], engine_seconds: float, prefill_seconds: float = 0.0) -> RunMetrics:
-    """RunMetrics of the steps so far, with speeds on `engine_seconds` (the service's engine time: specviz.service.stepped_runs)."""
+    """RunMetrics of the steps so far, with speeds on `engine_seconds` (the service's engine time:
+    specviz.service.stepped_runs)."""
     emitted = steps[-1].total_emitted if steps else 0
     return summarize(steps, emitted, engine_seconds, prefill_seconds)

@@ -252,7 +252,8 @@ def product_tree(candidates: list[tuple[list[int], list[float]]], budget: int) -
     tokens: list[int] = []
     parents: list[int] = []
     scores: list[float] = []
-    heap = [(-candidates[0][1][0], 0, -1, 0)] if candidates and candidates[0][0] else []  # (-score, rank, parent, depth)
+    # (-score, rank, parent, depth)
+    heap = [(-candidates[0][1][0], 0, -1, 0)] if candidates and candidates[0][0] else []
     while heap and len(tokens) < budget:
         negative, rank, parent, depth = heapq.heappop(heap)
         node = len(tokens)

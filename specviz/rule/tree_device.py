@@ -18,7 +18,8 @@ def trie_groups(tokens: torch.Tensor, valid: torch.Tensor, weights: torch.Tensor
     return group, weight, first
 
 
-def heaviest_line(tokens: torch.Tensor, valid: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def heaviest_line(tokens: torch.Tensor, valid: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor,
+                                                                                             torch.Tensor]:
     """tree.heaviest_line without a loop over depths. tokens, valid [M, G] (candidate m's run: the valid prefix
     of its row), weights [M] -> (the line [G], zeros past its end; its length [], a tensor).
 

@@ -114,8 +114,8 @@ def verify_sampled_without_residual(
     """Wrong: it accepts as verify_sampled does, but at a rejection it draws from p instead of
     norm(max(0, p - q)). The output then over-weights the tokens the drafter favours (they get a second chance).
     Claimed of EAGLE's non-greedy path, which draws the replacement from the target's p alone (SafeAILab/EAGLE
-    #329, open; its authors hold that its top-k drafting makes q one-hot, #171); a reader suspected it in NJUNLP/MCSD (#5), whose code in fact draws from the residual it
-    had written into p."""
+    #329, open; its authors hold that its top-k drafting makes q one-hot, #171); a reader suspected it in NJUNLP/MCSD
+    (#5), whose code in fact draws from the residual it had written into p."""
     verdict = verify_sampled(draft_ids, draft_probs, target_probs, generator)
     if verdict.n_accepted < draft_ids.shape[0]:
         distribution = target_probs[verdict.n_accepted]
@@ -184,7 +184,8 @@ def verify_target_before_temperature(
     hands a verifier p after temperature; softmax(logits / T) ** T renormalised is softmax(logits), so this undoes
     the temperature (exactly so without top-k and top-p) and then verifies as verify_sampled does: the output
     follows the target at temperature 1, not at T. Shipped in vLLM's scorer, which took the target's probabilities
-    at temperature 1 and top-p 1 while the drafter's were filtered (vllm-project/vllm #9834, fixed by #10198, "apply sampling parameters to target probabilities for consistency in rejection sampling")."""
+    at temperature 1 and top-p 1 while the drafter's were filtered (vllm-project/vllm #9834, fixed by #10198, "apply
+    sampling parameters to target probabilities for consistency in rejection sampling")."""
     untempered = target_probs.double().pow(temperature)
     untempered = (untempered / untempered.sum(-1, keepdim=True)).to(target_probs.dtype)
     return verify_sampled(draft_ids, draft_probs, untempered, generator)
@@ -219,12 +220,15 @@ def verify_by_match(
     """Match acceptance, NOT wrong: the target draws its own token y_i from p_i at every position; draft x_i is
     accepted while it equals y_i, and at the first mismatch y_i is the next token. Every emitted token is then a
     draw from p whatever the drafter did, so the output is exact; what it costs is acceptance, sum_x p(x) q(x)
-    where verify_sampled accepts sum_x min(p(x), q(x)). It has been called a bug (ml-explore/mlx-swift-lm #459); lablup/mlxcel #992 proved and measured it exact ("It was never biased; what it loses
-    is acceptance rate"), and vLLM's "strict" rejection sampling is this rule (vllm-project/vllm #35461: it "ensures that the target model's distribution is being respected")."""
+    where verify_sampled accepts sum_x min(p(x), q(x)). It has been called a bug (ml-explore/mlx-swift-lm #459);
+    lablup/mlxcel #992 proved and measured it exact ("It was never biased; what it loses is acceptance rate"), and
+    vLLM's "strict" rejection sampling is this rule (vllm-project/vllm #35461: it "ensures that the target model's
+    distribution is being respected")."""
     ys = draw(target_probs, generator)  # [gamma + 1]: the target's own draw at every position
     matches = draft_ids.to(ys.device) == ys[: draft_ids.shape[0]]
     n_accepted = leading_true(matches)
-    return Verdict(n_accepted=n_accepted, next_token=int(ys[n_accepted]), accept_probs=[float(m) for m in matches.tolist()],
+    return Verdict(n_accepted=n_accepted, next_token=int(ys[n_accepted]),
+                   accept_probs=[float(m) for m in matches.tolist()],
                    uniforms=None, next_distribution=target_probs[n_accepted])
 
 

@@ -159,7 +159,8 @@ class BatchedRunner:
         shape = PaddedShape(width, count, self.device, graph=self.use_graphs)
         if shape.graph is not None:
             try:  # the rows' new slots are written with token 0 while capturing: the replay writes them again
-                shape.logits = capture_graph(shape.graph, lambda: self._compute(shape.ids, slice(0, width), span, "all"),
+                shape.logits = capture_graph(shape.graph,
+                                             lambda: self._compute(shape.ids, slice(0, width), span, "all"),
                                              self.device, self)
             except Exception as error:  # an optimisation: never fail a run over it
                 warnings.warn(f"specviz: batched CUDA graphs unavailable ({type(error).__name__}: {str(error)[:200]}); "

@@ -36,7 +36,8 @@ def supported(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
     global _available
     if device.type != "cuda":
         return False
-    if dtype not in (torch.float16, torch.bfloat16, torch.float32) or head_dim & (head_dim - 1) or not 16 <= head_dim <= 256:
+    if dtype not in (torch.float16, torch.bfloat16,
+                     torch.float32) or head_dim & (head_dim - 1) or not 16 <= head_dim <= 256:
         return False
     if _available is None:
         try:
@@ -131,7 +132,8 @@ def _build_kernel():
             best = new_best
         if SPLIT:
             blocks = tl.num_programs(1)
-            at = (tl.program_id(2) * tl.num_programs(0) + kv) * blocks * BLOCK_M + block * BLOCK_M + tl.arange(0, BLOCK_M)
+            at = (tl.program_id(2) * tl.num_programs(0) + kv) * blocks * BLOCK_M + block * BLOCK_M + tl.arange(0,
+                                                                                                               BLOCK_M)
             tl.store(Best + at, best)
             tl.store(Total + at, total)
             tl.store(Acc + at[:, None] * HEAD_DIM + dims[None, :], acc)

@@ -126,7 +126,8 @@ class StaticRunner(StaticCache):
     def _exact_reason(self) -> str | None:
         """Why the exact mode cannot run here (None when it can): it needs gpu_attention's kernels."""
         if self.device.type != "cuda":
-            return "the exact mode is for CUDA GPUs (on a CPU in float32 a row's result already does not depend on the rows beside it)"
+            return ("the exact mode is for CUDA GPUs (on a CPU in float32 a row's result already does not depend on "
+                    "the rows beside it)")
         if not gpu_attention.supported(self.device, self.dtype, self.head_dim):
             return "the exact mode needs Triton and a power-of-two head size of 16 to 256"
         if not gpu_attention.path_supported(self.heads, self.kv_heads):

@@ -143,7 +143,8 @@ def speculate_records(request: RunRequest) -> Iterator[events.Event]:
     """Plain decoding, then the method, of one prompt, a step at a time under the engine lock (as the Run tab's
     runs: other users' steps interleave, so a long request slows the others by a share, not by its length; its
     times are on engine time, stepped_runs.engine_result): a Beat after every step, then the Report (its JSON), or
-    Failed (specviz.service.events). A GPU call: it runs where gpu() puts it, and closing it ends it at its next step."""
+    Failed (specviz.service.events). A GPU call: it runs where gpu() puts it, and closing it ends it at its next
+    step."""
     try:
         with serving.pool().using(request.target, request.draft):
             target, draft = load_models(request)
@@ -213,8 +214,8 @@ def batch_records(name: str, method: str, batch_sizes: list[int], settings: Deco
                         rows.append(row_of(run, plain, spec, size))
                         yield events.Beat()
                 with ENGINE_LOCK:  # why: a verify pass of gamma + 1 positions against a plain step, this batch
-                    costs.append({"batch_size": size, "positions": settings.gamma + 1,
-                                  "ratio": forward_cost(model, size, settings.gamma + 1) / forward_cost(model, size, 1)})
+                    ratio = forward_cost(model, size, settings.gamma + 1) / forward_cost(model, size, 1)
+                    costs.append({"batch_size": size, "positions": settings.gamma + 1, "ratio": ratio})
                 yield events.BatchSize(size, summarize_batches(rows), list(costs))
     except Exception as error:
         yield events.Failed(message_of(error))

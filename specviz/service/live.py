@@ -34,7 +34,15 @@ log = logging.getLogger(__name__)
 
 
 # phases of a LiveRun
-READY, RUNNING, PAUSED, BASELINE, DONE, STOPPED, FAILED = "ready", "running", "paused", "baseline", "done", "stopped", "failed"
+READY, RUNNING, PAUSED, BASELINE, DONE, STOPPED, FAILED = (
+    "ready",
+    "running",
+    "paused",
+    "baseline",
+    "done",
+    "stopped",
+    "failed",
+)
 
 
 SLICE_SECONDS = 0.2  # engine time the speculative run takes before plain decoding catches up with it: long
@@ -63,7 +71,8 @@ class LiveRun:
             self.speculative = SteppedRun(SpeculativeRun(target, setup.proposer, prompt_ids, request.settings,
                                                          request.prompt, options=options))
             self.plain = (SteppedRun(SpeculativeRun(target, PlainProposer(), prompt_ids, request.settings,
-                                                    request.prompt, options=options)) if request.compare_plain else None)
+                                                    request.prompt, options=options)) if request.compare_plain
+                          else None)
         except BaseException:
             self._pool.release(self._held)
             raise
@@ -258,5 +267,6 @@ class LiveRun:
 
         if not self.speculative.done:
             return None
-        return Report(self.speculative.result, self.plain.result if self.plain is not None and self.plain.done else None)
+        return Report(self.speculative.result, self.plain.result if self.plain is not None and self.plain.done
+                      else None)
 

@@ -9,7 +9,8 @@ from ..options import EngineOptions
 from ..proposers.distilled import DISTILLED
 from ..settings import DecodeSettings
 
-USES_DRAFT_MODEL = registry.names(uses_draft_model=True)  # methods that take the drafter field (adaptive drafts with it if given)
+# methods that take the drafter field (adaptive drafts with it if given)
+USES_DRAFT_MODEL = registry.names(uses_draft_model=True)
 
 
 @dataclass

@@ -1,6 +1,6 @@
-"""`specviz train-drafter`: self-distilled Medusa heads, an EAGLE (or EAGLE-3) drafter, a DFlash block drafter or a small draft model for
-a target, from data the target writes itself (data.py), trained by trainer.py (dflash.py for DFlash: its own loop over
-blocks); or, with --method retrieval, a datastore of those answers
+"""`specviz train-drafter`: self-distilled Medusa heads, an EAGLE (or EAGLE-3) drafter, a DFlash block drafter or a
+small draft model for a target, from data the target writes itself (data.py), trained by trainer.py (dflash.py for
+DFlash: its own loop over blocks); or, with --method retrieval, a datastore of those answers
 (datastore.py: nothing to train). Meant for one GPU and minutes; runs on a CPU too (slowly: fine for a smoke
 test)."""
 from __future__ import annotations
@@ -17,7 +17,8 @@ from ..errors import InvalidSettingError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", required=True,
                         choices=("eagle", "eagle3", "medusa", "dflash", "draft-model", "retrieval"),
-                        help="eagle3: an EAGLE-3 drafter (three target layers; the eagle method loads it with --heads); "
+                        help="eagle3: an EAGLE-3 drafter (three target layers; the eagle method loads it with "
+                             "--heads); "
                         "draft-model: a small causal LM for the draft method (--draft FOLDER); "
                         "retrieval: no training, a datastore of the target's own answers")
     parser.add_argument("--target", default="default", help="'default', a Hub id, a folder or a .gguf file")
@@ -29,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("data generation (when --data does not exist yet)")
     group.add_argument("--prompts", type=int, default=8000, help="Magpie prompts to sample")
     group.add_argument("--prompt-tokens", type=int, default=64, help="the longest user turn sampled, in tokens")
-    group.add_argument("--response-tokens", type=int, default=384, help="the longest answer the target writes, in tokens")
+    group.add_argument("--response-tokens", type=int, default=384,
+                       help="the longest answer the target writes, in tokens")
     group.add_argument("--long-share", type=float, default=0.25, help="extra long-context prompts per answered one")
     group.add_argument("--german-share", type=float, default=0.0,
                        help="answers the target translates into German and back, per answered prompt")
@@ -57,7 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--anchors", type=int, default=32, help="dflash: blocks trained a conversation and step")
     group.add_argument("--features", type=int, default=5, help="dflash: the target layers it reads")
     group.add_argument("--init-layers", default="first", help="draft-model: the target layers its layers start "
-                       "from: first (the default: the first N), spread (the first, the last and evenly between), or ids such as 0,29")
+                       "from: first (the default: the first N), spread (the first, the last and evenly between), or "
+                       "ids such as 0,29")
     group.add_argument("--chain", type=int, default=5, help="draft-model: draft length of the held-out tau estimate")
     group.add_argument("--eval-every", type=int, default=200, help="steps between held-out evaluations (and "
                        "checkpoints)")

@@ -163,7 +163,8 @@ def magpie_prompts(target: LoadedModel, plan: DataPlan, rng: random.Random, gene
     seen, prompts = set(), []
     for chunk in _batches(openers, plan.batch_size):
         starts = [header + opener_ids(tokenizer, o) for o in chunk]
-        for opener, start, new in zip(chunk, starts, continue_batch(target, starts, plan.prompt_tokens, settings, generator, stop)):
+        for opener, start, new in zip(chunk, starts,
+                                      continue_batch(target, starts, plan.prompt_tokens, settings, generator, stop)):
             if not new or new[-1] != stop or len(new) < 4:
                 continue  # unfinished or empty user turn
             text = tokenizer.decode(start[len(header):] + new[:-1]).strip()

@@ -47,7 +47,9 @@ def sample_anchors(lengths: torch.Tensor, prompt_lengths: torch.Tensor, width: i
     last token, whose block drafts the answer's first tokens, to the last but one): (anchors [B, count], which are
     real [B, count]; a conversation with fewer positions gets them all, the rest marked unreal)."""
     positions = torch.arange(width, device=lengths.device)
-    allowed = (positions[None, :] >= (prompt_lengths[:, None] - 1).clamp(min=0)) & (positions[None, :] <= lengths[:, None] - 2)
+    allowed = (positions[None, :] >= (prompt_lengths[:, None] - 1).clamp(min=0)) & (
+        positions[None, :] <= lengths[:, None] - 2
+    )
     scores = torch.rand(lengths.shape[0], width, generator=generator, device=lengths.device)
     scores = torch.where(allowed, scores, -1.0)
     picked, anchors = scores.topk(min(count, width), dim=1)
@@ -231,7 +233,12 @@ def train_dflash(target: LoadedModel, data: dict, out: Path, options: TrainOptio
     if checkpoint is not None:
         net.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
-        step, elapsed, history, evals = checkpoint["step"], checkpoint["elapsed"], checkpoint["history"], checkpoint["evals"]
+        step, elapsed, history, evals = (
+            checkpoint["step"],
+            checkpoint["elapsed"],
+            checkpoint["history"],
+            checkpoint["evals"],
+        )
         commands = checkpoint.get("commands", [])
         log(f"resumed at step {step} ({elapsed:.0f}s trained)")
     commands = commands + [options.command]

@@ -4,8 +4,8 @@ Notation for one sequence x_0 .. x_{T-1} with target features f_0 .. f_{T-1} (f_
 the target's hidden state after its final norm): the teacher's distribution for x_{j+1} is
 p_j = softmax(W f_j) over the draft vocabulary (W: the target's output rows for those tokens).
 
-EAGLE with training-time test (EAGLE-3's idea; on EAGLE-1's feature drafter and on EAGLE-3's): at inference the drafter's
-second and later steps read its own predicted features, so training unrolls the same chain. Step 0 is
+EAGLE with training-time test (EAGLE-3's idea; on EAGLE-1's feature drafter and on EAGLE-3's): at inference the
+drafter's second and later steps read its own predicted features, so training unrolls the same chain. Step 0 is
 teacher-forced: position i reads (f_i, x_{i+1}) and predicts f_{i+1} (regression) and p_{i+1} (cross-entropy).
 Step k at position i reads (o^{k-1}_{i-1}, x_{i+1}), its own output from the step before at the previous
 position, which is what a chain started at s = i - k reads at its k-th draft. Its attention must see what the

@@ -83,7 +83,8 @@ def compute_features(target: LoadedModel, sequences: list[list[int]], batch_toke
                 ids[b, : len(sequences[r])] = torch.tensor(sequences[r])
             result = decoder(input_ids=ids.to(target.device), use_cache=False, output_hidden_states=bool(layers))
             # hidden_states[i + 1] is layer i's output, as the runners hand it over (runners.causal.layer_features)
-            out = torch.cat([result.last_hidden_state, *(result.hidden_states[i + 1] for i in layers or ())], -1).float()
+            out = torch.cat([result.last_hidden_state, *(result.hidden_states[i + 1] for i in layers or ())],
+                            -1).float()
             for b, r in enumerate(rows):
                 flat[offsets[r]: offsets[r] + len(sequences[r])] = out[b, : len(sequences[r])]
             bar.update(sum(len(sequences[r]) for r in rows))
@@ -113,7 +114,8 @@ class Batches:
         self.data, self.features, self.offsets = data, features, offsets
         self.parts, self.head_weight, self.device = parts, head_weight, device
         rows = sorted(rows, key=lambda r: len(data["sequences"][r]))
-        self.groups = [[rows[i] for i in g] for g in length_batches([len(data["sequences"][r]) for r in rows], batch_tokens)]
+        self.groups = [[rows[i] for i in g]
+                       for g in length_batches([len(data["sequences"][r]) for r in rows], batch_tokens)]
 
     def __len__(self):
         return len(self.groups)
@@ -178,7 +180,8 @@ def evaluate(method: str, model, batches: Batches, parts: TargetParts, options: 
     """On held-out conversations: for each draft length k + 1, the share of draft chains whose first k + 1
     tokens all equal the target's greedy choice (what greedy verification accepts), and the tokens per step
     that implies. A chain starts wherever its first draft token belongs to an answer."""
-    depth = {"eagle": options.ttt_steps, "eagle3": options.ttt_steps, "medusa": options.medusa_heads}.get(method, options.chain)
+    depth = {"eagle": options.ttt_steps, "eagle3": options.ttt_steps, "medusa": options.medusa_heads}.get(method,
+                                                                                                          options.chain)
     joint, starts_total = [0.0] * depth, 0.0
     for group in batches.groups:
         batch = batches.make(group)
@@ -189,7 +192,8 @@ def evaluate(method: str, model, batches: Batches, parts: TargetParts, options: 
             if method in ("eagle", "eagle3"):
                 length = starts.shape[1]
                 cos, sin = parts.rotary(torch.arange(length, device=starts.device))
-                outs = ttt_forward(model, batch["features"][:, :-1], batch["embeds"][:, 1:], cos.float(), sin.float(), depth)
+                outs = ttt_forward(model, batch["features"][:, :-1], batch["embeds"][:, 1:], cos.float(), sin.float(),
+                                   depth)
                 for k, out in enumerate(outs):  # step k at position s + k
                     right = (draft_logits(model, out, batches.head_weight).argmax(-1) == choice[:, 1:]) & starts
                     hits[k][:, : length - k] = right[:, k:]
@@ -228,7 +232,8 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
     device = target.device
     parts = TargetParts(target.model, EagleConfig.like_target(target.model.config).head_dim)
     checkpoint_file = out / "checkpoint.pt"
-    checkpoint = torch.load(checkpoint_file, map_location=device, weights_only=False) if resume and checkpoint_file.is_file() else None
+    checkpoint = torch.load(checkpoint_file, map_location=device,
+                            weights_only=False) if resume and checkpoint_file.is_file() else None
 
     if checkpoint is not None:
         token_ids = checkpoint["token_ids"]
@@ -246,7 +251,8 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
         model = EagleNet(config)
     elif options.method == "eagle3":
         layers = default_layers(depth)
-        config = EagleConfig.like_target(target.model.config, target_layers=layers, draft_vocab_size=head_weight.shape[0])
+        config = EagleConfig.like_target(target.model.config, target_layers=layers,
+                                         draft_vocab_size=head_weight.shape[0])
         model = EagleNet(config)
         with torch.no_grad():  # its own output layer starts as the target's rows for the draft vocabulary
             model.lm_head.weight.copy_(head_weight)
@@ -264,14 +270,20 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
             read_medusa_blocks(Path(options.init), model)
             log(f"started from the heads in {options.init}")
     model.to(device).float().train()
-    trainable = [p for p in model.parameters() if p.requires_grad]  # a draft model's embedding and output rows are the target's
+    # a draft model's embedding and output rows are the target's
+    trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=options.lr, betas=(0.9, 0.95),
                                   weight_decay=options.weight_decay)
     step, elapsed, history, evals, commands = 0, 0.0, [], [], []
     if checkpoint is not None:
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
-        step, elapsed, history, evals = checkpoint["step"], checkpoint["elapsed"], checkpoint["history"], checkpoint["evals"]
+        step, elapsed, history, evals = (
+            checkpoint["step"],
+            checkpoint["elapsed"],
+            checkpoint["history"],
+            checkpoint["evals"],
+        )
         commands = checkpoint.get("commands", [])
         log(f"resumed at step {step} ({elapsed:.0f}s trained)")
     commands = commands + [options.command]
@@ -329,7 +341,8 @@ def train(target: LoadedModel, data: dict, out: Path, options: TrainOptions, res
         elapsed += spent
         bar.update(1 if options.steps else spent)
         if step % options.log_every == 0 or step == 1:
-            history.append({"step": step, "seconds": round(elapsed, 1), "loss": round(float(loss.detach()), 4), "lr": lr,
+            history.append({"step": step, "seconds": round(elapsed, 1), "loss": round(float(loss.detach()), 4),
+                            "lr": lr,
                             **{k: [round(v, 4) for v in vals] for k, vals in stats.items()}})
             bar.set_postfix(loss=f"{float(loss.detach()):.3f}", acc=" ".join(f"{a:.2f}" for a in stats["acc"][:3]))
         if step % options.eval_every == 0:

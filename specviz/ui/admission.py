@@ -140,7 +140,8 @@ def missing_values(fn, body) -> str | None:
         return None
     names = parameter_names(fn)
     count = f"{len(fn.inputs)} value" + ("s" if len(fn.inputs) != 1 else "")
-    return f"this endpoint takes {count} in `data`, in this order: {', '.join(names)}; it got {len(data)}: see /gradio_api/info"
+    return (f"this endpoint takes {count} in `data`, in this order: {', '.join(names)}; it got {len(data)}: "
+            "see /gradio_api/info")
 
 
 def refusal(fn, body, request, queue, profile: Profile, ledger: Ledger) -> str | None:

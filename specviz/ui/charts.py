@@ -157,7 +157,8 @@ def theory_figure(theory: Theory | None) -> dict:
         {"type": "scatter", "x": gammas, "y": speedups, "mode": "lines+markers", "name": "expected speedup",
          "line": {"color": COLOURS["accepted"]}},
         {"type": "scatter", "x": [theory.gamma], "y": [theory.expected_speedup], "mode": "markers", "name": label,
-         "marker": {"size": 14, "color": COLOURS["resampled"], "symbol": "diamond", "line": {"color": "#000", "width": 1}}},
+         "marker": {"size": 14, "color": COLOURS["resampled"], "symbol": "diamond",
+                    "line": {"color": "#000", "width": 1}}},
     ]
     if theory.measured_speedup is not None:
         data.append({"type": "scatter", "x": [theory.gamma], "y": [theory.measured_speedup], "mode": "markers",
@@ -269,7 +270,8 @@ def inspector_figure(step: StepRecord | None, token_text: Callable[[int], str], 
     title = f"Step {step.index}: {what}{br}at each drafted position"
     if ended:
         last = reached[-1]
-        title += f"{br}(the output ends at {_token_name(last.text, last.token_id, token_text)}:{br}nothing is drawn after it)"
+        title += (f"{br}(the output ends at {_token_name(last.text, last.token_id, token_text)}:{br}"
+                  "nothing is drawn after it)")
     # in pixels: a panel, the gap under it (its tick labels, then the next panel's arrow band and title), and
     # the top margin (the figure's title, the first arrow band and title)
     title_lines, panel_title_lines = title.count("<br>") + 1, 2 if narrow else 1
@@ -321,7 +323,8 @@ def cost_figure(points: list[CostPoint], device: str) -> dict:
         fig["data"].append(_on({"type": "scatter", "x": xs, "y": [p.ms / p.x for p in chosen], "mode": "lines+markers",
                                 "name": f"ms per position ({label})",
                                 "line": {"color": COLOURS["resampled"], "dash": "dash"}}, k))
-        _axes(fig, k, {"title": {"text": label}, **({"type": "log", "tickvals": xs} if axis == "batch" else {"dtick": 1})},
+        _axes(fig, k,
+              {"title": {"text": label}, **({"type": "log", "tickvals": xs} if axis == "batch" else {"dtick": 1})},
               {"title": {"text": "ms"}, "rangemode": "tozero"})
     return fig
 
@@ -354,7 +357,8 @@ def batch_figure(summary: list[dict], device: str, method: str, costs: list[dict
     losing = [s["batch_size"] for s in ours if s["speedup"] <= 1.0]
     if losing:
         # on a log axis plotly places an annotation at log10 of its position (else it stretches the axis to 10^x)
-        fig["layout"]["annotations"].append({"text": f"stops paying at batch {min(losing)}", "x": math.log10(min(losing)), "y": 1.0,
+        fig["layout"]["annotations"].append({"text": f"stops paying at batch {min(losing)}",
+                                             "x": math.log10(min(losing)), "y": 1.0,
                                              "xref": "x", "yref": "y", "showarrow": True, "arrowhead": 2,
                                              "font": {"color": COLOURS["rejected"]}})
     for k, unit in ((1, "x"), (2, "tok/s"), (3, "x"))[:3 if costs else 2]:

@@ -185,7 +185,8 @@ def page_url(request) -> str:
 
 
 def speculate(prompt: str, method: str = "ngram", max_new_tokens: int = 64, gamma: int = 4, temperature: float = 0.0,
-              seed: int | None = None, target: str = DEFAULT_MODEL, draft: str = "", request: gr.Request = None) -> dict:
+              seed: int | None = None, target: str = DEFAULT_MODEL, draft: str = "",
+              request: gr.Request = None) -> dict:
     """Speculative decoding of one prompt beside plain decoding of it, on this server's model: the JSON of `specviz
     generate --json --compare-plain` (text, tokens with their kind, metrics such as tau and tokens_per_second,
     steps, plain, speedup, identical_to_plain, oracle).

@@ -205,7 +205,8 @@ def read_form(values: Mapping[str, object], profile: Profile = Profile()) -> For
     return form
 
 
-def settings_from_form(max_new_tokens, gamma, temperature, top_p=1.0, seed=None, tree=0, draft_stop=0.0) -> DecodeSettings:
+def settings_from_form(max_new_tokens, gamma, temperature, top_p=1.0, seed=None, tree=0,
+                       draft_stop=0.0) -> DecodeSettings:
     """Widget values (sliders give floats, an empty number box None) to validated DecodeSettings, through the
     boundary's one reader (read_form)."""
     values = dict(max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature, top_p=top_p, seed=seed,

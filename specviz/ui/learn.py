@@ -73,7 +73,8 @@ def intro_text(listed: list[Lesson]) -> str:
 class LearnTab:
     """The lessons of specviz.lessons.catalogue, a sub-tab each."""
 
-    def build(self, target, run_fields: list, engine: dict, batch_prompts: list[str], tabs: gr.Tabs | None = None) -> list:
+    def build(self, target, run_fields: list, engine: dict, batch_prompts: list[str],
+              tabs: gr.Tabs | None = None) -> list:
         """target: the Run tab's target; run_fields: its prompt, method, gamma, temperature, max new tokens, seed
         (what "Open in the Run tab" fills in); batch_prompts: what the batch lesson decodes in batches; tabs: the
         app's gr.Tabs, whose tab RUN_TAB "Open in the Run tab" selects (None: it fills the fields in only).
@@ -128,7 +129,8 @@ class LearnTab:
         for key, saved in found.items():
             draw, status, _ = self.saved_draws[key]
             sentence = saved.lesson.sentence(saved.record) if key == "batch" else ""
-            out |= draw(saved.record, (form.alpha, form.what_if_gamma, form.cost)) | {status: saved_status_html(saved, sentence)}
+            out |= draw(saved.record,
+                        (form.alpha, form.what_if_gamma, form.cost)) | {status: saved_status_html(saved, sentence)}
         return out
 
     # layout shared by every lesson
@@ -194,12 +196,14 @@ class LearnTab:
         with gr.Row():
             runs = gr.Slider(30, 300, value=150, step=10, label="seeds per histogram (more: more power, longer)",
                              elem_id="sv-learn-exact-runs")
-            temperature = gr.Slider(0.3, 1.5, value=catalogue.SETTINGS["exact"]["temperature"], step=0.1, label="temperature")
+            temperature = gr.Slider(0.3, 1.5, value=catalogue.SETTINGS["exact"]["temperature"], step=0.1,
+                                    label="temperature")
         pair = gr.HTML(elem_id="sv-learn-exact-pair")
         greedy = gr.Markdown(elem_id="sv-learn-exact-greedy")
         figure = gr.Plot(label="next-token histograms", elem_id="sv-learn-exact-plot")
         sentence = gr.Markdown(elem_id="sv-learn-exact-sentence")
-        gr.Markdown("The wrong verifier (`specviz.rule.verify.verify_sampled_without_residual`) accepts as the real one "
+        gr.Markdown("The wrong verifier (`specviz.rule.verify.verify_sampled_without_residual`) accepts as the real "
+                    "one "
                     "does but, after a rejection, draws from the target's p instead of norm(max(0, p − q)): the "
                     "drafter's favourite gets a second chance. The test must catch it.")
 
@@ -241,12 +245,14 @@ class LearnTab:
 
     def _acceptance(self, lesson: Lesson):
         run, stop, status = self._frame(lesson)
-        table = gr.Dataframe(headers=ACCEPTANCE_HEADERS, interactive=False, wrap=True, elem_id="sv-learn-acceptance-table",
+        table = gr.Dataframe(headers=ACCEPTANCE_HEADERS, interactive=False, wrap=True,
+                             elem_id="sv-learn-acceptance-table",
                              column_widths=ACCEPTANCE_WIDTHS)  # every column in sight at 1280 px
         sentence = gr.Markdown(elem_id="sv-learn-acceptance-sentence")
         gr.Markdown("**What if.** Move α, γ and c (the drafter's time per token over the target's forward): the "
                     "curve is the expected speedup, the points are the runs measured above. The literature column "
-                    "quotes the papers' own figures, measured on other targets (7B-70B where stated) on GPUs and TPUs, not here; all of them:\n\n"
+                    "quotes the papers' own figures, measured on other targets (7B-70B where stated) on GPUs and TPUs, "
+                    "not here; all of them:\n\n"
                     + "\n".join(f"- {line}" for line in lessons.literature_lines())
                     + "\n\nSpec-Bench's leaderboard (Vicuna-7B-v1.3; " + lessons.SPEC_BENCH_SOURCE.split(": ")[0]
                     + ") beside specviz's nearest method:\n\n"

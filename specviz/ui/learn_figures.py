@@ -92,7 +92,8 @@ def distribution_figure(record: lessons.Distribution | None) -> dict:
         data.append({"type": "bar", "x": labels + ["other"], "y": share + [other], "name": f"{name} ({h.runs} runs)",
                      "marker": {"color": COLOURS[key]}})
     data.append({"type": "scatter", "mode": "markers", "x": labels, "y": [record.exact.get(t, 0.0) for t in shown],
-                 "name": "target's exact probability", "marker": {"color": COLOURS["exact"], "symbol": "diamond", "size": 9}})
+                 "name": "target's exact probability",
+                 "marker": {"color": COLOURS["exact"], "symbol": "diamond", "size": 9}})
     fig = charts._figure(data, f"The second new token, {record.runs} seeds each, temperature {record.temperature}", 400)
     fig["layout"]["barmode"] = "group"
     charts._axes(fig, 1, None, {"title": {"text": "share of runs"}, "rangemode": "tozero"})
@@ -165,7 +166,8 @@ def bugs_figure(record: lessons.bugs.Bugs | None) -> dict:
         data.append({"type": "bar", "x": labels, "y": shares[arm.key], "name": charts.escape_label(slip.label),
                      **({"marker": {"color": colour}} if colour else {})})
     data.append({"type": "scatter", "mode": "markers", "x": labels, "y": [record.exact.get(t, 0.0) for t in shown],
-                 "name": "target's exact probability", "marker": {"color": COLOURS["exact"], "symbol": "diamond", "size": 9}})
+                 "name": "target's exact probability",
+                 "marker": {"color": COLOURS["exact"], "symbol": "diamond", "size": 9}})
     fig = charts._figure(data, f"The first new token, {record.seeds} seeds, temperature {record.temperature}", 420)
     fig["layout"]["barmode"] = "group"
     charts._axes(fig, 1, None, {"title": {"text": "share of seeds"}, "rangemode": "tozero"})
@@ -173,6 +175,7 @@ def bugs_figure(record: lessons.bugs.Bugs | None) -> dict:
 
 
 def unchanged_widgets(record: lessons.exactness.Unchanged) -> tuple[str, str, dict, str]:
-    """The exactness lesson's whole record as its four widgets: the greedy pair and sentence, the histograms and their sentence."""
+    """The exactness lesson's whole record as its four widgets: the greedy pair and sentence, the histograms and
+    their sentence."""
     return (side_by_side_html(record.greedy), sentence_text(side_by_side_sentence, record.greedy),
             distribution_figure(record.sampled), sentence_text(distribution_sentence, record.sampled))

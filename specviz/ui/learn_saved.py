@@ -51,7 +51,8 @@ def saved_status_html(saved: SavedLesson, sentence: str = "") -> str:
 def saved_summary_html(found: dict[str, SavedLesson], errors: list[str]) -> str:
     parts = [render.status_html(error, "error") for error in errors]
     if found:
-        items = "".join(f"<li>{saved.lesson.number} · {html.escape(saved.lesson.title)}: {html.escape(saved.label)}</li>"
+        items = "".join(f"<li>{saved.lesson.number} · {html.escape(saved.lesson.title)}: "
+                        f"{html.escape(saved.label)}</li>"
                         for saved in sorted(found.values(), key=lambda s: s.lesson.number))
         parts.append(f'<div class="sv-status sv-saved"><b>Saved runs shown, not live measurements:</b><ul>{items}</ul>'
                      f'</div>')

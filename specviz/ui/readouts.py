@@ -124,7 +124,8 @@ def waits_note(raced: bool, paused: bool, drawn_here: bool) -> str:
     paused: the run was paused (step mode, Pause); drawn_here: the page's updates held the engine (LiveRun.hold:
     a run computed in a GPU call is not held)."""
     causes = [cause for cause, happened in (("the other run's turns in the race", raced),
-                                            ("the page drawing its updates", drawn_here), ("pauses", paused)) if happened]
+                                            ("the page drawing its updates", drawn_here), ("pauses", paused))
+              if happened]
     listed = ", ".join(causes[:-1]) + " and " + causes[-1] if len(causes) > 1 else "".join(causes)
     if not listed:
         return "each run's time between its own steps (other users' steps)"
@@ -231,7 +232,8 @@ def trace_file(run: LiveRun) -> str | None:
         # other users' steps, which its wall time holds)
         data["metrics"] = asdict(engine_metrics(run.speculative))
         if run.plain is not None and run.plain.done and "plain" in data:
-            data["plain"].update(wall_seconds=run.plain.engine_wall, tokens_per_second=run.plain.engine_tokens_per_second)
+            data["plain"].update(wall_seconds=run.plain.engine_wall,
+                                 tokens_per_second=run.plain.engine_tokens_per_second)
             data["speedup"] = run.speedup
         data["engine_time"] = {"idle_seconds": run.speculative.idle_seconds,
                                "tokens_per_second": run.speculative.engine_tokens_per_second,

@@ -53,7 +53,8 @@ DRAFTS = [("none", "none"), ("distilled: 3 layers distilled from the default tar
           ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
           ("meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-1B-Instruct")]
 PAIRS = {  # label: (target, drafter)
-    "SmolLM2-135M drafts for SmolLM2-1.7B": ("HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    "SmolLM2-135M drafts for SmolLM2-1.7B": ("HuggingFaceTB/SmolLM2-1.7B-Instruct",
+                                             "HuggingFaceTB/SmolLM2-135M-Instruct"),
     "Qwen2.5-0.5B drafts for Qwen2.5-7B": ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
     "Llama-3.2-1B drafts for Llama-3.1-8B": ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct"),
 }
@@ -89,13 +90,15 @@ READING_MODES = [("answer", "answer"), ("drafts", "drafts"), ("steps", "steps")]
 # A number typed outside a slider's range: the browser's slider would send its end while its box still showed what
 # was typed. Before the slider reads it (capture phase), the box is set to the end and a line under it says so.
 RANGE_SCRIPT = ("document.addEventListener('change', (e) => { const box = e.target; "
-                "if (!(box instanceof HTMLInputElement) || box.type !== 'number' || box.min === '' || box.max === '') return; "
+                "if (!(box instanceof HTMLInputElement) || box.type !== 'number' || box.min === '' || box.max === '') "
+                "return; "
                 "const typed = parseFloat(box.value), low = parseFloat(box.min), high = parseFloat(box.max); "
                 "if (!(typed < low || typed > high)) return; "
                 "const used = typed < low ? low : high; box.value = String(used); "
                 "box.dispatchEvent(new Event('input', {bubbles: true})); "
                 "const block = box.closest('.block') || box.parentElement; "
-                "const name = (block.querySelector('[data-testid=\"block-info\"], label') || {}).textContent || 'this setting'; "
+                "const name = (block.querySelector('[data-testid=\"block-info\"], label') || {}).textContent || 'this "
+                "setting'; "
                 "let note = block.querySelector('.sv-range-note'); "
                 "if (!note) { note = document.createElement('div'); note.className = 'sv-range-note'; "
                 "note.setAttribute('role', 'status'); block.appendChild(note); } "
@@ -103,7 +106,8 @@ RANGE_SCRIPT = ("document.addEventListener('change', (e) => { const box = e.targ
                 # an error (an empty prompt, a refused model) is brought into view where it landed below the screen
                 "let svShownError = null; new MutationObserver(() => { "
                 "const error = document.querySelector('#sv-status .sv-error'); "
-                "if (error && error !== svShownError) { svShownError = error; const box = error.getBoundingClientRect(); "
+                "if (error && error !== svShownError) { svShownError = error; const box = "
+                "error.getBoundingClientRect(); "
                 "if (box.top < 0 || box.bottom > window.innerHeight) error.scrollIntoView({block: 'center'}); } })"
                 ".observe(document.body, {childList: true, subtree: true});")
 RUN_STATE_SCRIPT = ("new MutationObserver(() => { const line = document.querySelector('#sv-status [data-sv-run]'); "
@@ -143,7 +147,8 @@ class RunTab(RunControls):
             check_drafter(form.method, draft_name)  # the engine's check, before anything loads
         except MissingDrafterError:  # said as the page offers it
             raise MissingDrafterError("the draft method needs a drafter: pick one in the drafter list (or a preset "
-                                      "pair)" + ("" if serving.profile().public else ", or type a Hub id, a folder or a "
+                                      "pair)" + ("" if serving.profile().public
+                                                 else ", or type a Hub id, a folder or a "
                                                  ".gguf file")) from None
         baseline = form.compare_plain and form.method != "plain"  # plain against itself would be no comparison
         run_request = RunRequest(form.prompt, form.method, form.target, draft_name, form.settings, baseline, form.exact)
@@ -176,7 +181,8 @@ class RunTab(RunControls):
                                               models is not None, models[0].device.type if models else None)
                     yield {self.status: render.status_html(message, "info", "loading")}
             if cancel.is_set() and "run" not in loaded:
-                yield self.blank(render.status_html(cancel.reason or "Stopped while the models loaded.", "warn", "none"))
+                yield self.blank(render.status_html(cancel.reason or "Stopped while the models loaded.", "warn",
+                                                    "none"))
                 return
             if "error" in loaded:
                 raise loaded["error"]
@@ -273,7 +279,8 @@ class RunTab(RunControls):
                                          label="Drafter (draft, adaptive)", elem_id="sv-draft", min_width=260)
             with gr.Row():
                 # the ends of specviz.settings.BOUNDS, which the API and the command line check too
-                self.gamma = gr.Slider(1, BOUNDS["gamma"].top(public), value=4, step=1, label="γ (draft tokens per step)",
+                self.gamma = gr.Slider(1, BOUNDS["gamma"].top(public), value=4, step=1,
+                                       label="γ (draft tokens per step)",
                                        elem_id="sv-gamma", min_width=200)
                 self.tree = gr.Slider(0, BOUNDS["tree"].top(public), value=0, step=1, elem_id="sv-tree", min_width=200,
                                       label="draft tree: tokens verified at once (0 = a chain of γ)",

@@ -29,7 +29,8 @@ class RunView:
 
     # ---- frames: dicts {component: value}; components left out keep their value -------------------------
     def frame(self, run: LiveRun, cursor: int | None = None, upto: int | None = None,
-              parts: frozenset = frozenset({"text", "slider", "charts", "race", "detail"}), narrow: bool = False) -> dict:
+              parts: frozenset = frozenset({"text", "slider", "charts", "race", "detail"}),
+              narrow: bool = False) -> dict:
         """Widget values for the run; parts picks what to redraw: "text" (token view, summary), "slider" (the
         step slider), "charts" (step charts), "race", "detail" (theory, inspector). The status always. narrow:
         the page is a phone's (the step charts stacked)."""
@@ -45,7 +46,8 @@ class RunView:
             out[self.step_slider] = gr.Slider(minimum=0, maximum=max(len(steps) - 1, 1), value=shown or 0,
                                               interactive=bool(steps))
         if "charts" in parts:
-            out[self.step_plot] = plot(charts.step_figure(steps[: upto + 1] if upto is not None else steps, cursor, narrow))
+            out[self.step_plot] = plot(charts.step_figure(steps[: upto + 1] if upto is not None else steps, cursor,
+                                                          narrow))
         if "race" in parts:
             out[self.race_plot] = plot(self._race(run, cursor))
         if "detail" in parts:

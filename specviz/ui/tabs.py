@@ -81,7 +81,8 @@ class CompareTab:
                     gr.Dataframe(value=view.measured_table(run), headers=view.MEASURED_HEADERS, interactive=False)
         fields = {**fields, "methods": self.methods}
         handler = form_handler(COMPARE_FIELDS, self.on_compare, self.show_error, defaults={"tree": 0, "draft_stop": 0})
-        event = self.button.click(handler, [fields[name] for name in COMPARE_FIELDS], [self.status, self.table, self.plot],
+        event = self.button.click(handler, [fields[name] for name in COMPARE_FIELDS],
+                                  [self.status, self.table, self.plot],
                                   api_name="compare", preprocess=False, **engine)
         self.stop.click(stop_tab, None, [self.status], cancels=[event], api_name="compare_stop", concurrency_limit=None)
         return event

@@ -57,7 +57,8 @@ def tree_svg(step: StepRecord) -> str:
         boxes.append(f'<g class="sv-tree-node sv-tree-{_state(node)}" tabindex="0">'
                      f'<title>{escape_text(node_title(node))}</title>'
                      f'<rect x="{left:.0f}" y="{top:.0f}" width="{BOX_W}" height="{BOX_H}" rx="5"/>'
-                     f'<text x="{x[i]:.0f}" y="{top + 15:.0f}">{escape_text(_short(node.text or str(node.token_id)))}</text>'
+                     f'<text x="{x[i]:.0f}" '
+                     f'y="{top + 15:.0f}">{escape_text(_short(node.text or str(node.token_id)))}</text>'
                      f'<text class="sv-tree-pq" x="{x[i]:.0f}" y="{top + 31:.0f}">p {_figure(node.p)} · q '
                      f'{"1" if node.q is None else _figure(node.q)}</text></g>')
     accepted = sum(node.on_path for node in step.tree)

@@ -33,7 +33,8 @@ class Theory:
     best_gamma: int
 
 
-def theory(metrics: RunMetrics, steps: list[StepRecord], gamma_setting: int, measured_speedup: float | None) -> Theory | None:
+def theory(metrics: RunMetrics, steps: list[StepRecord], gamma_setting: int,
+           measured_speedup: float | None) -> Theory | None:
     """Leviathan et al.'s expectations from the run's measured alpha and c; None when nothing was drafted."""
     if metrics.acceptance_rate is None:
         return None
@@ -81,7 +82,8 @@ class FirstDifference:
     gpu: bool = False  # the runs ran on a GPU, where the exact mode exists
 
 
-def first_difference_texts(index: int | None, speculative_texts: list[str], plain_texts: list[str]) -> FirstDifference | None:
+def first_difference_texts(index: int | None, speculative_texts: list[str],
+                           plain_texts: list[str]) -> FirstDifference | None:
     if index is None:
         return None
     def at(texts):
@@ -165,7 +167,8 @@ def accepted_lengths_text(counts: list[int] | None, undrafted: int = 0) -> str:
     return f"{text} (+{undrafted} no draft)" if undrafted else text
 
 
-NOISY = " (noisy)"  # after a figure that failed its plausibility check (specviz.measure.plausibility); the note says why
+# after a figure that failed its plausibility check (specviz.measure.plausibility); the note says why
+NOISY = " (noisy)"
 
 
 def compare_row(row: dict) -> list:
