@@ -1,9 +1,9 @@
 """ZeroGPU's speed, emulated beside a dedicated GPU's: the same runs in a GPU worker the way `spaces` 0.51 serves
 GPU calls (specviz/service/zero_emulation.py: a worker forked from this process, kept and reused while its GPU
 stays idle, a new one when it is not), and then in this process (a dedicated GPU). The worker runs with
-SPACES_ZERO_GPU=1: CUDA graphs captured on its first call and kept (specviz/service/gpu_worker.py, preparing bounded
-by CAPTURE_SECONDS), compiled unless SPECVIZ_COMPILE=0. This process runs with the environment's options (a dedicated GPU's
-defaults: graphs and compile).
+SPACES_ZERO_GPU=1: CUDA graphs captured on its first call and kept (specviz/service/gpu_worker.py, preparing
+bounded by CAPTURE_SECONDS), compiled unless SPECVIZ_COMPILE=0. This process runs with the environment's options
+(a dedicated GPU's defaults: graphs and compile).
 
 The calls, in order (every emulated one before this process touches CUDA: a forked worker cannot use a GPU its
 parent initialised):
