@@ -3,6 +3,7 @@ killed, so that a session's teardown cannot hang on its pipe; one that is done i
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -11,14 +12,18 @@ from ui_server import bounded
 pytestmark = pytest.mark.quick
 
 
+# a stand-in's own marker: the session's real driver (this worker's chromium fixture) must never be the one killed
+MARKER = f"run-driver-stand-in-{uuid.uuid4().hex[:8]}"
+
+
 def a_driver() -> subprocess.Popen:
-    """A child process that reads as Playwright's driver (`run-driver` in its command line) and would hang."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "run-driver"])
+    """A child process that reads as a Playwright driver (its marker an argument) and would hang."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", MARKER])
 
 
 def test_a_driver_that_outlives_its_time_is_killed():
     driver = a_driver()
-    with pytest.warns(UserWarning, match="killed"), bounded(0.5):
+    with pytest.warns(UserWarning, match="killed"), bounded(0.5, MARKER):
         time.sleep(2)
     assert driver.wait(timeout=10) < 0  # killed by a signal
 
@@ -26,7 +31,7 @@ def test_a_driver_that_outlives_its_time_is_killed():
 def test_a_block_done_in_time_leaves_the_driver_alone():
     driver = a_driver()
     try:
-        with bounded(30):
+        with bounded(30, MARKER):
             pass
         time.sleep(0.5)
         assert driver.poll() is None

@@ -118,6 +118,8 @@ def test_the_memory_check_counts_what_unloading_frees_and_says_where_the_figure_
     refusal = memory_refusal("m", need, "bfloat16", 6 * GiB, "free on the GPU")
     assert "m needs about 10.0 GiB in bfloat16 and 6.0 GiB is free on the GPU" in refusal
     assert memory_refusal("m", need, "bfloat16", 6 * GiB, "free on the GPU", freed=5 * GiB) is None  # replaced
+    partly = memory_refusal("m", need, "bfloat16", 6 * GiB, "free on the GPU", freed=GiB)
+    assert "6.0 GiB is free on the GPU (7.0 GiB once the models it replaces are unloaded)" in partly
     assert memory_refusal("m", need, "bfloat16", need + HEADROOM, "x") is None  # the control: it fits
     assert memory_refusal("m", None, "bfloat16", GiB, "x") is None  # a size not known is left to the load
 

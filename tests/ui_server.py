@@ -64,12 +64,12 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def kill_playwright_driver() -> None:
-    """Kill this process's Playwright driver (node ... run-driver) and what it started (chromium): its pipe then
-    ends, and a stop that waits on it returns."""
+def kill_playwright_driver(marker: str = "run-driver") -> None:
+    """Kill this process's Playwright driver (node ... run-driver: an argument equal to `marker`) and what it
+    started (chromium): its pipe then ends, and a stop that waits on it returns."""
     for pid in _children(os.getpid()):
         with contextlib.suppress(OSError):
-            if b"run-driver" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if marker.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
                 continue
             for child in _children(pid):
                 os.kill(child, signal.SIGKILL)
@@ -78,10 +78,10 @@ def kill_playwright_driver() -> None:
 
 
 @contextlib.contextmanager
-def bounded(seconds: float):
+def bounded(seconds: float, marker: str = "run-driver"):
     """Run the block with a watchdog: past `seconds`, the Playwright driver is killed so that a close or a stop
     that hangs on its pipe (seen at the end of a session in CI, for 900 s) returns instead."""
-    watchdog = threading.Timer(seconds, kill_playwright_driver)
+    watchdog = threading.Timer(seconds, kill_playwright_driver, (marker,))
     watchdog.daemon = True
     watchdog.start()
     try:

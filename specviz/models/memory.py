@@ -76,9 +76,8 @@ def memory_refusal(name: str, need: int | None, dtype: str, free: int | None, so
     fit what is free plus what unloading other models frees (freed). None where either figure is unknown."""
     if need is None or free is None or need + HEADROOM <= free + freed:
         return None
-    room = free + freed
-    also = f" (with {freed / GiB:.1f} GiB the models it replaces free)" if freed else ""
-    return (f"{name} needs about {need / GiB:.1f} GiB in {dtype} and {room / GiB:.1f} GiB is {source}{also}: "
+    also = f" ({(free + freed) / GiB:.1f} GiB once the models it replaces are unloaded)" if freed else ""
+    return (f"{name} needs about {need / GiB:.1f} GiB in {dtype} and {free / GiB:.1f} GiB is {source}{also}: "
             "it was not loaded, so that loading it cannot end the server; choose a smaller model"
             + (" (a random shape takes fewer layers, such as random:llama-8b,layers=4)" if name.startswith("random:")
                else ""))
