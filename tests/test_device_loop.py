@@ -316,7 +316,7 @@ def test_device_loop_records_show_a_model_drafters_q_as_the_host_loops(default_t
 
 def sampled_detailed_run(target, method, settings, verifier=None):
     """A sampled run of PROMPTS[1] with detail on the device loop (the caller forces it), checked to have run
-    there; verifier: a planted host verifier the device loop stands in for (verify.ON_DEVICE)."""
+    there; verifier: a planted host verifier the device loop stands in for (wrong_verifiers.ON_DEVICE)."""
     from specviz.engine.run import SpeculativeRun
 
     run = SpeculativeRun(target, make_proposer(method, target), encode(target, PROMPTS[1]), settings, detail=True,
@@ -399,7 +399,7 @@ def test_sampled_records_with_detail_on_the_device_loop_show_the_targets_warped_
     so the records are checked against a forward of the target's own, not against the host loop's. Controls: the
     unwarped softmax disagrees with the same records, and so do the records of a verifier that draws from p
     after a rejection instead of the residual."""
-    from specviz.rule.verify import verify_sampled_without_residual
+    from specviz.rule.wrong_verifiers import verify_sampled_without_residual
 
     monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "force")
     result = sampled_detailed_run(default_target, method, settings)

@@ -22,7 +22,7 @@ from specviz.proposers.datastore import Datastore
 from specviz.rule.sampling import drafter_pick, draw_with_noise, warp_probs, warp_with
 from specviz.models.testing import perturbed_copy, tiny_causal_lm
 from specviz.rule.tree_device import tree_layout, walk_tree_sampled
-from specviz.rule.verify import verify_sampled_without_residual
+from specviz.rule.wrong_verifiers import verify_sampled_without_residual
 
 from stats import ALPHA
 from random_drafters import random_eagle, random_eagle3, random_medusa

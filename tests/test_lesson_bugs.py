@@ -62,7 +62,7 @@ def test_without_renormalising_the_residual_runs_off_its_end():
     draft = torch.tensor([1])  # p/q = 0.375: mostly rejected; the residual max(0, p - q) totals 0.5
     tokens = []
     for seed in range(200):
-        verdict = bugs.verify.verify_residual_unnormalised(draft, q, p, torch.Generator().manual_seed(seed))
+        verdict = bugs.wrong_verifiers.verify_residual_unnormalised(draft, q, p, torch.Generator().manual_seed(seed))
         if verdict.n_accepted == 0:
             tokens.append(verdict.next_token)
     assert tokens.count(2) / len(tokens) > 0.5  # norm(max(0, p - q)) gives token 2 a fifth; running off adds half

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from specviz import DecodeSettings
-from specviz.rule.verify import verify_sampled_without_residual
+from specviz.rule.wrong_verifiers import verify_sampled_without_residual
 from specviz.proposers.datastore import Datastore
 from specviz.measure.exactness_check import goodness_of_fit, sample_outputs, target_distribution
 from specviz.proposers import (AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,

@@ -64,7 +64,7 @@ class DeviceLoop:
     """One run's steps on the device (the module's docstring). lookup: the proposer's drafting on the device
     (Proposer.device_lookup; its gamma 0 for plain decoding, its tree the draft tree's nodes, 0 for chains).
     settings: the run's (sampled when its temperature is above 0); residual=False: the sampled verifier's
-    control that resamples from p (verify.ON_DEVICE)."""
+    control that resamples from p (wrong_verifiers.ON_DEVICE)."""
 
     def __init__(self, runner, lookup: DeviceLookup, detail_top: int = 0, settings=None, residual: bool = True,
                  detail_stream: bool = True):
@@ -102,8 +102,8 @@ class DeviceLoop:
         proposer with device drafting (Proposer.device_lookup) and, for a drafter that is a model, a prompt it can
         read; and room in the context for a step launched ahead.
         detail_top: the top tokens a position the records show (the app's), 0 for records without detail (the
-        bench's). residual=False: the sampled verifier's control (verify.ON_DEVICE). options: EngineOptions (None:
-        from the environment)."""
+        bench's). residual=False: the sampled verifier's control (wrong_verifiers.ON_DEVICE). options:
+        EngineOptions (None: from the environment)."""
         options = options or EngineOptions.from_environment()
         wanted = options.device_loop
         if wanted == "0":

@@ -19,6 +19,7 @@ import torch
 
 from . import step
 from ..rule import verify as verification
+from ..rule import wrong_verifiers
 from ..runners.clock import device_clock
 from .device_loop import DeviceLoop
 from ..errors import InvalidSettingError
@@ -291,7 +292,7 @@ class SpeculativeRun:
     def _device_loop(self):
         """A DeviceLoop (device_loop.py) for this run where one applies, its graphs captured; None otherwise
         (and when capturing fails: the host loop then runs, with a warning)."""
-        residual = verification.ON_DEVICE.get(self.verify_sampled)  # a verifier planted by a test: on the host
+        residual = wrong_verifiers.ON_DEVICE.get(self.verify_sampled)  # a verifier planted by a test: on the host
         if residual is None and not self.settings.greedy:
             return None
         loop = DeviceLoop.for_run(self.runner, self.proposer, self.settings, TOP_N if self.detail else 0,

@@ -22,7 +22,7 @@ from functools import partial
 
 import torch
 
-from ..rule import verify
+from ..rule import verify, wrong_verifiers
 from ..api import make_proposer
 from ..engine.run import SpeculativeRun
 from ..measure.exactness_check import goodness_of_fit, next_token_probs
@@ -70,37 +70,38 @@ SLIPS = [
          "it accepts Σ p·q instead of Σ min(p, q)",
          f"called a bug in MLX Swift LM ({GH}ml-explore/mlx-swift-lm/pull/459); shown exact in mlxcel "
          f"({GH}lablup/mlxcel/pull/992); vLLM's \"strict\" rejection sampling ({GH}vllm-project/vllm/pull/35461)",
-         lambda t: verify.verify_by_match),
+         lambda t: wrong_verifiers.verify_by_match),
     Slip("temperature", "target before temperature", True,
          "the target's p taken before temperature, the drafter's q after it",
          f"vLLM's scorer ({GH}vllm-project/vllm/issues/9834, fixed by {GH}vllm-project/vllm/pull/10198)",
-         lambda t: partial(verify.verify_target_before_temperature, temperature=t)),
+         lambda t: partial(wrong_verifiers.verify_target_before_temperature, temperature=t)),
     Slip("argmax-drafter", "drafter at temperature 0", True,
          "the drafter proposes its argmax (temperature 0) but the ratio uses its q at the run's temperature",
          f"transformers' assisted generation ({GH}huggingface/transformers/pull/30778, reverted by "
          f"{GH}huggingface/transformers/pull/33534; again {GH}huggingface/transformers/issues/47932); "
          f"{GH}jaymody/speculative-sampling/issues/3",
-         lambda t: verify.verify_sampled, lambda ids, q: verify.draft_argmax_keeping_q(q).to(ids.device, ids.dtype)),
+         lambda t: verify.verify_sampled,
+         lambda ids, q: wrong_verifiers.draft_argmax_keeping_q(q).to(ids.device, ids.dtype)),
     Slip("unnormalised", "residual not renormalised", True,
          "max(0, p − q) drawn by its cumulative sum without dividing by its total: past the total, the last token",
          "no engine found to have shipped it (torch.multinomial normalises its input, so there it is harmless)",
-         lambda t: verify.verify_residual_unnormalised),
+         lambda t: wrong_verifiers.verify_residual_unnormalised),
     Slip("at-drafted", "residual at the drafted token only", True,
          "at a rejection q is subtracted at the rejected token only, not everywhere",
          f"EAGLE's sampling code ({GH}SafeAILab/EAGLE/issues/20, fixed)",
-         lambda t: verify.verify_residual_at_drafted_token),
+         lambda t: wrong_verifiers.verify_residual_at_drafted_token),
     Slip("from-p", "residual replaced by p", True,
          "at a rejection draw from p itself (verify_sampled_without_residual): the drafter's favourite gets a "
          "second chance",
          f"claimed of EAGLE's non-greedy path ({GH}SafeAILab/EAGLE/issues/329, open; its authors hold that top-k "
          "drafting "
          f"makes q one-hot, {GH}SafeAILab/EAGLE/issues/171); suspected in {GH}NJUNLP/MCSD/issues/5, whose code was "
-         "right", lambda t: verify.verify_sampled_without_residual),
+         "right", lambda t: wrong_verifiers.verify_sampled_without_residual),
 ]
 SLIP_BY_KEY = {slip.key: slip for slip in SLIPS}
-# verify.verify_by_target_argmax (greedy checks under sampling, as lablup/mlxcel #902 described its verify loop)
-# is not an arm: on the lesson's prompt EAGLE's draft is the target's favourite so rarely that it parted from match
-# acceptance on 1 seed in 1500, far more seeds than a lesson has.
+# wrong_verifiers.verify_by_target_argmax (greedy checks under sampling, as lablup/mlxcel #902 described its verify
+# loop) is not an arm: on the lesson's prompt EAGLE's draft is the target's favourite so rarely that it parted from
+# match acceptance on 1 seed in 1500, far more seeds than a lesson has.
 
 
 def first_tokens(slips: list[Slip], verifiers: dict[str, Callable], draft_ids: torch.Tensor, q: torch.Tensor,

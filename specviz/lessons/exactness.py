@@ -18,7 +18,7 @@ from ..models.loading import LoadedModel
 from ..proposers import PlainProposer, Proposer
 from ..records.schema import TokenKind
 from ..settings import DecodeSettings
-from ..rule.verify import verify_sampled_without_residual
+from ..rule.wrong_verifiers import verify_sampled_without_residual
 from .common import p_text, prompt_ids, run_once, token_text
 
 CLAIM = ("Speculative decoding does not change the output. Greedy: the same tokens. Sampling: the same "

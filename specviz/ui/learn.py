@@ -202,10 +202,9 @@ class LearnTab:
         greedy = gr.Markdown(elem_id="sv-learn-exact-greedy")
         figure = gr.Plot(label="next-token histograms", elem_id="sv-learn-exact-plot")
         sentence = gr.Markdown(elem_id="sv-learn-exact-sentence")
-        gr.Markdown("The wrong verifier (`specviz.rule.verify.verify_sampled_without_residual`) accepts as the real "
-                    "one "
-                    "does but, after a rejection, draws from the target's p instead of norm(max(0, p − q)): the "
-                    "drafter's favourite gets a second chance. The test must catch it.")
+        gr.Markdown("The wrong verifier (`specviz.rule.wrong_verifiers.verify_sampled_without_residual`) accepts "
+                    "as the real one does but, after a rejection, draws from the target's p instead of "
+                    "norm(max(0, p − q)): the drafter's favourite gets a second chance. The test must catch it.")
 
         def handler(form, state, cancel):
             s = catalogue.SETTINGS["exact"]
