@@ -14,7 +14,7 @@ from specviz import methods
 from specviz.api import batch_drafting, make_proposer, run_once
 from specviz.errors import InvalidSettingError, SpecvizError
 from specviz.methods import Method, parse_method
-from specviz.proposers import PlainProposer, Proposer
+from specviz.proposers import NgramProposer, PlainProposer, Proposer
 from specviz.proposers.base import Draft, DeviceLookup
 from specviz.settings import DecodeSettings
 
@@ -166,9 +166,19 @@ def test_what_the_registry_declares_of_a_built_in_method_matches_its_proposer(na
         assert inspect.isclass(drafter) and issubclass(drafter, DeviceLookup), name
         source = inspect.getsource(cls.device_lookup) + inspect.getsource(inspect.getmodule(cls))
         assert drafter.__name__ in source, name  # the proposer's device drafting is the one the registry names
-    assert cls.drafts == entry.drafts, name
-    if not entry.on_another:  # adaptive's trees and cost are its base's, set as it is built
-        assert (cls.drafts_trees, cls.free_drafts) == (entry.drafts_trees, entry.lookup), name
+    if not entry.on_another:  # adaptive names itself after its bases as it is built
+        assert cls.name == name  # its flags are read from the entry of its name (proposers.base.Declared)
+
+
+def test_a_proposer_reads_its_flags_from_its_registry_entry():
+    """The flags are declared once, in the registry: the same proposer class reads whatever its entry says, and
+    a proposer of no registered method has the defaults (the control)."""
+    with registered(drafts_trees=True, lookup=False):
+        assert (RepeatLast().drafts_trees, RepeatLast().free_drafts, RepeatLast.drafts) == (True, False, True)
+    with registered(drafts_trees=False, lookup=True, drafts=True):
+        assert (RepeatLast().drafts_trees, RepeatLast().free_drafts) == (False, True)
+    assert (RepeatLast().drafts_trees, RepeatLast().free_drafts, RepeatLast().drafts) == (False, False, True)
+    assert PlainProposer().drafts is False and NgramProposer.free_drafts is True
 
 
 def test_a_method_that_claims_a_device_drafter_it_lacks_is_caught():

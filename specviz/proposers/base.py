@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .. import methods as registry
 from ..rule.sampling import draw, warp_probs
 from ..settings import DecodeSettings
 
@@ -112,6 +113,32 @@ class DeviceLookup:
         accepted + 1 are real); accepted []. Lookups read nothing."""
 
 
+class Declared:
+    """A flag a method declares once, in its registry entry (specviz.methods), read by the proposer's name; a
+    subclass of another name (a test's variant of n-gram lookup) reads its nearest registered base's, and a
+    proposer of no registered method has `default`. An instance may set its own (adaptive takes its base's as it
+    is built)."""
+
+    def __init__(self, field: str, default: bool):
+        self.field, self.default = field, default
+
+    def __set_name__(self, owner, attribute: str) -> None:
+        self.attribute = attribute
+
+    def __get__(self, proposer, cls):
+        if proposer is not None and self.attribute in proposer.__dict__:
+            return proposer.__dict__[self.attribute]
+        entries = {entry.name: entry for entry in registry.methods()}
+        for klass in cls.__mro__:
+            entry = entries.get(klass.__dict__.get("name"))
+            if entry is not None:
+                return getattr(entry, self.field)
+        return self.default
+
+    def __set__(self, proposer, value) -> None:
+        proposer.__dict__[self.attribute] = value
+
+
 class Proposer:
     """Base class of every drafting method. The engine calls, of each proposer:
 
@@ -123,12 +150,13 @@ class Proposer:
 
     The flags below say what the engine and `adaptive` may count on; nothing else is read from a proposer."""
 
-    name = "proposer"
-    drafts = True  # False for plain decoding, which never proposes anything
+    name = "proposer"  # a registered method's name: its flags below are that entry's
+    drafts = Declared("drafts", True)  # False for plain decoding, which never proposes anything
     needs_target_hidden = False  # True for drafters that read the target's hidden states (Medusa, EAGLE)
-    drafts_trees = False  # True for drafters that propose a draft tree when settings.tree > 0 (tree.py)
-    free_drafts = False  # True when a draft costs next to nothing whatever its length (n-gram lookup): the
-    # adaptive method then looks at the whole draft before choosing how much of it to verify
+    drafts_trees = Declared("drafts_trees", False)  # drafters that propose a draft tree when settings.tree > 0
+    # a draft costs next to nothing whatever its length (n-gram lookup, the entry's `lookup`): the adaptive method
+    # then looks at the whole draft before choosing how much of it to verify
+    free_drafts = Declared("lookup", False)
     drafts_on_host = False  # True when propose() and observe() launch no work on the device (lookups, plain):
     # the engine then times a step without waiting for the device in between
     target_layers: tuple[int, ...] | None = None  # with needs_target_hidden: the target's layers whose outputs it

@@ -23,7 +23,6 @@ from .dflash_net import DFlashDrafter, block_tree, draft_block, feed_context
 class DFlashProposer(Proposer):
     name = "dflash"
     needs_target_hidden = True
-    drafts_trees = True
 
     def __init__(self, drafter: DFlashDrafter, options: EngineOptions | None = None):
         self.drafter = drafter

@@ -29,7 +29,6 @@ TREE_WIDTH = 8  # in a draft tree: nodes expanded at each depth, and children ke
 class EagleProposer(Proposer):
     name = "eagle"
     needs_target_hidden = True
-    drafts_trees = True
 
     def __init__(self, drafter: EagleDrafter, options: EngineOptions | None = None):
         self.drafter = drafter

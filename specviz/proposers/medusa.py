@@ -26,7 +26,6 @@ TREE_TOP_K = 100
 class MedusaProposer(Proposer):
     name = "medusa"
     needs_target_hidden = True
-    drafts_trees = True
 
     def __init__(self, drafter: MedusaDrafter):
         self.drafter = drafter

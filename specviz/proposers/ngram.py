@@ -69,8 +69,6 @@ class NgramIndex:
 
 class NgramProposer(Proposer):
     name = "ngram"
-    free_drafts = True
-    drafts_trees = True
     drafts_on_host = True
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):

@@ -8,7 +8,6 @@ class PlainProposer(Proposer):
     """No drafter: every step is one target forward that emits one token (the baseline)."""
 
     name = "plain"
-    drafts = False
     drafts_on_host = True
 
     def propose(self, tokens, gamma):
