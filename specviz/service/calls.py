@@ -35,6 +35,20 @@ SKIPPED_DRAFT = "Skipped draft: it needs a drafter (choose one in the Run tab's 
 SELF_DRAFT = "draft (target itself)"  # the Batch tab's `draft` with the target drafting for itself
 
 
+def under_the_lock(items: Iterator, event: Callable) -> Iterator[events.Event]:
+    """The items of a measurement as events, each item computed under the engine lock (other users' steps
+    interleave between them); closing this closes the measurement too (yield from hands a close on)."""
+    try:
+        while True:
+            with ENGINE_LOCK:
+                item = next(items, None)
+            if item is None:
+                return
+            yield event(item)
+    finally:
+        items.close()
+
+
 # the Compare methods and Cost curve tabs
 
 def compare_records(request: RunRequest, methods: tuple[str, ...]) -> Iterator[events.Event]:
@@ -123,16 +137,7 @@ def cost_records(name: str) -> Iterator[events.Event]:
         with serving.pool().using(name):
             model = load_target(name)
             yield events.Device(f"{model.device.type} ({model.describe()}, {str(model.dtype).replace('torch.', '')})")
-            measurements = measure_cost_curve(model, as_measured=True)
-            try:
-                while True:
-                    with ENGINE_LOCK:
-                        point = next(measurements, None)
-                    if point is None:
-                        return
-                    yield events.Point(point)
-            finally:
-                measurements.close()
+            yield from under_the_lock(measure_cost_curve(model, as_measured=True), events.Point)
     except Exception as error:
         yield events.Failed(message_of(error))
 
@@ -234,16 +239,7 @@ def lesson_records(name: str, start: Callable, prompt: str | None = None) -> Ite
             if prompt is not None:  # a caller's prompt: its tokens within the profile's limit
                 encode_prompt(model, prompt)
             yield events.Beat()
-            records = start(model)
-            try:
-                while True:
-                    with ENGINE_LOCK:
-                        record = next(records, None)
-                    if record is None:
-                        return
-                    yield events.LessonRecord(record)
-            finally:
-                records.close()
+            yield from under_the_lock(start(model), events.LessonRecord)
     except Exception as error:
         yield events.Failed(message_of(error))
 
