@@ -490,3 +490,37 @@ def test_graph_bookkeeping_runs_on_the_cpu_with_a_stand_in_graph(monkeypatch):
     assert caught_up.step(features[149:], token_ids[149:], 4, 8, 20) == fed.step(features[149:], token_ids[149:], 4, 8,
                                                                                  20)
     caught_up.release(), fed.release()
+
+
+def shapes_compiled(shapes: int) -> int:
+    """How many of `shapes` input sizes a static torch.compile compiles, under dynamo's present recompile limit
+    (past it, dynamo runs the function eagerly without a word)."""
+    compiled = []
+
+    def counting(graph, example_inputs):
+        compiled.append(graph)
+        return graph.forward
+
+    def step(x):
+        return x * 2 + 1
+
+    torch._dynamo.reset()
+    fn = torch.compile(step, backend=counting, dynamic=False)
+    for n in range(1, shapes + 1):
+        assert torch.equal(fn(torch.ones(n)), torch.full((n,), 3.0))
+    torch._dynamo.reset()
+    return len(compiled)
+
+
+def test_a_static_device_function_compiles_every_shape_a_sampled_bench_meets():
+    from specviz.runners import graphs
+
+    shapes = 12  # two draft lengths over several attention spans: past dynamo's default of 8
+    graphs.compiled_static(lambda x: x)
+    assert shapes_compiled(shapes) == shapes
+    with torch._dynamo.config.patch(**{limit_name(): 8}):  # the control: dynamo's default drops to eager
+        assert shapes_compiled(shapes) == 8
+
+
+def limit_name() -> str:
+    return "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
