@@ -41,17 +41,17 @@ class Figure:
 
 
 EXACT_2B987F2 = "2026-12-01-2b987f2-the-exact-mode-s-final-version-over-all-480-prompts.md"
-DFLASH_1FB72B2 = "2026-12-02-1fb72b2-dflash-block-drafting-on-an-h200.md"
+DFLASH_E68AE57 = "2026-12-03-e68ae57-dflash-trained-on-prompted-answers.md"
 
 HEADLINE = [  # the current figures: the newest run of each, on the final code of its time
-    Figure("retrieval:16:31", "`retrieval:16:31` (device loop)", 2.47, 1004, 3.28, "480 of 480 in bfloat16",
-           H200_EXACT, ALL_480, "1fb72b2", "2026-12-02", DFLASH_1FB72B2, tok_s=2477),
-    Figure("eagle:6:31", "`eagle:6:31`, EAGLE's tree (device loop)", 1.38, 1011, None, "480 of 480 in bfloat16",
-           H200_EXACT, ALL_480, "2b987f2", "2026-12-01", EXACT_2B987F2),
+    Figure("retrieval:16:31", "`retrieval:16:31` (device loop)", 2.46, 1007, 3.28, "480 of 480 in bfloat16",
+           H200_EXACT, ALL_480, "e68ae57", "2026-12-03", DFLASH_E68AE57, tok_s=2482),
+    Figure("eagle:6:31", "`eagle:6:31`, EAGLE's tree (device loop)", 1.38, 1007, 2.85, "480 of 480 in bfloat16",
+           H200_EXACT, ALL_480, "e68ae57", "2026-12-03", DFLASH_E68AE57, tok_s=1387),
     Figure("medusa:4", "`medusa:4` (device loop)", 1.29, 1011, None, "480 of 480 in bfloat16",
            H200_EXACT, ALL_480, "2b987f2", "2026-12-01", EXACT_2B987F2),
-    Figure("dflash:15", "`dflash:15`, DFlash's block (device loop)", 1.29, 1004, 1.72, "480 of 480 in bfloat16",
-           H200_EXACT, ALL_480, "1fb72b2", "2026-12-02", DFLASH_1FB72B2, tok_s=1299),
+    Figure("dflash:15", "`dflash:15`, DFlash's block (device loop)", 1.37, 1007, 1.80, "480 of 480 in bfloat16",
+           H200_EXACT, ALL_480, "e68ae57", "2026-12-03", DFLASH_E68AE57, tok_s=1376),
     Figure("draft:4@0.5", "`draft:4@0.5`, the distilled draft model (device loop)", 1.17, 1011, None,
            "480 of 480 in bfloat16", H200_EXACT, ALL_480, "2b987f2", "2026-12-01", EXACT_2B987F2),
     Figure("adaptive:4", "`adaptive:4` (host loop)", 2.17, 0, 2.20, "26 of 26",
