@@ -50,6 +50,7 @@ class Method:
     uses_draft_model: bool  # takes a draft model where one is given (--draft, the app's drafter field)
     needs: tuple[str, ...]  # the files it cannot run without, of FILES
     draws_from_q: bool  # sampling, its first draft token is drawn from a drafter's distribution q (lesson 7)
+    drafts_at_once: bool  # a step's whole chain comes from one drafting forward (a block, or heads), not one a token
     device_drafter: str | None  # "module:Class" of its drafting on the device loop; None: runs take the host loop
     exactness_prompt: str | None  # check-exactness's default prompt, a key of EXACTNESS_PROMPTS; None: plain
 
@@ -74,6 +75,8 @@ class Method:
             wrong("a method that drafts names its exactness prompt; plain decoding has none")
         if self.exactness_prompt is not None and self.exactness_prompt not in EXACTNESS_PROMPTS:
             wrong(f"exactness_prompt is one of {', '.join(EXACTNESS_PROMPTS)}, got {self.exactness_prompt!r}")
+        if self.drafts_at_once and (self.lookup or not self.drafts):
+            wrong("drafting at once is a drafter's forward: a lookup or plain decoding runs none")
         if not self.drafts and (self.drafts_trees or self.lookup or self.draws_from_q or self.needs):
             wrong("a method that drafts nothing draws, looks up, needs and trees nothing")
 
@@ -155,32 +158,41 @@ def check_batchable(name: str) -> None:
 
 for _entry in (
     Method(name="plain", build="specviz.proposers.plain:build", drafts=False, batchable=True, drafts_trees=False,
-           lookup=False, on_another=False, uses_draft_model=False, needs=(), draws_from_q=False,
+           lookup=False, on_another=False, uses_draft_model=False, needs=(),
+           draws_from_q=False, drafts_at_once=False,
            device_drafter="specviz.proposers.base:DeviceLookup", exactness_prompt=None),
     Method(name="draft", build="specviz.proposers.draft_model:build", drafts=True, batchable=True, drafts_trees=False,
-           lookup=False, on_another=False, uses_draft_model=True, needs=(DRAFT_MODEL,), draws_from_q=True,
+           lookup=False, on_another=False, uses_draft_model=True, needs=(DRAFT_MODEL,),
+           draws_from_q=True, drafts_at_once=False,
            device_drafter="specviz.proposers.draft_model_device:DraftModelLookup", exactness_prompt="question"),
     Method(name="ngram", build="specviz.proposers.ngram:build", drafts=True, batchable=True, drafts_trees=True,
-           lookup=True, on_another=False, uses_draft_model=False, needs=(), draws_from_q=False,
+           lookup=True, on_another=False, uses_draft_model=False, needs=(),
+           draws_from_q=False, drafts_at_once=False,
            device_drafter="specviz.proposers.ngram_device:NgramLookup", exactness_prompt="pattern"),
     Method(name="retrieval", build="specviz.proposers.retrieval:build", drafts=True, batchable=True, drafts_trees=True,
-           lookup=True, on_another=False, uses_draft_model=False, needs=(DATASTORE,), draws_from_q=False,
+           lookup=True, on_another=False, uses_draft_model=False, needs=(DATASTORE,),
+           draws_from_q=False, drafts_at_once=False,
            device_drafter="specviz.proposers.retrieval_device:RetrievalLookup", exactness_prompt="pattern"),
     Method(name="early-exit", build="specviz.proposers.early_exit:build", drafts=True, batchable=True,
-           drafts_trees=False, lookup=False, on_another=False, uses_draft_model=False, needs=(), draws_from_q=True,
+           drafts_trees=False, lookup=False, on_another=False, uses_draft_model=False, needs=(),
+           draws_from_q=True, drafts_at_once=False,
            device_drafter="specviz.proposers.draft_model_device:DraftModelLookup", exactness_prompt="question"),
     Method(name="medusa", build="specviz.proposers.medusa:build", drafts=True, batchable=False, drafts_trees=True,
-           lookup=False, on_another=False, uses_draft_model=False, needs=(TRAINED_DRAFTER,), draws_from_q=True,
+           lookup=False, on_another=False, uses_draft_model=False, needs=(TRAINED_DRAFTER,),
+           draws_from_q=True, drafts_at_once=True,
            device_drafter="specviz.proposers.medusa_device:MedusaLookup", exactness_prompt="pattern"),
     Method(name="eagle", build="specviz.proposers.eagle:build", drafts=True, batchable=False, drafts_trees=True,
-           lookup=False, on_another=False, uses_draft_model=False, needs=(TRAINED_DRAFTER,), draws_from_q=True,
+           lookup=False, on_another=False, uses_draft_model=False, needs=(TRAINED_DRAFTER,),
+           draws_from_q=True, drafts_at_once=False,
            device_drafter="specviz.proposers.eagle_device:EagleLookup", exactness_prompt="question"),
     Method(name="dflash", build="specviz.proposers.dflash:build", drafts=True, batchable=False, drafts_trees=True,
-           lookup=False, on_another=False, uses_draft_model=False, needs=(TRAINED_DRAFTER,), draws_from_q=True,
+           lookup=False, on_another=False, uses_draft_model=False, needs=(TRAINED_DRAFTER,),
+           draws_from_q=True, drafts_at_once=True,
            device_drafter="specviz.proposers.dflash_device:DFlashLookup", exactness_prompt="question"),
     # adaptive chooses each step's draft length from what it measures; the device loop has no such choice
     Method(name="adaptive", build="specviz.proposers.adaptive:build", drafts=True, batchable=False, drafts_trees=False,
-           lookup=False, on_another=True, uses_draft_model=True, needs=(), draws_from_q=False,
+           lookup=False, on_another=True, uses_draft_model=True, needs=(),
+           draws_from_q=False, drafts_at_once=False,
            device_drafter=None, exactness_prompt="pattern"),
 ):
     register(_entry)

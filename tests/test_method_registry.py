@@ -39,7 +39,7 @@ def declaring(**changes) -> dict:
     """The example's declarations: a host-loop lookup that batches; `changes` replace some."""
     return dict(name="repeat", build=f"{__name__}:build", drafts=True, batchable=True, drafts_trees=False,
                 lookup=True, on_another=False, uses_draft_model=False, needs=(), draws_from_q=False,
-                device_drafter=None, exactness_prompt="pattern") | changes
+                drafts_at_once=False, device_drafter=None, exactness_prompt="pattern") | changes
 
 
 @contextlib.contextmanager
@@ -141,6 +141,7 @@ def test_an_entry_that_leaves_a_declaration_out_fails_as_it_is_written():
                            (dict(build="specviz.proposers.ngram.build"), "dotted path"),
                            (dict(batchable="yes"), "batchable is True or False"),
                            (dict(exactness_prompt=None), "names its exactness prompt"),
+                           (dict(drafts_at_once=True), "a lookup or plain decoding runs none"),
                            (dict(name="Repeat Last"), "lower-case")):
         with pytest.raises(InvalidSettingError, match=message):
             Method(**declaring(**wrong))

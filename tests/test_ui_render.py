@@ -485,6 +485,23 @@ def test_the_story_of_a_step_in_plain_words(steps):
         f"{last.q:.0%}, under the draft stop; the target agreed")
 
 
+def test_a_block_drafters_step_says_its_drafts_came_from_one_forward(steps):
+    from specviz import methods
+    from specviz.ui.readouts import step_story
+
+    assert methods.method("dflash").drafts_at_once and methods.method("medusa").drafts_at_once
+    assert not methods.method("eagle").drafts_at_once and not methods.method("draft").drafts_at_once
+    story = step_story(steps[0], sampling=False, at_once=True)
+    assert story.startswith("Step 0: the drafter proposed 4 tokens, all at once from one drafting forward (2.0 ms); "
+                            "the target agreed with the first 2")
+    assert "one drafting forward" not in step_story(steps[0], sampling=False)  # control: a chain drafted token by token
+    one = steps[0].__class__(**{**steps[0].__dict__, "gamma": 1})
+    assert "at once" not in step_story(one, sampling=False, at_once=True)  # one draft: nothing to say of "at once"
+    names = lambda fig: [t["name"] for t in fig["data"]]  # noqa: E731
+    assert "draft (one forward)" in names(charts.step_figure(steps, at_once=True))
+    assert "draft (one forward)" not in names(charts.step_figure(steps))  # control
+
+
 def test_whitespace_shows_as_marks():
     def shown(text, kind=TokenKind.ACCEPTED):
         return render.shown_text(TokenRecord(id=1, text=text, kind=kind, step=0))

@@ -90,11 +90,13 @@ def _mark_step(fig: dict, step: int, k: int) -> None:
                                     "fillcolor": COLOURS["current"], "line": {"width": 0}})
 
 
-def step_figure(steps: list[StepRecord], current_step: int | None = None, narrow: bool = False) -> dict:
+def step_figure(steps: list[StepRecord], current_step: int | None = None, narrow: bool = False,
+                at_once: bool = False) -> dict:
     """Four panels: accepted against drafted per step (stacked: accepted + not accepted = drafted),
     per-position acceptance, the accepted-length histogram, and draft against verify latency per step
     (stacked). current_step is shaded in the per-step panels. narrow (a phone): the panels in one column, each
-    the screen's width, instead of a 2x2 grid."""
+    the screen's width, instead of a 2x2 grid. at_once: the drafter writes a step's draft in one forward, which
+    the draft bar's name says."""
     if not steps:
         return empty_figure("Charts appear as the run produces steps.", 260 if narrow else 520)
     index = [s.index for s in steps]
@@ -106,7 +108,7 @@ def step_figure(steps: list[StepRecord], current_step: int | None = None, narrow
                  marker={"color": COLOURS["rejected"], "pattern": {"shape": "/"}}), 1),
         _on(_bar(range(1, len(shares) + 1), shares, "share of steps", COLOURS["accepted"], showlegend=False), 2),
         _on(_bar(lengths, counts, "steps", COLOURS["bonus"], showlegend=False), 3),
-        _on(_bar(index, [s.draft_ms for s in steps], "draft", COLOURS["draft"],
+        _on(_bar(index, [s.draft_ms for s in steps], "draft (one forward)" if at_once else "draft", COLOURS["draft"],
                  marker={"color": COLOURS["draft"], "pattern": {"shape": "x"}}), 4),
         _on(_bar(index, [s.verify_ms for s in steps], "verify", COLOURS["verify"]), 4),
     ]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from gradio.components.plot import PlotData
 
+from .. import methods as registry
 from ..api import first_difference, logit_margin
 from ..models.loading import DEFAULT_MODEL, default_source
 from ..models.random_target import is_random_target
@@ -316,8 +317,21 @@ def doubt(step: StepRecord) -> str:
     return f" and stopped there: {sure}, under the draft stop"
 
 
-def step_story(step: StepRecord | None, sampling: bool) -> str:
-    """One step in plain words: what was drafted, how much the target kept, what it wrote itself."""
+def drafts_at_once(run: LiveRun) -> bool:
+    """Whether the run's drafter writes a step's whole draft in one forward (the registry's drafts_at_once)."""
+    return registry.method(run.request.method).drafts_at_once
+
+
+def at_once_note(step: StepRecord) -> str:
+    """How a block or heads drafter's step came: every draft from one forward, and what that forward took."""
+    if step.gamma < 2:
+        return ""
+    return f", all at once from one drafting forward ({step.draft_ms:.1f} ms)"
+
+
+def step_story(step: StepRecord | None, sampling: bool, at_once: bool = False) -> str:
+    """One step in plain words: what was drafted (at_once: all from one drafting forward), how much the target
+    kept, what it wrote itself."""
     if step is None:
         return ""
     drawn = quoted(step.next_token.text)
@@ -325,6 +339,7 @@ def step_story(step: StepRecord | None, sampling: bool) -> str:
         return f"Step {step.index}: no draft; the target wrote {drawn} itself, as plain decoding does."
     tree = f" (a tree of {step.tree_size} candidates)" if step.tree_size else ""
     proposed = f"Step {step.index}: the drafter proposed {step.gamma} token{'s' if step.gamma > 1 else ''}{tree}"
+    proposed += at_once_note(step) if at_once else ""
     proposed += doubt(step) + "; "
     agreed = ("the target agreed with none" if step.n_accepted == 0 else
               "the target agreed with the first one" if step.n_accepted == 1 else

@@ -12,7 +12,7 @@ from .form import Form
 from ..service.live import LiveRun
 from ..service.recorded_runs import RecordedRun
 from .sessions import Session, existing_session_of
-from .readouts import plot, replay_status, step_story, token_text, token_view
+from .readouts import drafts_at_once, plot, replay_status, step_story, token_text, token_view
 from .run_view import RunView
 
 
@@ -131,9 +131,9 @@ class RunControls(RunView):
         steps = run.speculative.steps
         sampling = not run.request.settings.greedy
         return {
-            self.tokens: token_view(run, k, story=step_story(steps[k], sampling)),
+            self.tokens: token_view(run, k, story=step_story(steps[k], sampling, drafts_at_once(run))),
             self.inspector: plot(charts.inspector_figure(steps[k], token_text(run.tokenizer),
                                                          not run.request.settings.greedy, state.narrow)),
-            self.step_plot: plot(charts.step_figure(steps, k, state.narrow)),
+            self.step_plot: plot(charts.step_figure(steps, k, state.narrow, drafts_at_once(run))),
             self.race_plot: plot(self._race(run, k)),
         }

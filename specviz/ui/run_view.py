@@ -12,7 +12,8 @@ from .cancel import Cancel
 from ..service.live import LiveRun
 from ..service.recorded_runs import RecordedRun
 from .pacing import Pacer
-from .readouts import engine_metrics, plot, status_of, step_story, summary_of, token_text, token_view, trace_file
+from .readouts import (drafts_at_once, engine_metrics, plot, status_of, step_story, summary_of, token_text, token_view,
+                       trace_file)
 
 # seconds between token-view updates while streaming: each costs a browser on the same machine tens of ms of CPU
 # whatever it carries (a status line alone as much as the token view), taken from the engine (docs/app.md)
@@ -38,8 +39,9 @@ class RunView:
         sampling = not run.request.settings.greedy
         shown = cursor if cursor is not None else (len(steps) - 1 if steps else None)
         out = {self.status: status_of(run, cursor)}
+        at_once = drafts_at_once(run)
         if "text" in parts:
-            story = step_story(steps[shown], sampling) if shown is not None and shown < len(steps) else ""
+            story = step_story(steps[shown], sampling, at_once) if shown is not None and shown < len(steps) else ""
             out[self.tokens] = token_view(run, cursor, upto, story)
             out[self.summary] = summary_of(run)
         if "slider" in parts:
@@ -47,7 +49,7 @@ class RunView:
                                               interactive=bool(steps))
         if "charts" in parts:
             out[self.step_plot] = plot(charts.step_figure(steps[: upto + 1] if upto is not None else steps, cursor,
-                                                          narrow))
+                                                          narrow, at_once))
         if "race" in parts:
             out[self.race_plot] = plot(self._race(run, cursor))
         if "detail" in parts:
