@@ -185,3 +185,19 @@ def test_every_lesson_record_has_a_count():
     assert (progress_of(bugs).done, progress_of(bugs).total) == (60, 150)
     bugs.seeds = 400  # past the verdict's seeds while a wrong verifier is not caught: no total to promise
     assert progress_of(bugs).total is None and "400 seeds so far" in str(progress_of(bugs))
+
+
+@pytest.mark.quick
+def test_lesson_6_says_what_drafting_in_one_forward_changes():
+    target = (135_000_000, 540_000_000)
+    rows = [lessons.DrafterCost("eagle", 20_000_000, 80_000_000, *target, 0.6, 2.5, 6.2),
+            lessons.DrafterCost("early-exit", 0, 0, *target, 0.1, 1.1, 22.0),
+            lessons.DrafterCost("dflash", 18_000_000, 147_000_000, *target, 0.6, 2.4, 3.2)]
+    sentence = lessons.drafter_sentence(rows)
+    assert "dflash drafts the whole draft in one forward: 3.20 ms a step, where eagle, one forward a token, " \
+           "takes 6.20 ms" in sentence
+    assert lessons.drafter_rows(rows)[2][6] == 3.2
+    saved = [lessons.DrafterCost("eagle", 1, 1, *target, 0.6, 2.5), lessons.DrafterCost("dflash", 1, 1, *target, 0.6,
+                                                                                          2.4)]
+    assert "one forward:" not in lessons.drafter_sentence(saved)  # control: a record saved without the times
+    assert lessons.drafter_rows(saved)[0][6] == "–"

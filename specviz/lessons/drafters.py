@@ -20,7 +20,7 @@ from .common import PROMPTS, megabytes, prompt_ids, run_once
 
 CLAIM = ("Drafters differ in what they add to memory: a second model, extra heads, a layer, a datastore, or nothing. "
          "Measured from the loaded objects.")
-HEADERS = ["method", "extra parameters", "extra memory", "share of the target's memory", "α", "τ"]
+HEADERS = ["method", "extra parameters", "extra memory", "share of the target's memory", "α", "τ", "drafting ms a step"]
 SHIPPED_AS = {DISTILLED: "draft"}  # a shipped folder named otherwise than the method that uses it
 
 
@@ -129,6 +129,7 @@ class DrafterCost:
     target_bytes: int
     alpha: float | None  # on one prompt, greedy
     tau: float
+    draft_ms: float | None = None  # drafting, ms a step on that prompt (None: a record saved before it was kept)
 
 
 def drafter_costs(target: LoadedModel, methods: Sequence[str] | None = None, prompt: str = PROMPTS["code"],
@@ -147,14 +148,37 @@ def drafter_costs(target: LoadedModel, methods: Sequence[str] | None = None, pro
         proposer = make(method)
         params, size = extra_parameters(proposer, target), extra_bytes(proposer, target)
         result = run_once(target, proposer, ids, settings, prompt, detail=False)
-        rows.append(DrafterCost(result.method, params, size, target_params, target_bytes,
-                                result.metrics.acceptance_rate, result.metrics.mean_accepted_length))
+        metrics = result.metrics
+        rows.append(DrafterCost(result.method, params, size, target_params, target_bytes, metrics.acceptance_rate,
+                                metrics.mean_accepted_length, 1e3 * metrics.draft_seconds / max(metrics.steps, 1)))
         yield list(rows)
 
 
 def drafter_rows(rows: list[DrafterCost]) -> list[list]:
     return [[r.method, f"{r.parameters:,}", megabytes(r.bytes), f"{100 * r.bytes / r.target_bytes:.1f}%",
-             "–" if r.alpha is None else round(r.alpha, 2), round(r.tau, 2)] for r in rows]
+             "–" if r.alpha is None else round(r.alpha, 2), round(r.tau, 2),
+             "–" if r.draft_ms is None else round(r.draft_ms, 2)] for r in rows]
+
+
+def base_method(label: str) -> str:
+    """'dflash:4' -> 'dflash': a row's method as the registry names it."""
+    return label.split(":")[0].split("@")[0]
+
+
+def at_once_sentence(rows: list[DrafterCost]) -> str:
+    """What parallel drafting changes: the drafter that writes the whole draft in one forward (the registry's
+    drafts_at_once) with the most tokens a forward, beside the one with the most that writes it a forward a
+    token, both measured on this prompt."""
+    timed = [r for r in rows if r.draft_ms is not None and base_method(r.method) in registry.names()]
+    at_once = [r for r in timed if registry.method(base_method(r.method)).drafts_at_once]
+    one_by_one = [r for r in timed if not registry.method(base_method(r.method)).drafts_at_once
+                  and not registry.method(base_method(r.method)).lookup and r.draft_ms > 0]
+    if not at_once or not one_by_one:
+        return ""
+    fast, slow = max(at_once, key=lambda r: r.tau), max(one_by_one, key=lambda r: r.tau)
+    return (f"{fast.method} drafts the whole draft in one forward: {fast.draft_ms:.2f} ms a step, where "
+            f"{slow.method}, one forward a token, takes {slow.draft_ms:.2f} ms; drafting in parallel makes a draft's "
+            "cost hardly grow with its length, so what decides is how many drafts the target keeps (τ). ")
 
 
 def drafter_sentence(rows: list[DrafterCost]) -> str:
@@ -174,6 +198,7 @@ def drafter_sentence(rows: list[DrafterCost]) -> str:
     if not any(r.method == "draft" for r in rows):
         text += ("A separate draft model would add a whole model of its own (not measured here: none ships for this "
                  "target). ")
+    text += at_once_sentence(rows)
     return text + ("Heads and a layer that read the target's own features add a fraction of the target, and a draft "
                    "model must be trained to agree with the target from tokens alone: this is why self-speculative "
                    "methods spread.")
