@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,14 +19,17 @@ from .engine.run import SpeculativeRun
 from .runners.graphs import check_capture_deadline
 from .runners.static import make_runner
 from .errors import MissingDrafterError
-from .models.loading import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, load_model
+from .models.loading import DEFAULT_MODEL, LoadedModel, check_same_vocabulary, default_source, load_model
+from .models.random_target import is_random_target
 from .options import EngineOptions
 from .records.oracle import run_oracle
 from . import methods
 from .methods import DRAFT_MODEL, check_batchable  # noqa: F401  (check_batchable: re-exported, the registry's)
 from .proposers import PlainProposer, Proposer, ProposerRequest
 from .proposers.checkpoints import load_draft_model
+from .proposers.distilled import DISTILLED  # noqa: F401  (re-exported: the shipped draft model's name)
 from .proposers.early_exit import decoder_layers, default_exit_layer, truncated_view
+from .rule.theory import best_gamma, expected_speedup, expected_tokens_per_step  # noqa: F401  (re-exported)
 from .records.schema import RunResult, StepRecord, TopTokens
 from .settings import DecodeSettings, check_prompt_text
 from .engine.step_records import TOP_N
@@ -160,6 +164,21 @@ def run_once(target: LoadedModel, proposer: Proposer, prompt_ids: list[int], set
     for _ in run:
         pass
     return run.result
+
+
+def weights_come_from(name: str) -> str:
+    """Where a load of `name` gets its weights: "made" (random weights of a stated shape, built here), "here" (a
+    file or folder on this machine, the offline default model or the shipped distilled drafter) or "hub" (a Hub
+    id: a first load downloads it)."""
+    if is_random_target(name):
+        return "made"
+    if name == DISTILLED:  # shipped in assets/drafters
+        return "here"
+    try:
+        source = default_source() if name == DEFAULT_MODEL else name
+    except Exception:  # the load itself will say what is missing
+        return "here"
+    return "here" if Path(source).exists() else "hub"
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:

@@ -165,6 +165,24 @@ def test_only_the_ui_imports_ui_packages(graph):
     assert outside["specviz.ui.app"] & UI_PACKAGES  # the reading sees the UI's own imports
 
 
+# what the web layer reaches only through the service and the library's front door (specviz.api)
+BENEATH_THE_WEB_LAYER = ("specviz.engine", "specviz.proposers", "specviz.runners", "specviz.models", "specviz.rule")
+
+
+def reaching_beneath(graph: dict[str, set[str]]) -> list[str]:
+    """Every import from the web layer (specviz.ui) straight into the engine's layers, as 'module -> module'."""
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() if a == "specviz.ui" or a.startswith("specviz.ui.")
+                  for b in targets if any(b == layer or b.startswith(layer + ".") for layer in BENEATH_THE_WEB_LAYER))
+
+
+def test_the_web_layer_reaches_the_engine_only_through_the_service_and_the_front_door(graph):
+    inside, _ = graph
+    assert reaching_beneath(inside) == []
+    changed = {name: set(targets) for name, targets in inside.items()}
+    changed["specviz.ui.readouts"].add("specviz.models.loading")  # the control: one such import is caught
+    assert reaching_beneath(changed) == ["specviz.ui.readouts -> specviz.models.loading"]
+
+
 def test_an_upward_import_or_a_circle_is_caught(graph):
     """The control: the real graph with one import added from the runners up to the engine (which reaches the
     runners, so it is also a circle), and a circle of three made-up modules."""

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from ..measure.cost_curve import CostPoint
 from ..records.metrics import per_position_acceptance
-from ..records.schema import StepRecord, TopTokens
+from ..records.schema import StepRecord, TokenKind, TopTokens
 from .view import Theory, accepted_length_counts, speedup_curve
 
 COLOURS = {"accepted": "#004488", "rejected": "#BB5566", "resampled": "#DDAA33", "bonus": "#228833",
@@ -254,7 +254,7 @@ def inspector_figure(step: StepRecord | None, token_text: Callable[[int], str], 
                        COLOURS["accepted"] if pos.accepted else COLOURS["rejected"]))
     kind = step.next_token.kind.value
     if not ended:
-        residual = kind == "resampled" and sampling
+        residual = step.next_token.kind is TokenKind.RESAMPLED and sampling
         source = {"resampled": "residual max(0, p - q), renormalised" if sampling else "p (greedy: its argmax)",
                   "bonus": "p after every draft was accepted", "target": "p (a plain step)"}.get(kind, "p")
         titles.append(f"{kind} token {_token_name(step.next_token.text, step.next_token.id, token_text)}:{br}"

@@ -24,7 +24,7 @@ import gradio as gr
 
 from .. import api
 from ..errors import SpecvizError, message_of
-from ..models.loading import DEFAULT_MODEL
+from ..api import DEFAULT_MODEL
 from ..service import events
 from ..service.calls import speculate_records
 from ..service import serving

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..errors import InvalidSettingError
-from ..models.loading import DEFAULT_MODEL
+from ..api import DEFAULT_MODEL
 from ..methods import methods, names
 from ..service import serving
 from ..service.calls import SELF_DRAFT

@@ -11,7 +11,7 @@ from .. import methods as registry
 from ..errors import SpecvizError, message_of
 from ..lessons.catalogue import SETTINGS
 from ..lessons.catalogue import plain as plain_record
-from ..models.loading import DEFAULT_MODEL
+from ..api import DEFAULT_MODEL
 from ..service import serving
 from .endpoint import charge_of
 from .form import read_form

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from .. import lessons
 from ..lessons import distribution_sentence, side_by_side_sentence
 from ..lessons.common import megabytes as _mb
-from ..rule.theory import expected_speedup
+from ..api import expected_speedup
 from . import charts, render
 
 COLOURS = {"plain": charts.COLOURS["plain"], "speculative": charts.COLOURS["accepted"],

@@ -68,9 +68,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from ..api import encode, make_proposer, run_once
-    from ..models.loading import load_model
-    from ..proposers import PlainProposer
+    from ..api import encode, load_model, make_proposer, run_once
     from ..settings import DecodeSettings
     from ..service import live
     from . import sessions
@@ -105,7 +103,7 @@ def main(argv=None) -> int:
 
         def work():  # a fresh thread, as the driver uses one
             ids = encode(target, prompt)
-            plain = run_once(target, PlainProposer(), ids, settings, prompt)
+            plain = run_once(target, make_proposer("plain", target), ids, settings, prompt)
             spec = run_once(target, make_proposer(args.method, target), ids, settings, prompt)
             out.update(spec=spec.metrics.tokens_per_second, plain=plain.metrics.tokens_per_second,
                        tokens=spec.metrics.new_tokens, token_ids=spec.token_ids)

@@ -12,11 +12,8 @@ from pathlib import Path
 from gradio.components.plot import PlotData
 
 from .. import methods as registry
-from ..api import first_difference, logit_margin
-from ..models.loading import DEFAULT_MODEL, default_source
-from ..models.random_target import is_random_target
+from ..api import first_difference, logit_margin, weights_come_from
 from ..measure.plausibility import noise_note
-from ..proposers.distilled import DISTILLED
 from ..records.schema import RunResult, StepRecord, TokenRecord
 from . import render, view
 from .tree_view import tree_svg
@@ -255,18 +252,6 @@ def trace_file(run: LiveRun) -> str | None:
     return run.trace_path
 
 
-def may_download(name: str) -> bool:
-    """Whether loading the model can mean a download: not a file or folder here ("default" is one where the
-    offline package is installed; on a Hugging Face Space it is a Hub id)."""
-    if name == DISTILLED:  # shipped in assets/drafters
-        return False
-    try:
-        source = default_source() if name == DEFAULT_MODEL else name
-    except Exception:  # the load itself will say what is missing
-        return False
-    return not Path(source).exists()
-
-
 def loading_message(names: list[str | None], seconds: float, preparing: bool, device: str | None = None) -> str:
     """The status line while a run's models load (names: the target and the drafter or None), then while the
     run warms up on `device` (its type: "cuda", "cpu"...; None: not known here)."""
@@ -277,8 +262,8 @@ def loading_message(names: list[str | None], seconds: float, preparing: bool, de
             why = "a first short run of the model, untimed, so that the measured run does not start cold"
         return f"Preparing the run… {seconds:.0f} s ({why})"
     names = [n for n in names if n]
-    made = [n for n in names if is_random_target(n)]  # random weights of a stated shape: nothing to download
-    hub = [n for n in names if n not in made and may_download(n)]
+    made = [n for n in names if weights_come_from(n) == "made"]  # random weights of a stated shape
+    hub = [n for n in names if weights_come_from(n) == "hub"]
     notes = ([f"{' and '.join(made)}: random weights of that shape are made here, nothing is downloaded"] if made
              else []) + ([f"{' and '.join(hub)}: a first load downloads it from the Hub"] if hub else [])
     note = f" ({'; '.join(notes)})" if notes else ""

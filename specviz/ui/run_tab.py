@@ -12,10 +12,9 @@ import gradio as gr
 
 from ..api import check_drafter
 from ..errors import MissingDrafterError, SpecvizError
-from ..models.loading import DEFAULT_MODEL
+from ..api import DEFAULT_MODEL, DISTILLED
 from ..options import EngineOptions
 from ..methods import METHODS, tree_drafting
-from ..proposers.distilled import DISTILLED
 from ..service.public import preset_bytes
 from ..service import serving
 from . import render

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from ..records.metrics import running_metrics  # noqa: F401 (the readouts read view.running_metrics)
 from ..records.oracle import accepted_length_histogram
 from ..records.schema import RunMetrics, StepRecord
-from ..rule.theory import best_gamma, expected_speedup, expected_tokens_per_step
+from ..api import best_gamma, expected_speedup, expected_tokens_per_step
 
 GAMMA_CURVE_MAX = 16
 
