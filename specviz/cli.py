@@ -159,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     learn = commands.add_parser("learn", help="run the Learn tab's lessons here: each claim, its measured figures "
                                 "and the sentence they support")
-    learn.add_argument("lesson", nargs="?", default="all", help="a lesson's number (1-7) or all (default)")
+    learn.add_argument("lesson", nargs="?", default="all",
+                       help="a lesson's number (1-7, and any registered after) or all (default)")
     learn.add_argument("--target", default="default", help="the model the lessons measure (as generate's --target)")
     learn.add_argument("--device", default="auto", help="auto, cpu or cuda")
     learn.add_argument("--dtype", default="auto",

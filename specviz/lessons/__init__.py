@@ -18,7 +18,7 @@ from ..measure.floor import weight_bytes
 from ..rule.theory import expected_speedup
 from .speedup import AcceptanceRow, acceptance, acceptance_rows, acceptance_sentence, expected_curve
 from .batch_size import BatchSizes, batch_rows, batch_sentence, batch_sizes
-from .catalogue import LESSONS, SETTINGS, Lesson, lessons_to_run
+from .catalogue import LESSONS, SETTINGS, Lesson, lessons_to_run, register, unregister
 from .common import PROMPTS, finish
 from .drafters import (DrafterCost, drafter_costs, drafter_rows, drafter_sentence, extra_bytes, extra_parameters,
                        offline_methods)
@@ -67,6 +67,8 @@ __all__ = [
     "finish",
     "greedy_side_by_side",
     "lessons_to_run",
+    "register",
+    "unregister",
     "literature_for",
     "literature_lines",
     "SPEC_BENCH",

@@ -14,6 +14,7 @@ from ..models.loading import LoadedModel
 from ..measure.plausibility import TOLERANCE, UNSETTLED, batch_doubt, noise_note, too_close_to_call
 from ..settings import DecodeSettings
 from .common import PROMPTS, prompt_ids
+from .lesson import Lesson
 
 CLAIM = ("Where a forward at batch 1 is bound by reading the weights (a GPU), checking a few more positions costs "
          "about nothing and speculation pays; serving many sequences at once fills the device, extra positions start "
@@ -147,3 +148,11 @@ def bound_sentence(costs: Sequence[dict], doubts: dict[int, str] = {}) -> str:
     if size in doubts:
         return ""
     return f" At batch {size}, {what_binds(ratio, first.get('positions', 5)).sentence()}"
+
+
+def _sentence(record: BatchSizes) -> str:
+    return batch_sentence(record.summary, record.method, record.costs)
+
+
+LESSON = Lesson(5, "batch", "Where it stops paying: batch size", "Batch size", CLAIM, batch_sizes, lambda r: HEADERS,
+                batch_rows, _sentence, BatchSizes)

@@ -33,6 +33,7 @@ from ..records.schema import RunResult
 from ..rule.sampling import draw, make_generator
 from ..settings import DecodeSettings
 from .common import p_text, prompt_ids, run_once, token_text
+from .lesson import Lesson
 
 CLAIM = ("Exactness is easy to break without any visible error: engines have shipped verifiers and drafters that "
          "change the output's distribution. A test against the target's exact distribution catches each one within "
@@ -490,3 +491,9 @@ def bug_figure_data(record: Bugs, most: int = 10) -> tuple[list[int], dict[str, 
     total = sum((a.counts for a in record.arms), start=Counter())
     shown = [t for t, _ in total.most_common(most)]
     return shown, {a.key: [a.counts.get(t, 0) / a.runs if a.runs else 0.0 for t in shown] for a in record.arms}
+
+
+# the first new token after a chat prompt, drafted by EAGLE at gamma 1 (the lesson tests that token)
+SETTINGS = dict(prompt=PROMPT, method=METHOD, gamma=1, temperature=TEMPERATURE, max_new=32, seed=0)
+LESSON = Lesson(7, "bugs", "How speculative decoding goes wrong", "Bugs", CLAIM, bugs, lambda r: HEADERS, bug_rows,
+                bug_sentence, Bugs, minutes=2, settings=SETTINGS)

@@ -17,6 +17,7 @@ from ..proposers.checkpoints import load_draft_model, shipped_methods
 from ..proposers.distilled import DISTILLED
 from ..settings import DecodeSettings
 from .common import PROMPTS, megabytes, prompt_ids, run_once
+from .lesson import Lesson
 
 CLAIM = ("Drafters differ in what they add to memory: a second model, extra heads, a layer, a datastore, or nothing. "
          "Measured from the loaded objects.")
@@ -202,3 +203,8 @@ def drafter_sentence(rows: list[DrafterCost]) -> str:
     return text + ("Heads and a layer that read the target's own features add a fraction of the target, and a draft "
                    "model must be trained to agree with the target from tokens alone: this is why self-speculative "
                    "methods spread.")
+
+
+SETTINGS = dict(prompt=PROMPTS["code"], method="eagle", gamma=4, temperature=0.0, max_new=32, seed=0)
+LESSON = Lesson(6, "drafters", "What each drafter costs", "Drafters", CLAIM, drafter_costs, lambda r: HEADERS,
+                drafter_rows, drafter_sentence, list[DrafterCost], settings=SETTINGS)

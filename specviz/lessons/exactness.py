@@ -20,6 +20,7 @@ from ..records.schema import TokenKind
 from ..settings import DecodeSettings
 from ..rule.wrong_verifiers import verify_sampled_without_residual
 from .common import p_text, prompt_ids, run_once, token_text
+from .lesson import Lesson
 
 CLAIM = ("Speculative decoding does not change the output. Greedy: the same tokens. Sampling: the same "
          "distribution, whatever the drafter.")
@@ -285,3 +286,24 @@ def unchanged(target: LoadedModel, prompt: str | list[int], method: str = "medus
 
 def unchanged_sentence(record: Unchanged) -> str:
     return " ".join(s for s in (side_by_side_sentence(record.greedy), distribution_sentence(record.sampled)) if s)
+
+
+SETTINGS = dict(prompt="Once upon a time, there was a", method="medusa", gamma=1, temperature=0.7, max_new=32, seed=0)
+RUNS = 150  # seeds per histogram
+
+
+def _run(target: LoadedModel) -> Iterator[Unchanged]:
+    s = SETTINGS
+    return unchanged(target, s["prompt"], s["method"], RUNS, s["temperature"], s["max_new"])
+
+
+def _rows(record: Unchanged) -> list[list]:
+    return [] if record.sampled is None else distribution_rows(record.sampled)
+
+
+def _headers(record: Unchanged | None) -> list[str]:
+    return [] if record is None or record.sampled is None else distribution_headers(record.sampled)
+
+
+LESSON = Lesson(2, "exact", "The output does not change", "Same output", CLAIM, _run, _headers, _rows,
+                unchanged_sentence, Unchanged, settings=SETTINGS)

@@ -11,7 +11,8 @@ from ..measure.figures import GPU_VERIFY_RATIO
 from ..measure.floor import memory_bandwidth, weight_bytes
 from ..models.loading import LoadedModel
 from ..measure.plausibility import cost_doubt, noise_note
-from .common import megabytes
+from .common import PROMPTS, megabytes
+from .lesson import Lesson
 
 CLAIM = ("Where a forward is bound by reading the weights (a GPU at batch 1), checking K drafted tokens costs about "
          "as much as writing one: a forward reads every weight once, however many positions it scores. Where the "
@@ -127,3 +128,8 @@ def verify_cost_sentence(record: VerifyCost | None) -> str:
             and what_binds(widest.ms / one.ms, widest.x).kind != "weights"):
         text += " " + GPU_MEASUREMENT  # the claim failed here: where it holds, measured there
     return text
+
+
+SETTINGS = dict(prompt=PROMPTS["code"], method="eagle", gamma=4, temperature=0.0, max_new=64, seed=0)
+LESSON = Lesson(3, "cost", "Checking K costs about one", "Cost of K", CLAIM, verify_cost, lambda r: HEADERS,
+                verify_cost_rows, verify_cost_sentence, VerifyCost, settings=SETTINGS)

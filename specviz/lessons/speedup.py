@@ -15,7 +15,8 @@ from ..records.schema import RunResult
 from ..settings import DecodeSettings
 from ..rule.theory import expected_speedup
 from .common import PROMPTS, prompt_ids, run_once
-from .literature import literature_for
+from .lesson import Lesson
+from .literature import SPEC_BENCH_SOURCE, literature_for, literature_lines, spec_bench_lines
 
 CLAIM = ("How much speculation wins depends on how often the target accepts the drafts (α), more than on anything "
          "else: speedup = (1 − α^(γ+1)) / ((1 − α)(γc + 1)).")
@@ -140,3 +141,10 @@ def acceptance_sentence(rows: list[AcceptanceRow]) -> str:
             f"α {best.alpha if best.alpha is None else round(best.alpha, 2)}) and **{worst.measured_speedup:.2f}×** "
             f"({worst.method} on {worst.kind}, α {worst.alpha if worst.alpha is None else round(worst.alpha, 2)}): "
             f"acceptance, which depends on the prompt and the drafter, decides the win. {ALPHA_NOTE}" + note)
+
+
+SETTINGS = dict(prompt=PROMPTS["code"], method="ngram", gamma=4, temperature=0.0, max_new=32, seed=0)
+LESSON = Lesson(4, "acceptance", "Acceptance decides the win", "Acceptance", CLAIM, acceptance, lambda r: HEADERS,
+                acceptance_rows, acceptance_sentence, list[AcceptanceRow],
+                tuple([*literature_lines(), f"Spec-Bench's leaderboard beside specviz: {SPEC_BENCH_SOURCE}",
+                       *spec_bench_lines()]), settings=SETTINGS)

@@ -12,6 +12,7 @@ from ..proposers import Proposer
 from ..records.schema import RunResult, StepRecord, TokenRecord
 from ..settings import DecodeSettings
 from .common import prompt_ids
+from .lesson import Lesson
 
 CLAIM = ("A drafter guesses a few tokens; one forward of the target checks them all, keeps the ones it agrees with "
          "and writes one more itself. So one forward can write several tokens.")
@@ -82,3 +83,16 @@ def mechanic_sentence(record: Mechanic) -> str:
     return (f"{record.forwards} forwards of the target wrote {record.new_tokens} tokens: "
             f"**{record.tokens_per_forward:.2f} tokens per forward** with {record.method}, where plain decoding "
             f"writes exactly 1.")
+
+
+# a prompt the 135M default model answers with sense (on caches it wrote of hidden valuables)
+SETTINGS = dict(prompt="Give two tips for sleeping well.", method="eagle", gamma=4, temperature=0.0, max_new=24,
+                seed=0)
+
+
+def _run(target: LoadedModel) -> Iterator[Mechanic]:
+    return mechanic(target, SETTINGS["prompt"], SETTINGS["method"], SETTINGS["gamma"], SETTINGS["max_new"])
+
+
+LESSON = Lesson(1, "mechanic", "The mechanic", "Mechanic", CLAIM, _run, lambda r: HEADERS, mechanic_rows,
+                mechanic_sentence, Mechanic, settings=SETTINGS)
