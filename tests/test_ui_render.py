@@ -497,6 +497,11 @@ def test_a_block_drafters_step_says_its_drafts_came_from_one_forward(steps):
     assert "one drafting forward" not in step_story(steps[0], sampling=False)  # control: a chain drafted token by token
     one = steps[0].__class__(**{**steps[0].__dict__, "gamma": 1})
     assert "at once" not in step_story(one, sampling=False, at_once=True)  # one draft: nothing to say of "at once"
+    from types import SimpleNamespace
+
+    from specviz.ui.readouts import drafts_at_once
+    assert drafts_at_once(SimpleNamespace(request=SimpleNamespace(method="dflash")))
+    assert not drafts_at_once(SimpleNamespace(request=SimpleNamespace(method="no-such-method")))  # read back: no word
     names = lambda fig: [t["name"] for t in fig["data"]]  # noqa: E731
     assert "draft (one forward)" in names(charts.step_figure(steps, at_once=True))
     assert "draft (one forward)" not in names(charts.step_figure(steps))  # control

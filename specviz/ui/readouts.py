@@ -303,8 +303,10 @@ def doubt(step: StepRecord) -> str:
 
 
 def drafts_at_once(run: LiveRun) -> bool:
-    """Whether the run's drafter writes a step's whole draft in one forward (the registry's drafts_at_once)."""
-    return registry.method(run.request.method).drafts_at_once
+    """Whether the run's drafter writes a step's whole draft in one forward (the registry's drafts_at_once); a
+    method the registry does not hold (a record read back from elsewhere) says nothing."""
+    name = run.request.method
+    return name in registry.names() and registry.method(name).drafts_at_once
 
 
 def at_once_note(step: StepRecord) -> str:
