@@ -34,6 +34,7 @@ FIELDS = {
                                                                                                         "method"),
     "batch_sizes": (TEXT, "batch sizes"), "batch_tokens": (WHOLE, "new tokens"),
     "methods": (["ngram", [5], ["nope"], [["ngram"]], ["ngram"] * 1000, 7], "method"),
+    "lesson": (CHOICE + ["0", "8", " "], "lesson"),
 }
 SMALL = {"max_new_tokens": 8, "batch_tokens": 4, "runs": 10, "prompt": "Count to five."}  # if one ever ran
 

@@ -86,3 +86,18 @@ def test_a_lesson_whose_number_or_key_is_taken_is_refused():
         lessons.register(lessons.steps.LESSON)
     with pytest.raises(InvalidSettingError, match="takes a specviz.lessons.Lesson"):
         lessons.register("depth")
+
+
+def test_the_lesson_endpoint_runs_a_shipped_lesson_and_a_registered_one(app_url):
+    from gradio_client import Client
+
+    client = Client(app_url, verbose=False)
+    mechanic = client.predict(lesson="1", api_name="/lesson")
+    assert mechanic["key"] == "mechanic" and mechanic["headers"] == lessons.steps.HEADERS and mechanic["rows"]
+    assert "tokens per forward" in mechanic["sentence"]
+    with registered():
+        answer = client.predict(lesson="depth", api_name="/lesson")
+        assert answer["title"] == DEPTH.title and answer["rows"] == [[30, 49152]]
+        assert answer["sentence"] == "The target has **30 layers**." and answer["record"]["vocabulary"] == 49152
+    with pytest.raises(Exception, match="no lesson 'depth'"):  # the control: taken out, it is refused by name
+        client.predict(lesson="depth", api_name="/lesson")

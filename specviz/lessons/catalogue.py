@@ -10,7 +10,8 @@ from . import batch_size, bugs, drafters, exactness, forward_cost, speedup, step
 from .common import PROMPTS
 from .lesson import Lesson
 
-__all__ = ["LESSONS", "SETTINGS", "Lesson", "lessons_to_run", "plain", "prompt_line", "register", "unregister"]
+__all__ = ["LESSONS", "SETTINGS", "Lesson", "lesson_named", "lessons_to_run", "plain", "prompt_line", "register",
+           "unregister"]
 
 LESSONS: list[Lesson] = [module.LESSON for module in (steps, exactness, forward_cost, speedup, batch_size, drafters,
                                                        bugs)]
@@ -53,6 +54,22 @@ def prompt_line(lesson: Lesson) -> str:
                                                                    PROMPTS.items()) + ".")
     prompt = (lesson.settings or {}).get("prompt")
     return f"Prompt, sent as a chat turn: {_quoted(prompt)}." if prompt else ""
+
+
+LONGEST_NAME = 40  # a lesson's number or key as a caller writes it; longer is not a lesson's name
+
+
+def lesson_named(which) -> Lesson:
+    """The lesson of that number ("3") or key ("cost"), as a caller (an endpoint, a notebook) names it; anything
+    else is refused with the names there are."""
+    names = ", ".join(f"{lesson.number} ({lesson.key})" for lesson in LESSONS)
+    if not isinstance(which, str) or not which.strip() or len(which) > LONGEST_NAME:
+        raise InvalidSettingError(f"lesson is a lesson's number or key as text, one of {names}")
+    name = which.strip()
+    for lesson in LESSONS:
+        if name in (str(lesson.number), lesson.key):
+            return lesson
+    raise InvalidSettingError(f"no lesson {name!r}: choose one of {names}")
 
 
 def lessons_to_run(which: str) -> list[Lesson]:

@@ -15,7 +15,7 @@ from .batch_tab import BatchTab
 from .endpoint import api_help, page_url, speculate
 from .frames import EarlyScript
 from .learn import LearnTab
-from .learn_endpoints import bugs_api, distribution_api
+from .learn_endpoints import bugs_api, distribution_api, lesson_api
 from .learn_saved import SAVED_MAX_BYTES
 from .sessions import end_session, session_key
 from .mcp import check_installed, only_these_tools
@@ -72,6 +72,7 @@ class SpecvizApp:
             gr.api(speculate, api_name="speculate", concurrency_id="engine", concurrency_limit=CONCURRENCY)
             gr.api(distribution_api, api_name="distribution", concurrency_id="engine", concurrency_limit=CONCURRENCY)
             gr.api(bugs_api, api_name="bugs", concurrency_id="engine", concurrency_limit=CONCURRENCY)
+            gr.api(lesson_api, api_name="lesson", concurrency_id="engine", concurrency_limit=CONCURRENCY)
             demo.load(_api_text, None, [api_text], api_visibility="private", **free)
             demo.load(self.run.on_width, [self.run.page_width], None, js="() => window.innerWidth",
                       api_visibility="private", show_progress="hidden", **free)

@@ -168,6 +168,9 @@ Optional: `target` (default `default`) and `draft` (a drafter for the `draft` me
 `/distribution` runs the Learn tab's second lesson: `prompt`, `method`, `runs`, `temperature`, `seed`, `wrong`
 give both next-token histograms (and the wrong verifier's), the p-values and whether the wrong verifier was caught.
 
+`/lesson` runs any lesson of the Learn tab with the settings it declares: `lesson` (its number as text, "1" to
+"7", or its key) gives its table (`headers`, `rows`), its `sentence` and its whole `record`.
+
 `/bugs` runs lesson 7: `prompt`, `method` (eagle, medusa or early-exit), `runs`, `temperature`, `rounding` give every
 deliberately wrong verifier and drafter beside the correct one: each one's fit to the target's exact distribution
 (`arms`, `rows`), the seeds it took to catch, and bfloat16 greedy output beside float32's (`rounding`).

@@ -1,5 +1,6 @@
-"""The lessons a program can call (/distribution and /bugs): one call runs a lesson to its end and answers its
-record, each field read at the boundary as the page's are."""
+"""The lessons a program can call (/lesson: any lesson as declared; /distribution and /bugs: lessons 2 and 7 with
+their settings open): one call runs a lesson to its end and answers its record, each field read at the boundary
+as the page's are."""
 from __future__ import annotations
 
 import functools
@@ -9,7 +10,7 @@ import gradio as gr
 from .. import lessons
 from .. import methods as registry
 from ..errors import SpecvizError, message_of
-from ..lessons.catalogue import SETTINGS
+from ..lessons.catalogue import SETTINGS, lesson_named
 from ..lessons.catalogue import plain as plain_record
 from ..api import DEFAULT_MODEL
 from ..service import serving
@@ -18,6 +19,29 @@ from .form import read_form
 from .learn_runs import last_record
 from ..service.engine_lock import metering
 from .sessions import session_of
+
+
+def lesson_api(lesson: str = "1", target: str = DEFAULT_MODEL, request: gr.Request = None) -> dict:
+    """Any lesson of the Learn tab as one call, with the settings it declares: its table (headers and rows), its
+    sentence and its whole record, as the tab and `python -m specviz learn` show them.
+
+    Args:
+        lesson: the lesson's number or key, as text: "1" (mechanic) to "7" (bugs), or one registered later.
+        target: the target model: "default" (SmolLM2-135M-Instruct) or another this server offers.
+    """
+    cancel = session_of(request).watch()
+    try:
+        chosen = lesson_named(lesson)
+        form = read_form(dict(target=target), serving.profile())
+        with metering(charge_of(request)):
+            record = last_record(form.target, chosen.run, cancel, (chosen.settings or {}).get("prompt"))
+        return {"number": chosen.number, "key": chosen.key, "title": chosen.title, "claim": chosen.claim,
+                "headers": chosen.headers(record), "rows": plain_record(chosen.rows(record)),
+                "sentence": chosen.sentence(record), "record": plain_record(record)}
+    except Exception as error:
+        raise gr.Error(message_of(error), print_exception=False) from None
+    finally:
+        cancel.set()
 
 
 def distribution_api(prompt: str = SETTINGS["exact"]["prompt"], method: str = "medusa", runs: int = 150,
