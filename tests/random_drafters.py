@@ -1,7 +1,9 @@
-"""Random drafters for the tests: Medusa heads, EAGLE and EAGLE-3 layers with random weights on a tiny target, and
+"""Random drafters for the tests: Medusa heads, EAGLE and EAGLE-3 layers and a DFlash block drafter with random
+weights on a tiny target, and
 the published file layouts (FasterDecoding's Medusa, SafeAILab's EAGLE-1) written with random weights."""
 import torch
 
+from specviz.proposers.dflash_net import DFlashConfig, DFlashDrafter, DFlashNet
 from specviz.proposers.draft_head import DraftHead, TargetParts
 from specviz.proposers.eagle_net import EagleConfig, EagleDrafter, EagleNet
 from specviz.proposers.medusa_net import MedusaDrafter, MedusaHeads
@@ -61,3 +63,19 @@ def random_eagle3(target, layers=(0, 1, 2), seed=0, token_ids=None, scale=0.3) -
     parts = TargetParts(target.model, config.head_dim)
     head = DraftHead(net.lm_head.weight.detach(), vocab, token_ids, norm=net.norm, selected=True)
     return EagleDrafter(net, parts, head, "random")
+
+
+def random_dflash(target, mask_token_id: int, seed=0, block=8, features=2, token_ids=None,
+                  scale=0.3) -> DFlashDrafter:
+    """A DFlash block drafter with random weights: two layers shaped like the target's, reading `features` of its
+    layers, blocks of `block` with `mask_token_id` at the positions to draft."""
+    torch.manual_seed(seed)
+    config = DFlashConfig.like_target(target.model.config, layers=2, features=features,
+                                      mask_token_id=mask_token_id, block_size=block)
+    net = DFlashNet(config).eval()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(torch.randn_like(p) * scale)
+    net.to(target.device, target.dtype)
+    parts = TargetParts(target.model, config.head_dim)
+    return DFlashDrafter(net, parts, DraftHead.from_target(parts, token_ids), "random")

@@ -6,7 +6,8 @@ with temperature, top-k, top-p and a draft stop, have the target's distribution 
 
 The controls: the device loop at 0.85 of the temperature, and its verifier that resamples from p instead of the
 residual (the device's verify_sampled_without_residual), must fail the same test. EAGLE-3's chain runs with a
-tenth of the runs on a 4-layer target (test_sampling_exactness.py has its control at that size)."""
+tenth of the runs on a 4-layer target (test_sampling_exactness.py has its control at that size), DFlash's chain and
+tree with a fifth, with a control of their own: the device loop at half the temperature."""
 import dataclasses
 from collections import Counter
 
@@ -25,7 +26,7 @@ from specviz.rule.tree_device import tree_layout, walk_tree_sampled
 from specviz.rule.wrong_verifiers import verify_sampled_without_residual
 
 from stats import ALPHA
-from random_drafters import random_eagle, random_eagle3, random_medusa
+from random_drafters import random_dflash, random_eagle, random_eagle3, random_medusa
 
 VOCAB = 6
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]
@@ -216,3 +217,35 @@ def test_device_loop_samples_the_target_distribution_with_eagle3(monkeypatch):
     assert samples.loops["device"] == EAGLE3_RUNS
     assert samples.drafted > 0 and 0 < samples.accepted < samples.drafted
     assert fit.p_value >= ALPHA, f"p = {fit.p_value:.2g} (chi-square {fit.statistic:.1f}, dof {fit.dof})"
+
+
+DFLASH_RUNS = 600
+
+
+@pytest.mark.stats
+@pytest.mark.parametrize("tree,temperature", [(0, 1.0), (TREE, 1.0), (0, 0.5)],
+                         ids=["chain", "tree", "control-at-half-the-temperature"])
+def test_device_loop_samples_the_target_distribution_with_dflash(monkeypatch, tree, temperature):
+    """DFlash's block on the device loop (DFlashLookup: two target layers handed over by the verify pass, each
+    drafted position drawn from its own q, a draft vocabulary with q zero on tokens 1 and 4), a chain and DDTree's
+    tree; at half the temperature the same test must fail."""
+    from specviz.proposers.dflash import DFlashProposer
+
+    target = tiny_causal_lm(vocab_size=VOCAB, seed=10, sharpness=2.0, layers=4)
+    drafter = random_dflash(target, mask_token_id=VOCAB - 1, seed=3, token_ids=torch.tensor([0, 2, 3, 5]))
+    make = lambda: DFlashProposer(drafter)  # noqa: E731
+    settings = settings_for("temperature", tree)
+    run_settings = dataclasses.replace(settings, temperature=temperature)
+    monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "force")
+    assert run_once(target, make(), PROMPT, dataclasses.replace(run_settings, seed=0),
+                    detail=False).settings["loop"] == "device"
+    exact = target_distribution(target, PROMPT, settings, DEPTH, DFLASH_RUNS)
+    samples = sample_outputs(target, make, PROMPT, run_settings, DEPTH, DFLASH_RUNS)
+    fit = goodness_of_fit(samples.counts, exact, DFLASH_RUNS)
+    assert samples.loops["device"] == DFLASH_RUNS
+    assert samples.drafted > 0 and 0 < samples.accepted < samples.drafted
+    assert bool(samples.tree_steps) == bool(tree)  # the tree case really verified trees
+    if temperature == settings.temperature:
+        assert fit.p_value >= ALPHA, f"p = {fit.p_value:.2g} (chi-square {fit.statistic:.1f}, dof {fit.dof})"
+    else:
+        assert fit.p_value < ALPHA, f"the control passed: p = {fit.p_value:.2g}"

@@ -14,7 +14,9 @@ draft stops and the drafters that read the target's hidden states run one after 
 
 EAGLE-3 (three target layers, its own output layer over a draft vocabulary) runs on a 4-layer target of the same
 kind, with a tenth of the runs (EAGLE3_RUNS: the suite's time), so its control is a larger bias: the engine at
-half the temperature (total variation 0.23 from the target on that model)."""
+half the temperature (total variation 0.23 from the target on that model). DFlash's block drafter (two target
+layers read, its q at each position of the block) runs there too, with DFLASH_RUNS runs, as a chain and as
+DDTree's tree, with the same control."""
 import dataclasses
 
 import pytest
@@ -26,13 +28,14 @@ from specviz.proposers.datastore import Datastore
 from specviz.measure.exactness_check import goodness_of_fit, sample_outputs, target_distribution
 from specviz.proposers import (AdaptiveProposer, EagleProposer, EarlyExitDrafter, MedusaProposer, ModelDrafter,
                                NgramProposer, RetrievalProposer)
+from specviz.proposers.dflash import DFlashProposer
 from specviz.proposers.distilled import build_draft_model, draft_config, start_from_target
 from specviz.proposers.early_exit import truncated_view
 from specviz.engine.batch_draft import ModelDrafting
 from specviz.models.testing import perturbed_copy, tiny_causal_lm
 
 from stats import ALPHA, sample_batched
-from random_drafters import random_eagle, random_eagle3, random_medusa
+from random_drafters import random_dflash, random_eagle, random_eagle3, random_medusa
 
 VOCAB = 6
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]  # repeats, so that lookups find matches
@@ -181,6 +184,32 @@ def test_eagle3_samples_the_target_distribution_and_a_cooler_sampler_fails(deep_
     samples = sample_outputs(deep_target, make_eagle3, PROMPT, run_settings, DEPTH, EAGLE3_RUNS)
     fit = goodness_of_fit(samples.counts, exact, EAGLE3_RUNS)
     assert samples.drafted > 0 and 0 < samples.accepted < samples.drafted
+    if temperature == settings.temperature:
+        assert fit.p_value >= ALPHA, f"p = {fit.p_value:.2g} (chi-square {fit.statistic:.1f}, dof {fit.dof})"
+    else:
+        assert fit.p_value < ALPHA, f"the control passed: p = {fit.p_value:.2g}"
+
+
+DFLASH_RUNS = 600  # a drafter of two layers over a block: four times EAGLE-3's runs cost a few seconds
+
+
+@pytest.fixture(scope="module")
+def make_dflash(deep_target):
+    drafter = random_dflash(deep_target, mask_token_id=VOCAB - 1, seed=3, token_ids=torch.tensor([0, 2, 3, 5]))
+    return lambda: DFlashProposer(drafter)
+
+
+@pytest.mark.parametrize("tree,temperature", [(0, 1.0), (TREE, 1.0), (0, 0.5)],
+                         ids=["chain", "tree", "control-at-half-the-temperature"])
+def test_dflash_samples_the_target_distribution_and_a_cooler_sampler_fails(deep_target, make_dflash, tree,
+                                                                         temperature):
+    settings = settings_for("temperature", tree)
+    run_settings = dataclasses.replace(settings, temperature=temperature)
+    exact = target_distribution(deep_target, PROMPT, settings, DEPTH, DFLASH_RUNS)
+    samples = sample_outputs(deep_target, make_dflash, PROMPT, run_settings, DEPTH, DFLASH_RUNS)
+    fit = goodness_of_fit(samples.counts, exact, DFLASH_RUNS)
+    assert samples.drafted > 0 and 0 < samples.accepted < samples.drafted
+    assert bool(samples.tree_steps) == bool(tree)  # the tree case really verified trees
     if temperature == settings.temperature:
         assert fit.p_value >= ALPHA, f"p = {fit.p_value:.2g} (chi-square {fit.statistic:.1f}, dof {fit.dof})"
     else:
