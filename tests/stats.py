@@ -7,7 +7,7 @@ from collections import Counter
 
 from specviz.engine.batch import decode_batch
 from specviz.engine.run import SpeculativeRun
-from specviz.measure.exactness_check import Samples, goodness_of_fit
+from specviz.measure.exactness_check import Fit, Samples, goodness_of_fit, sample_outputs, target_distribution
 
 ALPHA = 1e-4  # the tests are seeded, so a pass is reproducible; the level keeps false alarms rare
 
@@ -46,3 +46,21 @@ def sample_batched(target, drafting, make_proposer, prompt_ids: list[int], setti
                       accepted=batch.accepted)
     samples.loops["batched"] = runs
     return samples
+
+
+def fit_at(target, make_proposer, prompt_ids: list[int], settings, temperature: float, depth: int,
+           runs: int) -> tuple[Fit, Samples]:
+    """`runs` runs one after another at `temperature` (sample_outputs), against the target's exact distribution
+    at settings' own temperature: at another temperature, the control that the test must catch."""
+    exact = target_distribution(target, prompt_ids, settings, depth, runs)
+    samples = sample_outputs(target, make_proposer, prompt_ids, dataclasses.replace(settings, temperature=temperature),
+                             depth, runs)
+    return goodness_of_fit(samples.counts, exact, runs), samples
+
+
+def assert_fits_or_fails(fit: Fit, exact: bool) -> None:
+    """exact: the fit must pass; else (the control) it must fail."""
+    if exact:
+        assert fit.p_value >= ALPHA, f"p = {fit.p_value:.2g} (chi-square {fit.statistic:.1f}, dof {fit.dof})"
+    else:
+        assert fit.p_value < ALPHA, f"the control passed: p = {fit.p_value:.2g}"

@@ -25,7 +25,7 @@ from specviz.models.testing import perturbed_copy, tiny_causal_lm
 from specviz.rule.tree_device import tree_layout, walk_tree_sampled
 from specviz.rule.wrong_verifiers import verify_sampled_without_residual
 
-from stats import ALPHA
+from stats import ALPHA, assert_fits_or_fails, fit_at
 from random_drafters import random_dflash, random_eagle, random_eagle3, random_medusa
 
 VOCAB = 6
@@ -211,12 +211,10 @@ def test_device_loop_samples_the_target_distribution_with_eagle3(monkeypatch):
     monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "force")
     assert run_once(target, make(), PROMPT, dataclasses.replace(settings, seed=0),
                     detail=False).settings["loop"] == "device"
-    exact = target_distribution(target, PROMPT, settings, DEPTH, EAGLE3_RUNS)
-    samples = sample_outputs(target, make, PROMPT, settings, DEPTH, EAGLE3_RUNS)
-    fit = goodness_of_fit(samples.counts, exact, EAGLE3_RUNS)
+    fit, samples = fit_at(target, make, PROMPT, settings, settings.temperature, DEPTH, EAGLE3_RUNS)
     assert samples.loops["device"] == EAGLE3_RUNS
     assert samples.drafted > 0 and 0 < samples.accepted < samples.drafted
-    assert fit.p_value >= ALPHA, f"p = {fit.p_value:.2g} (chi-square {fit.statistic:.1f}, dof {fit.dof})"
+    assert_fits_or_fails(fit, exact=True)
 
 
 DFLASH_RUNS = 600
@@ -239,13 +237,8 @@ def test_device_loop_samples_the_target_distribution_with_dflash(monkeypatch, tr
     monkeypatch.setenv("SPECVIZ_DEVICE_LOOP", "force")
     assert run_once(target, make(), PROMPT, dataclasses.replace(run_settings, seed=0),
                     detail=False).settings["loop"] == "device"
-    exact = target_distribution(target, PROMPT, settings, DEPTH, DFLASH_RUNS)
-    samples = sample_outputs(target, make, PROMPT, run_settings, DEPTH, DFLASH_RUNS)
-    fit = goodness_of_fit(samples.counts, exact, DFLASH_RUNS)
+    fit, samples = fit_at(target, make, PROMPT, settings, temperature, DEPTH, DFLASH_RUNS)
     assert samples.loops["device"] == DFLASH_RUNS
     assert samples.drafted > 0 and 0 < samples.accepted < samples.drafted
     assert bool(samples.tree_steps) == bool(tree)  # the tree case really verified trees
-    if temperature == settings.temperature:
-        assert fit.p_value >= ALPHA, f"p = {fit.p_value:.2g} (chi-square {fit.statistic:.1f}, dof {fit.dof})"
-    else:
-        assert fit.p_value < ALPHA, f"the control passed: p = {fit.p_value:.2g}"
+    assert_fits_or_fails(fit, exact=temperature == settings.temperature)

@@ -34,7 +34,7 @@ from specviz.proposers.early_exit import truncated_view
 from specviz.engine.batch_draft import ModelDrafting
 from specviz.models.testing import perturbed_copy, tiny_causal_lm
 
-from stats import ALPHA, sample_batched
+from stats import ALPHA, assert_fits_or_fails, fit_at, sample_batched
 from random_drafters import random_dflash, random_eagle, random_eagle3, random_medusa
 
 VOCAB = 6
@@ -179,15 +179,9 @@ def make_eagle3(deep_target):
 @pytest.mark.parametrize("temperature", [1.0, 0.5], ids=["exact", "control-at-half-the-temperature"])
 def test_eagle3_samples_the_target_distribution_and_a_cooler_sampler_fails(deep_target, make_eagle3, temperature):
     settings = settings_for("temperature", 0)
-    run_settings = dataclasses.replace(settings, temperature=temperature)
-    exact = target_distribution(deep_target, PROMPT, settings, DEPTH, EAGLE3_RUNS)
-    samples = sample_outputs(deep_target, make_eagle3, PROMPT, run_settings, DEPTH, EAGLE3_RUNS)
-    fit = goodness_of_fit(samples.counts, exact, EAGLE3_RUNS)
+    fit, samples = fit_at(deep_target, make_eagle3, PROMPT, settings, temperature, DEPTH, EAGLE3_RUNS)
     assert samples.drafted > 0 and 0 < samples.accepted < samples.drafted
-    if temperature == settings.temperature:
-        assert fit.p_value >= ALPHA, f"p = {fit.p_value:.2g} (chi-square {fit.statistic:.1f}, dof {fit.dof})"
-    else:
-        assert fit.p_value < ALPHA, f"the control passed: p = {fit.p_value:.2g}"
+    assert_fits_or_fails(fit, exact=temperature == settings.temperature)
 
 
 DFLASH_RUNS = 600  # a drafter of two layers over a block: four times EAGLE-3's runs cost a few seconds
@@ -204,13 +198,7 @@ def make_dflash(deep_target):
 def test_dflash_samples_the_target_distribution_and_a_cooler_sampler_fails(deep_target, make_dflash, tree,
                                                                          temperature):
     settings = settings_for("temperature", tree)
-    run_settings = dataclasses.replace(settings, temperature=temperature)
-    exact = target_distribution(deep_target, PROMPT, settings, DEPTH, DFLASH_RUNS)
-    samples = sample_outputs(deep_target, make_dflash, PROMPT, run_settings, DEPTH, DFLASH_RUNS)
-    fit = goodness_of_fit(samples.counts, exact, DFLASH_RUNS)
+    fit, samples = fit_at(deep_target, make_dflash, PROMPT, settings, temperature, DEPTH, DFLASH_RUNS)
     assert samples.drafted > 0 and 0 < samples.accepted < samples.drafted
     assert bool(samples.tree_steps) == bool(tree)  # the tree case really verified trees
-    if temperature == settings.temperature:
-        assert fit.p_value >= ALPHA, f"p = {fit.p_value:.2g} (chi-square {fit.statistic:.1f}, dof {fit.dof})"
-    else:
-        assert fit.p_value < ALPHA, f"the control passed: p = {fit.p_value:.2g}"
+    assert_fits_or_fails(fit, exact=temperature == settings.temperature)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Mapping
 
 from ..errors import InvalidSettingError
 from . import batch_size, bugs, drafters, exactness, forward_cost, speedup, steps
@@ -15,8 +16,26 @@ __all__ = ["LESSONS", "SETTINGS", "Lesson", "lesson_named", "lessons_to_run", "p
 
 LESSONS: list[Lesson] = [module.LESSON for module in (steps, exactness, forward_cost, speedup, batch_size, drafters,
                                                        bugs)]
+
+
+class _SettingsByKey(Mapping):
+    """Each lesson's settings by its key, read from LESSONS as they stand (a lesson registered later included)."""
+
+    def __getitem__(self, key: str) -> dict:
+        found = next((lesson for lesson in LESSONS if lesson.key == key and lesson.settings is not None), None)
+        if found is None:
+            raise KeyError(key)
+        return found.settings
+
+    def __iter__(self):
+        return (lesson.key for lesson in LESSONS if lesson.settings is not None)
+
+    def __len__(self) -> int:
+        return sum(lesson.settings is not None for lesson in LESSONS)
+
+
 # what each lesson runs with, by key; the Learn tab's "Open in the Run tab" copies them there
-SETTINGS: dict[str, dict] = {lesson.key: lesson.settings for lesson in LESSONS if lesson.settings is not None}
+SETTINGS: Mapping[str, dict] = _SettingsByKey()
 
 
 def register(lesson: Lesson) -> Lesson:
@@ -29,15 +48,12 @@ def register(lesson: Lesson) -> Lesson:
         raise InvalidSettingError(f"lesson {taken[0].number} ({taken[0].key!r}) has that number or key already")
     LESSONS.append(lesson)
     LESSONS.sort(key=lambda other: other.number)
-    if lesson.settings is not None:
-        SETTINGS[lesson.key] = lesson.settings
     return lesson
 
 
 def unregister(key: str) -> None:
     """Takes a registered lesson out again (a test's, when it ends)."""
     LESSONS[:] = [lesson for lesson in LESSONS if lesson.key != key]
-    SETTINGS.pop(key, None)
 
 
 def _quoted(prompt: str) -> str:
@@ -65,21 +81,25 @@ def lesson_named(which) -> Lesson:
     names = ", ".join(f"{lesson.number} ({lesson.key})" for lesson in LESSONS)
     if not isinstance(which, str) or not which.strip() or len(which) > LONGEST_NAME:
         raise InvalidSettingError(f"lesson is a lesson's number or key as text, one of {names}")
-    name = which.strip()
-    for lesson in LESSONS:
-        if name in (str(lesson.number), lesson.key):
-            return lesson
-    raise InvalidSettingError(f"no lesson {name!r}: choose one of {names}")
+    found = _found(which.strip())
+    if found is None:
+        raise InvalidSettingError(f"no lesson {which.strip()!r}: choose one of {names}")
+    return found
+
+
+def _found(name: str) -> Lesson | None:
+    """The lesson whose number or key is `name`, or None."""
+    return next((lesson for lesson in LESSONS if name in (str(lesson.number), lesson.key)), None)
 
 
 def lessons_to_run(which: str) -> list[Lesson]:
     """'all' or a lesson's number."""
     if which == "all":
         return list(LESSONS)
-    chosen = [lesson for lesson in LESSONS if str(lesson.number) == str(which).strip()]
-    if not chosen:
+    chosen = _found(str(which).strip())
+    if chosen is None:
         raise InvalidSettingError(f"no lesson {which!r}: choose 1 to {len(LESSONS)}, or all")
-    return chosen
+    return [chosen]
 
 
 def plain(value):

@@ -170,10 +170,11 @@ def at_once_sentence(rows: list[DrafterCost]) -> str:
     """What parallel drafting changes: the drafter that writes the whole draft in one forward (the registry's
     drafts_at_once) with the most tokens a forward, beside the one with the most that writes it a forward a
     token, both measured on this prompt."""
-    timed = [r for r in rows if r.draft_ms is not None and base_method(r.method) in registry.names()]
-    at_once = [r for r in timed if registry.method(base_method(r.method)).drafts_at_once]
-    one_by_one = [r for r in timed if not registry.method(base_method(r.method)).drafts_at_once
-                  and not registry.method(base_method(r.method)).lookup and r.draft_ms > 0]
+    entries = {r.method: registry.method(base_method(r.method)) for r in rows
+               if r.draft_ms is not None and base_method(r.method) in registry.names()}
+    at_once = [r for r in rows if r.method in entries and entries[r.method].drafts_at_once]
+    one_by_one = [r for r in rows if r.method in entries and not entries[r.method].drafts_at_once
+                  and not entries[r.method].lookup and r.draft_ms > 0]
     if not at_once or not one_by_one:
         return ""
     fast, slow = max(at_once, key=lambda r: r.tau), max(one_by_one, key=lambda r: r.tau)
